@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Example prepare-data script: builds one worker's synthetic dataset on the shared file system,
+verifies it, and writes the readiness marker the daemon looks for. Standard library only.
+
+Success: DIR/prepare_data_success_<ip> (JSON: ip, samples, sha256, duration_s).
+Failure: DIR/prepare_data_failed_<ip> (JSON: exit_code, attempts, duration_s, output_tail), exit 1.
+"""
+import argparse
+import collections
+import contextlib
+import hashlib
+import ipaddress
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+PREFIX = "[synthetic]"
+FEATURES = 8
+TAIL_LINES = 20
+
+# Every line we print, so a failure marker can show what happened without anyone logging in.
+tail = collections.deque(maxlen=TAIL_LINES)
+
+
+def say(msg, stream=None):
+    line = f"{PREFIX} {msg}"
+    tail.append(line)
+    print(line, file=stream or sys.stdout, flush=True)
+
+
+def atomic_write(path, data):
+    """Temp file in the same directory + fsync + rename: the daemon never sees a partial file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from the daemon's user
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_csv(samples, seed):
+    rng = random.Random(seed)
+    true_w = [rng.gauss(0, 1) for _ in range(FEATURES)]
+    rows = [",".join([f"x{k}" for k in range(FEATURES)] + ["y"])]
+    for _ in range(samples):
+        x = [rng.gauss(0, 1) for _ in range(FEATURES)]
+        y = sum(w * v for w, v in zip(true_w, x)) + rng.gauss(0, 0.1)
+        rows.append(",".join(f"{v:.6f}" for v in x + [y]))
+    return ("\n".join(rows) + "\n").encode()
+
+
+def verify(path, digest, samples):
+    with open(path, "rb") as f:
+        data = f.read()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise RuntimeError(f"{path}: sha256 {actual} does not match the written {digest}")
+    rows = data.count(b"\n") - 1  # minus the header
+    if rows != samples:
+        raise RuntimeError(f"{path}: {rows} rows, expected {samples}")
+
+
+def prepare(args):
+    say(f"preparing {args.samples} samples for {args.ip} (seed {args.seed})")
+    if args.sleep:
+        say(f"downloading (simulated, {args.sleep:g}s) ...")
+        time.sleep(args.sleep)
+    if args.fail:
+        raise RuntimeError("simulated failure (--fail)")
+    data_dir = os.path.join(args.shared_dir, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, f"synthetic-{args.ip}.csv")
+    data = make_csv(args.samples, args.seed)
+    digest = hashlib.sha256(data).hexdigest()
+    atomic_write(path, data)
+    say(f"wrote {path} ({len(data)} bytes)")
+    verify(path, digest, args.samples)
+    say(f"verified sha256 {digest}")
+    return {"ip": args.ip, "samples": args.samples, "sha256": digest}
+
+
+def write_marker(shared_dir, ip, ok, body):
+    """Write this run's marker and drop the other kind, so the markers show only the latest run."""
+    success = os.path.join(shared_dir, f"prepare_data_success_{ip}")
+    failed = os.path.join(shared_dir, f"prepare_data_failed_{ip}")
+    target, stale = (success, failed) if ok else (failed, success)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(stale)
+    atomic_write(target, (json.dumps(body) + "\n").encode())
+    return target
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def ip_arg(text):
+    # Normalized, so the marker name is built only from a validated address. No IPv6 scope
+    # (`%eth0`): the daemon's parser rejects it, so such a marker would never be seen.
+    try:
+        if "%" in text:
+            raise ValueError(text)
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IPv4/IPv6 address: {text!r}") from None
+
+
+def number(kind, minimum):
+    def convert(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}: {text!r}")
+        return value
+    return convert
+
+
+def parse_args(argv):
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared-dir", required=True, metavar="DIR",
+                   help="shared directory (EFS) where data and markers go")
+    p.add_argument("--ip", required=True, type=ip_arg, help="this worker's private IP")
+    p.add_argument("--samples", type=number(int, 1), default=1024, help="rows (default 1024)")
+    p.add_argument("--seed", type=int, help="data seed (default derived from the IP)")
+    p.add_argument("--fail", action="store_true", help="simulate a failure: exit 1")
+    p.add_argument("--sleep", type=number(float, 0), default=0.0, metavar="SECONDS",
+                   help="sleep first, standing in for a download (default 0)")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.shared_dir):
+        p.error(f"--shared-dir {args.shared_dir} is not a directory")
+    if args.seed is None:
+        args.seed = int.from_bytes(hashlib.sha256(args.ip.encode()).digest()[:4], "big")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    start = time.monotonic()
+    try:
+        info = prepare(args)
+        info["duration_s"] = round(time.monotonic() - start, 3)
+        say(f"ready: {write_marker(args.shared_dir, args.ip, True, info)}")
+        return 0
+    except Exception as e:  # any failure must leave a failure marker, not just a traceback
+        say(f"error: {e}", sys.stderr)
+    body = {"exit_code": 1, "attempts": 1, "duration_s": round(time.monotonic() - start, 3),
+            "output_tail": list(tail)}
+    try:
+        say(f"failed: {write_marker(args.shared_dir, args.ip, False, body)}", sys.stderr)
+    except OSError as e:
+        say(f"error: cannot write the failure marker: {e}", sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+//! Status tags and terminations, batched: one call for many instances.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::Tag;
+use aws_sdk_ec2::Client;
+
+use crate::aws::describe_error;
+use crate::model::{WorkerStatus, STATUS_TAG};
+
+/// Well under the API's limits on resource ids per request.
+const BATCH: usize = 500;
+
+pub async fn set_status_tags(
+    client: &Client,
+    tags: &BTreeMap<WorkerStatus, Vec<String>>,
+) -> Result<(), String> {
+    for (status, ids) in tags {
+        for chunk in ids.chunks(BATCH) {
+            let tag = Tag::builder()
+                .key(STATUS_TAG)
+                .value(status.as_tag())
+                .build();
+            client
+                .create_tags()
+                .set_resources(Some(chunk.to_vec()))
+                .tags(tag)
+                .send()
+                .await
+                .map_err(|e| format!("CreateTags {}: {}", status.as_tag(), describe_error(&e)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Returns the ids whose termination AWS accepted, and the error that stopped the rest.
+pub async fn terminate(client: &Client, ids: &[String]) -> (Vec<String>, Option<String>) {
+    let mut done = Vec::new();
+    for chunk in ids.chunks(BATCH) {
+        let result = client
+            .terminate_instances()
+            .set_instance_ids(Some(chunk.to_vec()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => done.extend_from_slice(chunk),
+            Err(e) => {
+                return (
+                    done,
+                    Some(format!("TerminateInstances: {}", describe_error(&e))),
+                )
+            }
+        }
+    }
+    (done, None)
+}

@@ -1,0 +1,63 @@
+//! Telling the job about a new membership: a signal to the PID in a pidfile, or a hook command
+//! run as an argv (never through a shell) with the change in its environment.
+
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::config::Notify;
+use crate::decide::join_ips;
+use crate::model::Notification;
+
+/// A hook that runs longer than this is killed and the notification retried next pass.
+const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<String, String> {
+    match how {
+        Notify::None => Ok("no notification configured".into()),
+        Notify::Signal { signal, pidfile } => signal_job(*signal, pidfile),
+        Notify::Command(argv) => run_hook(argv, n, hostfile).await,
+    }
+}
+
+fn signal_job(signal: Signal, pidfile: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(pidfile)
+        .map_err(|e| format!("cannot read pidfile {}: {e}", pidfile.display()))?;
+    let pid: i32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("pidfile {} does not hold a PID", pidfile.display()))?;
+    // 0, 1 and negative numbers address process groups or init: never a job.
+    if pid <= 1 {
+        return Err(format!(
+            "pidfile {} holds PID {pid}, which is not a job",
+            pidfile.display()
+        ));
+    }
+    kill(Pid::from_raw(pid), signal).map_err(|e| format!("sending {signal} to PID {pid}: {e}"))?;
+    Ok(format!("sent {signal} to PID {pid}"))
+}
+
+async fn run_hook(argv: &[String], n: &Notification, hostfile: &Path) -> Result<String, String> {
+    let (program, args) = argv.split_first().ok_or("empty hook command")?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("DT_GENERATION", n.generation.to_string())
+        .env("DT_ADDED", join_ips(&n.added))
+        .env("DT_REMOVED", join_ips(&n.removed))
+        .env("DT_HOSTFILE", hostfile)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting hook {program}: {e}"))?;
+    match tokio::time::timeout(HOOK_TIMEOUT, child.wait()).await {
+        Err(_) => Err(format!(
+            "hook {program} did not finish within {HOOK_TIMEOUT:?}"
+        )),
+        Ok(Err(e)) => Err(format!("waiting for hook {program}: {e}")),
+        Ok(Ok(status)) if status.success() => Ok(format!("hook {program} ran")),
+        Ok(Ok(status)) => Err(format!("hook {program} failed: {status}")),
+    }
+}

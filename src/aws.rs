@@ -1,0 +1,38 @@
+//! AWS clients from the standard SDK configuration chain (environment, profile, instance role).
+//!
+//! Nothing here knows about the emulator the tests use: `AWS_ENDPOINT_URL` is the SDK's own.
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region};
+
+/// A hung endpoint must not stall the control loop for long: a pass that times out holds its
+/// ground and the next one tries again.
+fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .operation_attempt_timeout(Duration::from_secs(5))
+        .operation_timeout(Duration::from_secs(12))
+        .build()
+}
+
+pub async fn sdk_config(region: Option<&str>) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(timeouts())
+        .retry_config(RetryConfig::standard().with_max_attempts(3));
+    if let Some(r) = region {
+        loader = loader.region(Region::new(r.to_string()));
+    }
+    loader.load().await
+}
+
+pub async fn ec2_client(region: Option<&str>) -> aws_sdk_ec2::Client {
+    aws_sdk_ec2::Client::new(&sdk_config(region).await)
+}
+
+/// The SDK's error with its whole chain of causes, for logs and `dtctl` messages.
+pub fn describe_error<E: std::error::Error>(e: &E) -> String {
+    aws_sdk_ec2::error::DisplayErrorContext(e).to_string()
+}

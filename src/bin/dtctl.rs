@@ -1,0 +1,112 @@
+//! `dtctl`: the command-line tool for people and scripts.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use dt::config::Config;
+use dt::ctl;
+use dt::hostfile::Format;
+
+#[derive(Parser)]
+#[command(
+    name = "dtctl",
+    version,
+    about = "Inspect and drive a dynamic-training cluster"
+)]
+struct Cli {
+    /// The same YAML file `dtd run` uses.
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = "DT_CONFIG",
+        default_value = "/etc/dt/dtd.yaml"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The cluster, its generation and every worker with what it waits for.
+    Status {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Launch workers from the worker launch template (as the EC2 console does).
+    Add {
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        count: u32,
+    },
+    /// Ask for workers to leave: deletes their elastic tag (as the EC2 console does).
+    Remove {
+        /// Private IPs or instance ids.
+        #[arg(required = true)]
+        targets: Vec<String>,
+    },
+    /// Print the current membership (a Horovod discovery script is `dtctl hosts --format horovod`).
+    Hosts {
+        #[arg(long, short, value_enum)]
+        format: Option<Format>,
+    },
+    /// The events journal: who joined, who left, why, when.
+    Events {
+        /// Only events newer than this, e.g. 10m, 2h.
+        #[arg(long)]
+        since: Option<humantime::Duration>,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Acknowledge generation G on behalf of the job (writes the ack file).
+    Ack { generation: u64 },
+    /// Configuration file commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file without starting anything.
+    Check { file: PathBuf },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli).await {
+        eprintln!("dtctl: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Config {
+        command: ConfigCommand::Check { file },
+    } = &cli.command
+    {
+        return ctl::local::config_check(file);
+    }
+    let cfg = Config::load(&cli.config)?;
+    let json = |o: Output| matches!(o, Output::Json);
+    match cli.command {
+        Command::Status { output } => ctl::local::status(&cfg, json(output)),
+        Command::Hosts { format } => ctl::local::hosts(&cfg, format),
+        Command::Events { since, output } => {
+            ctl::local::events(&cfg, since.map(Into::into), json(output))
+        }
+        Command::Ack { generation } => ctl::local::ack(&cfg, generation),
+        Command::Add { count } => ctl::ec2::add(&cfg, count).await,
+        Command::Remove { targets } => ctl::ec2::remove(&cfg, &targets).await,
+        Command::Config { .. } => unreachable!("handled above"),
+    }
+}

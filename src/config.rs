@@ -1,0 +1,515 @@
+//! The YAML configuration file shared by `dtd` and `dtctl` (DESIGN.md, "Configuration").
+//!
+//! Parsing is strict: unknown keys and bad values are errors that name the key and the line,
+//! because a typo in a key that silently falls back to a default can terminate the wrong instance.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::hostfile::Format;
+
+/// Where the elastic tag key defaults from: `<cluster>-aws-dl-cfn-elastic-worker` (2018 protocol).
+pub const ELASTIC_TAG_SUFFIX: &str = "-aws-dl-cfn-elastic-worker";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(deserialize_with = "cluster_name")]
+    pub cluster: String,
+    #[serde(default)]
+    pub region: Option<String>,
+    pub workers: Workers,
+    pub shared_dir: PathBuf,
+    #[serde(default)]
+    pub hostfiles: Vec<HostfileSpec>,
+    #[serde(default)]
+    pub job: Job,
+    #[serde(default)]
+    pub events: Events,
+    #[serde(default = "default_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    /// Where `dtd` keeps its state, status and events journal; default `<shared_dir>/.dt/<cluster>`.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// The master node's private IP: never removed, never terminated, never listed as a worker.
+    #[serde(default)]
+    pub master: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "RawWorkers")]
+pub struct Workers {
+    pub launch_template: Option<String>,
+    pub auto_scaling_group: Option<String>,
+    pub elastic_tag: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub min: usize,
+    pub max: usize,
+    pub base_hosts: Vec<IpAddr>,
+    pub slots: Slots,
+    pub page_size: i32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkers {
+    #[serde(default)]
+    launch_template: Option<String>,
+    #[serde(default)]
+    auto_scaling_group: Option<String>,
+    #[serde(default)]
+    elastic_tag: Option<String>,
+    #[serde(default = "default_worker_tags")]
+    tags: BTreeMap<String, String>,
+    #[serde(default)]
+    min: usize,
+    max: usize,
+    #[serde(default)]
+    base_hosts: Vec<IpAddr>,
+    #[serde(default)]
+    slots: Slots,
+    #[serde(default = "default_page_size")]
+    page_size: i32,
+}
+
+impl TryFrom<RawWorkers> for Workers {
+    type Error = String;
+
+    fn try_from(r: RawWorkers) -> Result<Self, String> {
+        if r.launch_template.is_none() && r.auto_scaling_group.is_none() {
+            return Err("one of launch_template or auto_scaling_group is required".into());
+        }
+        if r.max == 0 {
+            return Err("max must be at least 1".into());
+        }
+        if r.min > r.max {
+            return Err(format!("min ({}) is greater than max ({})", r.min, r.max));
+        }
+        if r.base_hosts.len() > r.max {
+            return Err(format!(
+                "{} base_hosts do not fit under max ({})",
+                r.base_hosts.len(),
+                r.max
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = r.base_hosts.iter().find(|ip| !seen.insert(**ip)) {
+            return Err(format!("base_hosts lists {dup} twice"));
+        }
+        if !(5..=1000).contains(&r.page_size) {
+            return Err(format!(
+                "page_size must be within 5..=1000, got {}",
+                r.page_size
+            ));
+        }
+        if r.tags.is_empty() {
+            return Err("tags must name at least one worker tag (default NodeType: Worker)".into());
+        }
+        Ok(Workers {
+            launch_template: r.launch_template,
+            auto_scaling_group: r.auto_scaling_group,
+            elastic_tag: r.elastic_tag,
+            tags: r.tags,
+            min: r.min,
+            max: r.max,
+            base_hosts: r.base_hosts,
+            slots: r.slots,
+            page_size: r.page_size,
+        })
+    }
+}
+
+/// Slots per worker: one number for every worker, or per instance type with a default.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Slots {
+    All(u32),
+    ByType(BTreeMap<String, u32>),
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Slots::All(1)
+    }
+}
+
+impl Slots {
+    pub fn for_type(&self, instance_type: &str) -> u32 {
+        match self {
+            Slots::All(n) => *n,
+            Slots::ByType(map) => map
+                .get(instance_type)
+                .or_else(|| map.get("default"))
+                .copied()
+                .unwrap_or(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostfileSpec {
+    pub path: PathBuf,
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    #[serde(default)]
+    pub notify: Notify,
+    #[serde(default)]
+    pub ack: Ack,
+}
+
+/// How the job hears about a new membership (DESIGN.md, "The job contract").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Notify {
+    #[default]
+    None,
+    Signal {
+        signal: nix::sys::signal::Signal,
+        pidfile: PathBuf,
+    },
+    Command(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotify {
+    #[serde(default)]
+    signal: Option<String>,
+    #[serde(default)]
+    pidfile: Option<PathBuf>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+}
+
+impl<'de> Deserialize<'de> for Notify {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Word(String),
+            Map(RawNotify),
+        }
+        match Either::deserialize(d)? {
+            Either::Word(w) if w == "none" => Ok(Notify::None),
+            Either::Word(w) => Err(D::Error::custom(format!(
+                "unknown notify `{w}`: use none, {{ signal, pidfile }} or {{ command: [..] }}"
+            ))),
+            Either::Map(RawNotify {
+                signal: Some(sig),
+                pidfile: Some(pidfile),
+                command: None,
+            }) => Ok(Notify::Signal {
+                signal: parse_signal(&sig).map_err(D::Error::custom)?,
+                pidfile,
+            }),
+            Either::Map(RawNotify {
+                signal: None,
+                pidfile: None,
+                command: Some(argv),
+            }) if !argv.is_empty() && !argv[0].is_empty() => Ok(Notify::Command(argv)),
+            Either::Map(_) => Err(D::Error::custom(
+                "notify needs exactly { signal, pidfile } or { command: [program, args..] }",
+            )),
+        }
+    }
+}
+
+fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, String> {
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    full.parse()
+        .map_err(|_| format!("unknown signal `{name}` (e.g. SIGUSR1, SIGHUP)"))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ack {
+    /// The 2018 form: lines `SEQ ADDED|REMOVED IP TIME` appended by the job.
+    #[serde(default)]
+    pub host_worker_log: Option<PathBuf>,
+    /// The generation form, written by the job or `dtctl ack G`; default `<shared_dir>/ack`.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    #[serde(default = "default_ack_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+impl Default for Ack {
+    fn default() -> Self {
+        Ack {
+            host_worker_log: None,
+            file: None,
+            timeout: default_ack_timeout(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Events {
+    #[serde(default)]
+    pub queue_url: Option<String>,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn default_ack_timeout() -> Duration {
+    Duration::from_secs(600)
+}
+
+fn default_page_size() -> i32 {
+    1000
+}
+
+fn default_worker_tags() -> BTreeMap<String, String> {
+    BTreeMap::from([("NodeType".to_string(), "Worker".to_string())])
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    use serde::de::Error;
+    let text = String::deserialize(d)?;
+    let parsed = humantime::parse_duration(&text).map_err(|e| {
+        D::Error::custom(format!("bad duration `{text}` ({e}); write e.g. 2s, 10m"))
+    })?;
+    if parsed.is_zero() {
+        return Err(D::Error::custom("duration must be greater than zero"));
+    }
+    Ok(parsed)
+}
+
+/// Cluster names end up in tag keys and directory names, so only a safe alphabet is allowed.
+fn cluster_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    let name = String::deserialize(d)?;
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(name)
+    } else {
+        Err(D::Error::custom(format!(
+            "cluster `{name}` must be 1-64 characters of letters, digits, '-' or '_'"
+        )))
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses and validates; the error text names the key and the line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let mut cfg: Config = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        cfg.validate(text)?;
+        cfg.resolve_defaults();
+        Ok(cfg)
+    }
+
+    fn validate(&self, text: &str) -> Result<(), String> {
+        if !self.shared_dir.is_absolute() {
+            return Err(at_key(
+                text,
+                "shared_dir",
+                "shared_dir must be an absolute path",
+            ));
+        }
+        for spec in &self.hostfiles {
+            if !spec.path.is_absolute() || spec.path.file_name().is_none() {
+                return Err(at_key(
+                    text,
+                    "hostfiles",
+                    &format!(
+                        "hostfiles: path {} must be an absolute file path",
+                        spec.path.display()
+                    ),
+                ));
+            }
+        }
+        if let Some(master) = self.master {
+            if self.workers.base_hosts.contains(&master) {
+                return Err(at_key(
+                    text,
+                    "master",
+                    "master must not also be a base host",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve_defaults(&mut self) {
+        if self.hostfiles.is_empty() {
+            self.hostfiles.push(HostfileSpec {
+                path: self.shared_dir.join("host_worker"),
+                format: Format::Mxnet,
+            });
+        }
+        if self.job.ack.file.is_none() {
+            self.job.ack.file = Some(self.shared_dir.join("ack"));
+        }
+        if self.state_dir.is_none() {
+            self.state_dir = Some(self.shared_dir.join(".dt").join(&self.cluster));
+        }
+        if self.workers.elastic_tag.is_none() {
+            self.workers.elastic_tag = Some(format!("{}{ELASTIC_TAG_SUFFIX}", self.cluster));
+        }
+    }
+
+    pub fn elastic_tag(&self) -> &str {
+        self.workers.elastic_tag.as_deref().unwrap_or_default()
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        self.state_dir.as_deref().unwrap_or(&self.shared_dir)
+    }
+
+    pub fn ack_file(&self) -> &Path {
+        self.job.ack.file.as_deref().unwrap_or(&self.shared_dir)
+    }
+
+    /// The file the daemon writes the current generation to, after the host files.
+    pub fn generation_file(&self) -> PathBuf {
+        self.shared_dir.join("generation")
+    }
+}
+
+/// Adds "at line N" for checks made after parsing, where serde no longer knows the position.
+fn at_key(text: &str, key: &str, message: &str) -> String {
+    let line = text
+        .lines()
+        .position(|l| l.trim_start().starts_with(&format!("{key}:")))
+        .map(|i| i + 1);
+    match line {
+        Some(n) => format!("{message} at line {n}"),
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "cluster: demo
+workers:
+  launch_template: lt-0abc
+  min: 1
+  max: 4
+  base_hosts: [10.0.0.5]
+shared_dir: /efs
+job:
+  notify: { signal: SIGUSR1, pidfile: /efs/job.pid }
+  ack: { host_worker_log: /efs/host_worker_log, timeout: 10m }
+interval: 1s
+";
+
+    #[test]
+    fn good_file_gets_defaults() {
+        let cfg = Config::parse(GOOD).unwrap();
+        assert_eq!(cfg.elastic_tag(), "demo-aws-dl-cfn-elastic-worker");
+        assert_eq!(cfg.hostfiles[0].path, PathBuf::from("/efs/host_worker"));
+        assert_eq!(cfg.interval, Duration::from_secs(1));
+        assert_eq!(cfg.job.ack.timeout, Duration::from_secs(600));
+        assert_eq!(cfg.ack_file(), Path::new("/efs/ack"));
+        assert_eq!(cfg.state_dir(), Path::new("/efs/.dt/demo"));
+        assert_eq!(cfg.workers.tags.get("NodeType").unwrap(), "Worker");
+        assert!(matches!(cfg.job.notify, Notify::Signal { .. }));
+    }
+
+    fn error_of(text: &str) -> String {
+        Config::parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_line() {
+        let e = error_of(&GOOD.replace("  min: 1", "  minimum: 1"));
+        assert!(e.contains("minimum") && e.contains("line 4"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_key_and_line() {
+        let e = error_of(&GOOD.replace("interval: 1s", "interval: fast"));
+        assert!(e.contains("interval") && e.contains("line 11"), "{e}");
+        let e = error_of(&GOOD.replace("[10.0.0.5]", "[10.0.0.300]"));
+        assert!(e.contains("base_hosts") && e.contains("line 6"), "{e}");
+        let e = error_of(&GOOD.replace("max: 4", "max: 0"));
+        assert!(e.contains("workers") && e.contains("max"), "{e}");
+        let e = error_of(&GOOD.replace("SIGUSR1", "SIGNOPE"));
+        assert!(e.contains("SIGNOPE") && e.contains("line 9"), "{e}");
+        let e = error_of(&GOOD.replace("cluster: demo", "cluster: ../etc"));
+        assert!(e.contains("cluster") && e.contains("line 1"), "{e}");
+        let e = error_of(&GOOD.replace("shared_dir: /efs", "shared_dir: efs"));
+        assert!(e.contains("shared_dir") && e.contains("line 7"), "{e}");
+    }
+
+    #[test]
+    fn min_above_max_is_refused() {
+        let e = error_of(&GOOD.replace("min: 1", "min: 9"));
+        assert!(e.contains("min (9) is greater than max (4)"), "{e}");
+    }
+
+    #[test]
+    fn notify_forms() {
+        let cfg = Config::parse(&GOOD.replace(
+            "{ signal: SIGUSR1, pidfile: /efs/job.pid }",
+            "{ command: [/bin/echo, hi] }",
+        ))
+        .unwrap();
+        assert_eq!(
+            cfg.job.notify,
+            Notify::Command(vec!["/bin/echo".into(), "hi".into()])
+        );
+        let cfg =
+            Config::parse(&GOOD.replace("{ signal: SIGUSR1, pidfile: /efs/job.pid }", "none"))
+                .unwrap();
+        assert_eq!(cfg.job.notify, Notify::None);
+        let e = error_of(&GOOD.replace("pidfile: /efs/job.pid", "command: [x]"));
+        assert!(e.contains("exactly"), "{e}");
+    }
+
+    #[test]
+    fn slots_by_type() {
+        let cfg = Config::parse(&GOOD.replace(
+            "  max: 4",
+            "  max: 4\n  slots: { p3.16xlarge: 8, default: 2 }",
+        ))
+        .unwrap();
+        assert_eq!(cfg.workers.slots.for_type("p3.16xlarge"), 8);
+        assert_eq!(cfg.workers.slots.for_type("g5.xlarge"), 2);
+    }
+}

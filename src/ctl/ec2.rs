@@ -1,0 +1,121 @@
+//! `dtctl` commands that act on AWS exactly as a person at the EC2 console would.
+
+use std::net::IpAddr;
+
+use anyhow::{anyhow, bail, Context};
+use aws_sdk_ec2::types::{LaunchTemplateSpecification, Tag};
+
+use crate::aws::{describe_error, ec2_client};
+use crate::config::Config;
+use crate::decide::Rules;
+use crate::model::Instance;
+use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
+
+fn template_spec(name_or_id: &str) -> LaunchTemplateSpecification {
+    let b = LaunchTemplateSpecification::builder();
+    if name_or_id.starts_with("lt-") {
+        b.launch_template_id(name_or_id).build()
+    } else {
+        b.launch_template_name(name_or_id).build()
+    }
+}
+
+pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
+    let Some(template) = cfg.workers.launch_template.as_deref() else {
+        bail!("workers.launch_template is not set in the config: nothing to launch from");
+    };
+    let client = ec2_client(cfg.region.as_deref()).await;
+    let out = client
+        .run_instances()
+        .launch_template(template_spec(template))
+        .min_count(count as i32)
+        .max_count(count as i32)
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "RunInstances from launch template {template}: {}",
+                describe_error(&e)
+            )
+        })?;
+    for i in out.instances() {
+        println!(
+            "launched {} ({}) from {template}",
+            i.instance_id().unwrap_or("?"),
+            i.private_ip_address().unwrap_or("no IP yet")
+        );
+    }
+    println!("they join the job once their prepare-data marker appears; watch `dtctl status`");
+    Ok(())
+}
+
+pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {
+    let client = ec2_client(cfg.region.as_deref()).await;
+    let template = match cfg.workers.launch_template.as_deref() {
+        Some(t) => Some(
+            resolve_launch_template(&client, t)
+                .await
+                .map_err(|e| anyhow!(e))?,
+        ),
+        None => None,
+    };
+    let rules = Rules::from_config(cfg, template);
+    let listing = Ec2Observer::new(client.clone(), &cfg.workers.tags, cfg.workers.page_size)
+        .list()
+        .await
+        .map_err(|e| anyhow!(e))
+        .context("listing the cluster's workers")?;
+    let mut ids = Vec::new();
+    for target in targets {
+        let inst = find(&listing.instances, target)?;
+        check_removable(&rules, inst, target)?;
+        if !inst.tags.contains_key(&rules.elastic_tag) {
+            println!("{target}: already leaving (no elastic tag)");
+            continue;
+        }
+        ids.push(inst.id.clone());
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    client
+        .delete_tags()
+        .set_resources(Some(ids.clone()))
+        .tags(Tag::builder().key(&rules.elastic_tag).build())
+        .send()
+        .await
+        .map_err(|e| anyhow!("DeleteTags {}: {}", rules.elastic_tag, describe_error(&e)))?;
+    for id in ids {
+        println!("{id}: elastic tag deleted; dtd removes it from the job, then terminates it once the job acknowledges");
+    }
+    Ok(())
+}
+
+fn find<'a>(instances: &'a [Instance], target: &str) -> anyhow::Result<&'a Instance> {
+    let by_ip = target.parse::<IpAddr>().ok();
+    if by_ip.is_none() && !target.starts_with("i-") {
+        bail!("{target}: not a private IP or an instance id (i-...)");
+    }
+    instances
+        .iter()
+        .find(|i| Some(i.ip) == by_ip || i.id == target)
+        .ok_or_else(|| {
+            anyhow!("{target}: no running worker instance with the worker tags has this IP or id")
+        })
+}
+
+fn check_removable(rules: &Rules, inst: &Instance, target: &str) -> anyhow::Result<()> {
+    if rules.is_protected(inst.ip) {
+        bail!(
+            "{target}: {} is a base host or the master, which are never removed",
+            inst.ip
+        );
+    }
+    if !rules.is_cluster_worker(inst) {
+        bail!(
+            "{target}: {} does not come from this cluster's launch template or group",
+            inst.id
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! `dtctl` commands answered from the daemon's files on the shared file system.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use crate::act::journal;
+use crate::config::Config;
+use crate::fsutil::{now_millis, write_atomic};
+use crate::hostfile::{render, Format};
+use crate::status::StatusReport;
+use crate::store::Paths;
+
+pub fn config_check(file: &Path) -> anyhow::Result<()> {
+    let cfg = Config::load(file)?;
+    println!(
+        "{}: ok (cluster {}, workers {}..={}, {} host file(s), interval {:?})",
+        file.display(),
+        cfg.cluster,
+        cfg.workers.min,
+        cfg.workers.max,
+        cfg.hostfiles.len(),
+        cfg.interval
+    );
+    Ok(())
+}
+
+pub fn load_status(cfg: &Config) -> anyhow::Result<StatusReport> {
+    let path = Paths::new(cfg.state_dir()).status();
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "no status at {}: dtd has not run for cluster {} (start it with `dtd run --config FILE`)",
+            path.display(),
+            cfg.cluster
+        ),
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read the daemon's status {}", path.display()))
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a status report", path.display()))
+}
+
+pub fn status(cfg: &Config, json: bool) -> anyhow::Result<()> {
+    let report = load_status(cfg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render(now_millis()));
+    }
+    Ok(())
+}
+
+pub fn hosts(cfg: &Config, format: Option<Format>) -> anyhow::Result<()> {
+    let report = load_status(cfg)?;
+    let format = format
+        .or(cfg.hostfiles.first().map(|h| h.format))
+        .unwrap_or(Format::Mxnet);
+    print!("{}", render(format, &report.hosts));
+    Ok(())
+}
+
+pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Result<()> {
+    let path = Paths::new(cfg.state_dir()).journal();
+    let (events, bad) =
+        journal::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let cutoff = since.map_or(0, |d| now_millis().saturating_sub(d.as_millis() as u64));
+    for e in events.iter().filter(|e| e.time >= cutoff) {
+        if json {
+            println!("{}", serde_json::to_string(e)?);
+        } else {
+            let when = humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + Duration::from_millis(e.time),
+            );
+            let gen = e.generation.map_or("-".into(), |g| format!("g{g}"));
+            let who = e.instance.as_deref().unwrap_or("-");
+            println!(
+                "{when}  {:<18} {:<5} {:<20} {}",
+                e.kind, gen, who, e.message
+            );
+        }
+    }
+    if bad > 0 {
+        eprintln!(
+            "dtctl: skipped {bad} unreadable line(s) in {}",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
+    let path = cfg.ack_file();
+    write_atomic(path, format!("{generation}\n").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("acknowledged generation {generation} in {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! `dtd run`: the control loop on the master node, observe -> decide -> act, every `interval`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use aws_sdk_ec2::Client;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::act;
+use crate::config::Config;
+use crate::decide::{decide, Rules};
+use crate::fsutil::now_millis;
+use crate::model::*;
+use crate::observe::acks::AckReader;
+use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
+use crate::observe::markers::MarkerScanner;
+use crate::status::{SourceStatus, StatusReport};
+use crate::store::{load_state, save_json, Paths, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("creating state directory {path}: {source}")]
+    StateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("another dtd holds {0}; only one daemon may manage a cluster")]
+    Locked(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("installing signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
+pub struct Daemon {
+    cfg: Config,
+    paths: Paths,
+    client: Client,
+    ec2: Ec2Observer,
+    markers: MarkerScanner,
+    acks: AckReader,
+    launch_template_id: Option<String>,
+    state: State,
+    /// Last failure per source or action, so a lasting failure is logged once, not every pass.
+    failures: BTreeMap<&'static str, String>,
+    errors: Vec<String>,
+}
+
+/// Held for the daemon's lifetime: a second `dtd` on the same state directory refuses to start.
+pub type Lock = nix::fcntl::Flock<std::fs::File>;
+
+pub fn lock_state_dir(paths: &Paths) -> Result<Lock, DaemonError> {
+    std::fs::create_dir_all(&paths.dir).map_err(|source| DaemonError::StateDir {
+        path: paths.dir.display().to_string(),
+        source,
+    })?;
+    let lock_path = paths.lock();
+    let file = std::fs::File::create(&lock_path).map_err(|source| DaemonError::StateDir {
+        path: lock_path.display().to_string(),
+        source,
+    })?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|_| DaemonError::Locked(lock_path.display().to_string()))
+}
+
+impl Daemon {
+    pub fn new(cfg: Config, client: Client) -> Result<Daemon, DaemonError> {
+        let paths = Paths::new(cfg.state_dir());
+        let state = load_state(&paths.state())?;
+        Ok(Daemon {
+            ec2: Ec2Observer::new(client.clone(), &cfg.workers.tags, cfg.workers.page_size),
+            markers: MarkerScanner::new(&cfg.shared_dir),
+            acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
+            launch_template_id: None,
+            failures: BTreeMap::new(),
+            errors: Vec::new(),
+            state,
+            paths,
+            client,
+            cfg,
+        })
+    }
+
+    /// Runs passes until SIGTERM or SIGINT; a pass in progress is finished first.
+    pub async fn run(mut self) -> Result<(), DaemonError> {
+        let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
+        tracing::info!(cluster = %self.cfg.cluster, generation = self.state.generation, state = %self.paths.dir.display(), "dtd started");
+        loop {
+            self.pass().await;
+            tokio::select! {
+                _ = tokio::time::sleep(self.cfg.interval) => {}
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        tracing::info!("dtd stopping");
+        Ok(())
+    }
+
+    pub async fn pass(&mut self) {
+        let started = Instant::now();
+        self.errors.clear();
+        let (instances, calls) = self.observe_ec2().await;
+        let snap = Snapshot {
+            instances,
+            markers: self.markers.scan(),
+            acks: self.acks.read(),
+        };
+        let mut events = self.source_events(&snap);
+        let rules = Rules::from_config(&self.cfg, self.launch_template_id.clone());
+        let plan = decide(&rules, &snap, &self.state, now_millis());
+        events.extend(plan.events.iter().cloned());
+        self.record(&events);
+        // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
+        self.state = plan.state.clone();
+        self.save_state();
+        self.apply(&plan).await;
+        self.save_state();
+        self.write_status(&plan, &snap, calls, started.elapsed());
+    }
+
+    async fn observe_ec2(&mut self) -> (Result<Vec<Instance>, String>, u32) {
+        if let Err(e) = self.resolve_launch_template().await {
+            return (Err(e), 1);
+        }
+        match self.ec2.list().await {
+            Ok(l) => (Ok(l.instances), l.calls),
+            Err(e) => (Err(e), 0),
+        }
+    }
+
+    async fn resolve_launch_template(&mut self) -> Result<(), String> {
+        let Some(wanted) = self.cfg.workers.launch_template.as_deref() else {
+            return Ok(());
+        };
+        if self.launch_template_id.is_none() {
+            let id = resolve_launch_template(&self.client, wanted).await?;
+            tracing::info!(launch_template = %wanted, id, "worker launch template resolved");
+            self.launch_template_id = Some(id);
+        }
+        Ok(())
+    }
+
+    /// Journals a source failing or recovering once per change, not once per pass.
+    fn source_events(&mut self, snap: &Snapshot) -> Vec<Event> {
+        let sources: [(&'static str, Option<&String>); 3] = [
+            ("EC2 instances", snap.instances.as_ref().err()),
+            ("prepare-data markers", snap.markers.as_ref().err()),
+            ("acknowledgements", snap.acks.as_ref().err()),
+        ];
+        let mut events = Vec::new();
+        for (name, err) in sources {
+            if let Some(kind) = self.note_failure(name, err.cloned()) {
+                let message = match err {
+                    Some(e) => format!("{name} could not be read completely: {e}; holding"),
+                    None => format!("{name} readable again"),
+                };
+                events.push(Event {
+                    time: now_millis(),
+                    kind: kind.into(),
+                    instance: None,
+                    ip: None,
+                    generation: None,
+                    message,
+                });
+            }
+        }
+        events
+    }
+
+    /// Records the outcome of a source or action; returns the event kind when it changed.
+    fn note_failure(&mut self, what: &'static str, err: Option<String>) -> Option<&'static str> {
+        match err {
+            Some(e) => {
+                self.errors.push(format!("{what}: {e}"));
+                let first = !self.failures.contains_key(what);
+                if self.failures.get(what) != Some(&e) {
+                    tracing::warn!("{what}: {e}");
+                    self.failures.insert(what, e);
+                }
+                first.then_some("source_failed")
+            }
+            None => self.failures.remove(what).map(|_| {
+                tracing::info!("{what}: recovered");
+                "source_recovered"
+            }),
+        }
+    }
+
+    async fn apply(&mut self, plan: &Plan) {
+        let written = act::hostfiles::ensure(&self.cfg.hostfiles, &plan.hosts);
+        let hostfiles_ok = written.is_ok();
+        if let Ok(true) = written {
+            tracing::info!(
+                generation = self.state.generation,
+                workers = plan.hosts.len(),
+                "host files rewritten"
+            );
+        }
+        let gen_file = self.cfg.generation_file();
+        let written = written
+            .and_then(|_| act::hostfiles::write_generation(&gen_file, self.state.generation));
+        self.note_failure("host files", written.err());
+        if hostfiles_ok {
+            if let Some(n) = &plan.notify {
+                self.notify(n).await;
+            }
+        }
+        let tagged = act::ec2::set_status_tags(&self.client, &plan.tags).await;
+        self.note_failure("status tags", tagged.err());
+        if !plan.terminate.is_empty() {
+            self.terminate(&plan.terminate).await;
+        }
+    }
+
+    async fn notify(&mut self, n: &Notification) {
+        let hostfile = self
+            .cfg
+            .hostfiles
+            .first()
+            .map(|h| h.path.clone())
+            .unwrap_or_default();
+        match act::notify::send(&self.cfg.job.notify, n, &hostfile).await {
+            Ok(how) => {
+                self.note_failure("job notification", None);
+                tracing::info!(generation = n.generation, "job notified: {how}");
+                if self.state.pending_notification.as_ref() == Some(n) {
+                    self.state.pending_notification = None;
+                }
+                let message = format!("generation {} delivered: {how}", n.generation);
+                self.record(&[Event {
+                    time: now_millis(),
+                    kind: "notified".into(),
+                    instance: None,
+                    ip: None,
+                    generation: Some(n.generation),
+                    message,
+                }]);
+            }
+            Err(e) => {
+                self.note_failure("job notification", Some(format!("{e} (retried next pass)")));
+            }
+        }
+    }
+
+    async fn terminate(&mut self, ids: &[String]) {
+        let (done, err) = act::ec2::terminate(&self.client, ids).await;
+        let mut events = Vec::new();
+        for r in self
+            .state
+            .removals
+            .iter_mut()
+            .filter(|r| done.contains(&r.id))
+        {
+            r.termination = Termination::Sent;
+            events.push(Event {
+                time: now_millis(),
+                kind: "terminated".into(),
+                instance: Some(r.id.clone()),
+                ip: Some(r.ip),
+                generation: Some(r.generation),
+                message: format!("TerminateInstances accepted for {} ({})", r.id, r.ip),
+            });
+        }
+        if !done.is_empty() {
+            tracing::info!(instances = ?done, "terminated");
+        }
+        self.record(&events);
+        self.note_failure("terminations", err);
+    }
+
+    fn record(&mut self, events: &[Event]) {
+        for e in events {
+            tracing::info!(kind = %e.kind, instance = e.instance.as_deref().unwrap_or("-"), "{}", e.message);
+        }
+        let r = act::journal::append(&self.paths.journal(), events);
+        self.note_failure("events journal", r.err());
+    }
+
+    fn save_state(&mut self) {
+        let r = save_json(&self.paths.state(), &self.state).map_err(|e| e.to_string());
+        self.note_failure("state file", r.err());
+    }
+
+    fn write_status(&mut self, plan: &Plan, snap: &Snapshot, calls: u32, took: Duration) {
+        let detail = |r: Result<String, &String>| match r {
+            Ok(s) => (true, s),
+            Err(e) => (false, e.clone()),
+        };
+        let sources = [
+            (
+                "EC2 instances",
+                detail(
+                    snap.instances
+                        .as_ref()
+                        .map(|v| format!("{} instances with the worker tags", v.len())),
+                ),
+            ),
+            (
+                "prepare-data markers",
+                detail(
+                    snap.markers
+                        .as_ref()
+                        .map(|m| format!("{} ready, {} failed", m.success.len(), m.failed.len())),
+                ),
+            ),
+            (
+                "acknowledgements",
+                detail(snap.acks.as_ref().map(|a| {
+                    format!(
+                        "ack file: {}, host_worker_log: {} lines",
+                        a.generation.map_or("-".into(), |g| g.to_string()),
+                        a.log_lines
+                    )
+                })),
+            ),
+        ];
+        let report = StatusReport {
+            cluster: self.cfg.cluster.clone(),
+            updated_at: now_millis(),
+            pid: std::process::id(),
+            interval_ms: self.cfg.interval.as_millis() as u64,
+            min: self.cfg.workers.min,
+            max: self.cfg.workers.max,
+            current: plan.hosts.len(),
+            generation: self.state.generation,
+            acked_generation: snap.acks.as_ref().ok().and_then(|a| a.generation),
+            pending_notification: self
+                .state
+                .pending_notification
+                .as_ref()
+                .map(|n| n.generation),
+            ec2_calls_last_pass: calls,
+            pass_ms: took.as_millis() as u64,
+            sources: sources
+                .into_iter()
+                .map(|(name, (ok, detail))| SourceStatus {
+                    name: name.into(),
+                    ok,
+                    detail,
+                })
+                .collect(),
+            holds: plan.holds.clone(),
+            errors: self.errors.clone(),
+            hosts: plan.hosts.clone(),
+            workers: plan.workers.clone(),
+        };
+        if let Err(e) = save_json(&self.paths.status(), &report) {
+            tracing::warn!("{e}");
+        }
+    }
+}

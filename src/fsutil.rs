@@ -1,0 +1,73 @@
+//! Crash-safe file writes: a reader sees the old content or the new, never a torn file.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Writes to a temp file in the same directory, fsyncs it, renames it over `path`, fsyncs the dir.
+pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(content)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Writes only when the content differs; returns whether it wrote.
+pub fn write_if_changed(path: &Path, content: &[u8]) -> io::Result<bool> {
+    match fs::read(path) {
+        Ok(old) if old == content => Ok(false),
+        Ok(_) => write_atomic(path, content).map(|_| true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => write_atomic(path, content).map(|_| true),
+        Err(e) => Err(e),
+    }
+}
+
+/// Appends lines and fsyncs, for the journal: one `write` per batch so lines are never interleaved.
+pub fn append_synced(path: &Path, content: &[u8]) -> io::Result<()> {
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    f.write_all(content)?;
+    f.sync_data()
+}
+
+/// Milliseconds since the Unix epoch, read once per pass and handed to decide.
+pub fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_only_on_change_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("host_worker");
+        assert!(write_if_changed(&p, b"a\n").unwrap());
+        assert!(!write_if_changed(&p, b"a\n").unwrap());
+        assert!(write_if_changed(&p, b"b\n").unwrap());
+        assert_eq!(fs::read_to_string(&p).unwrap(), "b\n");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

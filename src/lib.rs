@@ -1,0 +1,27 @@
+//! dynamic-training: keeps a distributed training job on AWS running while workers come and go.
+//!
+//! The daemon is a control loop kept in three parts (DESIGN.md, "Shape of the code"):
+//! [`observe`] reads the world, [`decide`] is a pure function holding every rule, [`act`] applies.
+
+pub mod act;
+pub mod aws;
+pub mod config;
+pub mod ctl;
+pub mod daemon;
+pub mod decide;
+pub mod fsutil;
+pub mod hostfile;
+pub mod model;
+pub mod observe;
+pub mod status;
+pub mod store;
+
+/// Logs to stderr; `RUST_LOG` overrides the default `info`.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,207 @@
+//! Plain data shared by observe, decide and act: what was seen, what is remembered, what to do.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hostfile::Host;
+
+/// Milliseconds since the Unix epoch. Decide receives "now" as one of these; it never reads a clock.
+pub type Millis = u64;
+
+/// The status tag key, kept from the 2018 protocol.
+pub const STATUS_TAG: &str = "elastic_worker_status";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum WorkerStatus {
+    Preparing,
+    AddQueued,
+    Added,
+    RemovalQueued,
+    Removed,
+    PrepareFailed,
+    Interrupted,
+}
+
+impl WorkerStatus {
+    pub fn as_tag(self) -> &'static str {
+        match self {
+            WorkerStatus::Preparing => "PREPARING",
+            WorkerStatus::AddQueued => "ADD_QUEUED",
+            WorkerStatus::Added => "ADDED",
+            WorkerStatus::RemovalQueued => "REMOVAL_QUEUED",
+            WorkerStatus::Removed => "REMOVED",
+            WorkerStatus::PrepareFailed => "PREPARE_FAILED",
+            WorkerStatus::Interrupted => "INTERRUPTED",
+        }
+    }
+
+    pub fn from_tag(value: &str) -> Option<WorkerStatus> {
+        [
+            WorkerStatus::Preparing,
+            WorkerStatus::AddQueued,
+            WorkerStatus::Added,
+            WorkerStatus::RemovalQueued,
+            WorkerStatus::Removed,
+            WorkerStatus::PrepareFailed,
+            WorkerStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|s| s.as_tag() == value)
+    }
+}
+
+/// One EC2 instance as DescribeInstances reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: String,
+    pub ip: IpAddr,
+    pub instance_type: String,
+    pub az: String,
+    /// `spot`, `capacity-block` or `on-demand`.
+    pub market: String,
+    pub launched_at: Millis,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Instance {
+    pub fn status_tag(&self) -> Option<&str> {
+        self.tags.get(STATUS_TAG).map(String::as_str)
+    }
+}
+
+/// Readiness markers on the shared file system.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Markers {
+    pub success: BTreeSet<IpAddr>,
+    /// IP to a one-line summary of why prepare-data failed (exit code, last output line).
+    pub failed: BTreeMap<IpAddr, String>,
+}
+
+/// What the job has said it applied, in either acknowledgement form.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Acks {
+    /// The generation in the `ack` file, if any.
+    pub generation: Option<u64>,
+    /// Complete lines read so far from `host_worker_log`; a position in that log.
+    pub log_lines: u64,
+    /// For each IP, the line number (1-based) of its latest `ADDED` / `REMOVED` line.
+    pub log_added: BTreeMap<IpAddr, u64>,
+    pub log_removed: BTreeMap<IpAddr, u64>,
+}
+
+/// One pass's view of the world. A source that could not be read completely is `Err(why)`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub instances: Result<Vec<Instance>, String>,
+    pub markers: Result<Markers, String>,
+    pub acks: Result<Acks, String>,
+}
+
+/// A worker in the host files (base hosts are not stored: they come from the config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: String,
+    pub ip: IpAddr,
+    pub instance_type: String,
+    pub joined_generation: u64,
+    pub joined_at: Millis,
+    /// `host_worker_log` position when it joined: an `ADDED` line after it acknowledges the join.
+    pub log_mark: u64,
+    pub acked: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Termination {
+    /// Waiting for the job's acknowledgement or the ack timeout.
+    Waiting,
+    /// Decided; the TerminateInstances call has not been confirmed yet.
+    Requested,
+    /// TerminateInstances succeeded: never sent again.
+    Sent,
+}
+
+/// A worker leaving on purpose: out of the host files, not yet terminated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removal {
+    pub id: String,
+    pub ip: IpAddr,
+    /// The first generation that no longer lists it.
+    pub generation: u64,
+    pub queued_at: Millis,
+    pub deadline: Millis,
+    pub log_mark: u64,
+    pub reason: String,
+    pub termination: Termination,
+}
+
+/// A change of membership the job has not been told about yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notification {
+    pub generation: u64,
+    pub added: Vec<IpAddr>,
+    pub removed: Vec<IpAddr>,
+}
+
+/// What the daemon remembers across restarts: only what AWS and EFS cannot tell it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub generation: u64,
+    pub members: Vec<Member>,
+    pub removals: Vec<Removal>,
+    #[serde(default)]
+    pub pending_notification: Option<Notification>,
+    /// Instance id to (status, since when), for `dtctl status`.
+    #[serde(default)]
+    pub since: BTreeMap<String, (WorkerStatus, Millis)>,
+    /// Instances whose requested removal is held (base host, `min`), so the event is journaled once.
+    #[serde(default)]
+    pub held: BTreeMap<String, String>,
+}
+
+/// A line of the events journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub time: Millis,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    pub message: String,
+}
+
+/// One row of `dtctl status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerView {
+    pub id: String,
+    pub ip: IpAddr,
+    pub instance_type: String,
+    pub az: String,
+    pub market: String,
+    /// The status tag value, or `BASE` for base hosts.
+    pub status: String,
+    pub since: Option<Millis>,
+    pub waiting_for: Option<String>,
+}
+
+/// Everything decide wants done, plus the state to remember once it is.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub state: State,
+    /// Host-file lines: base hosts first in config order, then workers in join order.
+    pub hosts: Vec<Host>,
+    /// Status tag value to the instances that need it.
+    pub tags: BTreeMap<WorkerStatus, Vec<String>>,
+    pub terminate: Vec<String>,
+    pub notify: Option<Notification>,
+    pub events: Vec<Event>,
+    pub workers: Vec<WorkerView>,
+    /// Why this pass held its ground (a source failed), empty when it did not.
+    pub holds: Vec<String>,
+}

@@ -1,0 +1,138 @@
+//! EC2 worker instances: paginated DescribeInstances with server-side tag and state filters, so
+//! the number of calls per pass grows with pages, never with instances.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, Instance as Ec2Instance};
+use aws_sdk_ec2::Client;
+
+use crate::aws::describe_error;
+use crate::model::Instance;
+
+pub struct Ec2Observer {
+    client: Client,
+    filters: Vec<Filter>,
+    page_size: i32,
+}
+
+/// One complete listing and the number of DescribeInstances calls it took.
+pub struct Listing {
+    pub instances: Vec<Instance>,
+    pub calls: u32,
+}
+
+impl Ec2Observer {
+    pub fn new(client: Client, worker_tags: &BTreeMap<String, String>, page_size: i32) -> Self {
+        let mut filters: Vec<Filter> = worker_tags
+            .iter()
+            .map(|(k, v)| Filter::builder().name(format!("tag:{k}")).values(v).build())
+            .collect();
+        filters.push(
+            Filter::builder()
+                .name("instance-state-name")
+                .values("pending")
+                .values("running")
+                .build(),
+        );
+        Ec2Observer {
+            client,
+            filters,
+            page_size,
+        }
+    }
+
+    /// Every page or an error: a listing that stopped half-way is never returned as complete.
+    pub async fn list(&self) -> Result<Listing, String> {
+        let mut pages = self
+            .client
+            .describe_instances()
+            .set_filters(Some(self.filters.clone()))
+            .max_results(self.page_size)
+            .into_paginator()
+            .send();
+        let mut listing = Listing {
+            instances: Vec::new(),
+            calls: 0,
+        };
+        while let Some(page) = pages.next().await {
+            listing.calls += 1;
+            let page = page.map_err(|e| {
+                format!(
+                    "DescribeInstances page {} failed: {}",
+                    listing.calls,
+                    describe_error(&e)
+                )
+            })?;
+            for r in page.reservations() {
+                listing
+                    .instances
+                    .extend(r.instances().iter().filter_map(convert));
+            }
+        }
+        Ok(listing)
+    }
+}
+
+/// An instance without an id or a parseable private IP cannot be a worker; it is skipped.
+fn convert(i: &Ec2Instance) -> Option<Instance> {
+    let id = i.instance_id()?.to_string();
+    let Some(ip) = i.private_ip_address().and_then(|a| a.parse().ok()) else {
+        tracing::debug!(instance = %id, "no private IP yet; skipped this pass");
+        return None;
+    };
+    let tags = i
+        .tags()
+        .iter()
+        .filter_map(|t| {
+            Some((
+                t.key()?.to_string(),
+                t.value().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect();
+    Some(Instance {
+        id,
+        ip,
+        instance_type: i
+            .instance_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        az: i
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_string(),
+        market: i
+            .instance_lifecycle()
+            .map(|l| l.as_str().to_string())
+            .unwrap_or_else(|| "on-demand".into()),
+        launched_at: i
+            .launch_time()
+            .and_then(|t| t.to_millis().ok())
+            .map_or(0, |ms| ms.max(0) as u64),
+        tags,
+    })
+}
+
+/// Instances carry their template's id in `aws:ec2launchtemplate:id`; the config may name it.
+pub async fn resolve_launch_template(client: &Client, wanted: &str) -> Result<String, String> {
+    if wanted.starts_with("lt-") {
+        return Ok(wanted.to_string());
+    }
+    let out = client
+        .describe_launch_templates()
+        .launch_template_names(wanted)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "looking up launch template {wanted}: {}",
+                describe_error(&e)
+            )
+        })?;
+    out.launch_templates()
+        .first()
+        .and_then(|t| t.launch_template_id())
+        .map(str::to_string)
+        .ok_or_else(|| format!("launch template {wanted} not found"))
+}

@@ -1,0 +1,151 @@
+//! Prepare-data markers in the shared directory: one directory read per pass.
+//!
+//! A marker's name carries an IP; a name whose IP part does not parse is ignored with a warning
+//! and never used to build a path or a command.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs;
+use std::io::Read;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use crate::model::Markers;
+
+pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
+pub const FAILED_PREFIX: &str = "prepare_data_failed_";
+
+/// A failure report is small; more than this is not read (a marker is not a log file).
+const MAX_REPORT_BYTES: u64 = 16 * 1024;
+
+pub struct MarkerScanner {
+    dir: PathBuf,
+    /// Names already warned about, so a bad file is reported once, not every pass.
+    warned: HashSet<OsString>,
+}
+
+impl MarkerScanner {
+    pub fn new(dir: &Path) -> Self {
+        MarkerScanner {
+            dir: dir.to_path_buf(),
+            warned: HashSet::new(),
+        }
+    }
+
+    pub fn scan(&mut self) -> Result<Markers, String> {
+        let entries = fs::read_dir(&self.dir)
+            .map_err(|e| format!("cannot read {}: {e}", self.dir.display()))?;
+        let mut markers = Markers::default();
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("listing {}: {e}", self.dir.display()))?;
+            self.consider(&entry, &mut markers);
+        }
+        Ok(markers)
+    }
+
+    fn consider(&mut self, entry: &fs::DirEntry, markers: &mut Markers) {
+        let name = entry.file_name();
+        let Some(text) = name.to_str() else {
+            if name.to_string_lossy().starts_with("prepare_data_") {
+                self.warn(&name, "file name is not UTF-8");
+            }
+            return;
+        };
+        let (success, rest) = if let Some(rest) = text.strip_prefix(SUCCESS_PREFIX) {
+            (true, rest)
+        } else if let Some(rest) = text.strip_prefix(FAILED_PREFIX) {
+            (false, rest)
+        } else {
+            return;
+        };
+        let Ok(ip) = rest.parse::<IpAddr>() else {
+            self.warn(&name, "the part after the prefix is not an IP address");
+            return;
+        };
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            self.warn(&name, "not a regular file");
+            return;
+        }
+        if success {
+            markers.success.insert(ip);
+        } else {
+            let summary = self.failure_summary(&entry.path(), &name);
+            markers.failed.insert(ip, summary);
+        }
+    }
+
+    fn failure_summary(&mut self, path: &Path, name: &OsString) -> String {
+        match read_report(path) {
+            Ok(s) => s,
+            Err(e) => {
+                self.warn(name, &e);
+                "no readable failure report".to_string()
+            }
+        }
+    }
+
+    fn warn(&mut self, name: &OsString, why: &str) {
+        if self.warned.insert(name.clone()) {
+            tracing::warn!(file = %name.to_string_lossy(), dir = %self.dir.display(), "ignoring marker: {why}");
+        }
+    }
+}
+
+/// `prepare_data_failed_<ip>` holds JSON: exit code, attempts, duration and the output's tail.
+fn read_report(path: &Path) -> Result<String, String> {
+    let mut body = String::new();
+    fs::File::open(path)
+        .and_then(|f| f.take(MAX_REPORT_BYTES).read_to_string(&mut body))
+        .map_err(|e| format!("cannot read failure report: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| format!("failure report is not JSON: {e}"))?;
+    let code = v.get("exit_code").map_or("?".into(), |c| c.to_string());
+    let attempts = v.get("attempts").and_then(|a| a.as_u64()).unwrap_or(1);
+    let last = match v.get("output_tail") {
+        Some(serde_json::Value::Array(lines)) => {
+            lines.last().and_then(|l| l.as_str()).unwrap_or("")
+        }
+        Some(serde_json::Value::String(s)) => s.lines().last().unwrap_or(""),
+        _ => "",
+    };
+    let last: String = last.chars().filter(|c| !c.is_control()).take(200).collect();
+    Ok(format!("exit {code} after {attempts} attempt(s): {last}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_markers_and_ignores_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        fs::write(d.join("prepare_data_success_10.0.0.7"), "").unwrap();
+        fs::write(d.join("prepare_data_success_fe80::1"), "").unwrap();
+        fs::write(d.join("prepare_data_success_10.0.0.7;rm -rf"), "").unwrap();
+        fs::write(d.join("prepare_data_success_../../etc"), "").unwrap_or(());
+        fs::create_dir(d.join("prepare_data_success_10.0.0.9")).unwrap();
+        fs::write(
+            d.join("prepare_data_failed_10.0.0.8"),
+            r#"{"exit_code": 3, "attempts": 2, "output_tail": ["a", "disk full"]}"#,
+        )
+        .unwrap();
+        fs::write(d.join("prepare_data_failed_10.0.0.10"), "{truncated").unwrap();
+        fs::write(d.join("host_worker"), "").unwrap();
+        let m = MarkerScanner::new(d).scan().unwrap();
+        let ok: Vec<String> = m.success.iter().map(|i| i.to_string()).collect();
+        assert_eq!(ok, vec!["10.0.0.7", "fe80::1"]);
+        let failed = &m.failed[&"10.0.0.8".parse::<IpAddr>().unwrap()];
+        assert_eq!(failed, "exit 3 after 2 attempt(s): disk full");
+        let bad = &m.failed[&"10.0.0.10".parse::<IpAddr>().unwrap()];
+        assert_eq!(bad, "no readable failure report");
+    }
+
+    #[test]
+    fn missing_directory_is_an_incomplete_view() {
+        let err = MarkerScanner::new(Path::new("/nonexistent/dt"))
+            .scan()
+            .unwrap_err();
+        assert!(err.contains("/nonexistent/dt"), "{err}");
+    }
+}

@@ -1,0 +1,5 @@
+//! Observe: one module per source, each returning plain data or saying why it is incomplete.
+
+pub mod acks;
+pub mod ec2;
+pub mod markers;
