@@ -1,0 +1,433 @@
+//! Test harness: a real AWS API (moto's server on a loopback port), the real SDK client, the AWS
+//! CLI as the person at the console, and the real `dtd` / `dtctl` binaries.
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_sdk_ec2::types::{
+    LaunchTemplateSpecification, LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData,
+    ResourceType, Tag,
+};
+
+pub const CLUSTER: &str = "itest";
+pub const ELASTIC: &str = "itest-aws-dl-cfn-elastic-worker";
+pub const STATUS: &str = "elastic_worker_status";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A tool from the project's virtualenv (scripts/setup), or the path in `var`.
+fn tool(var: &str, name: &str) -> PathBuf {
+    let path = std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin").join(name));
+    assert!(
+        path.exists(),
+        "{} not found: run scripts/setup (it installs moto and the AWS CLI into .venv) or set {var}",
+        path.display()
+    );
+    path
+}
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// moto's server on 127.0.0.1, stopped when dropped.
+pub struct Moto {
+    pub port: u16,
+    child: Child,
+}
+
+impl Moto {
+    pub fn start() -> Moto {
+        let port = free_port();
+        let child = Command::new(tool("DT_MOTO_SERVER", "moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting moto_server");
+        let moto = Moto { port, child };
+        wait_until(
+            "moto to accept connections",
+            Duration::from_secs(30),
+            || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        moto
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Freezes the emulator: connections hang, as with a network partition.
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        signal(self.pid(), "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn signal(pid: i32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+/// Polls `f` until it holds; panics with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The AWS environment every process of a test gets: the emulator and fake credentials.
+pub fn aws_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", endpoint.to_string()),
+        ("AWS_ACCESS_KEY_ID", "testing".into()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_DEFAULT_REGION", "us-east-1".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]
+}
+
+/// One cluster: an emulator, a launch template, a shared directory and (when started) `dtd`.
+pub struct Cluster {
+    pub moto: Moto,
+    pub rt: tokio::runtime::Runtime,
+    pub ec2: aws_sdk_ec2::Client,
+    pub dir: tempfile::TempDir,
+    pub template_id: String,
+    pub dtd: Option<Child>,
+    /// Extra YAML appended to the config (top-level keys) and lines under `workers:`.
+    pub extra: String,
+    pub worker_extra: String,
+}
+
+impl Cluster {
+    pub fn new() -> Cluster {
+        let moto = Moto::start();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let endpoint = moto.endpoint();
+        let ec2 = rt.block_on(async {
+            let creds =
+                aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "test");
+            let conf = aws_sdk_ec2::Config::builder()
+                .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+                .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+                .credentials_provider(creds)
+                .endpoint_url(endpoint)
+                .build();
+            aws_sdk_ec2::Client::from_conf(conf)
+        });
+        let mut c = Cluster {
+            moto,
+            rt,
+            ec2,
+            dir: tempfile::tempdir().expect("tempdir"),
+            template_id: String::new(),
+            dtd: None,
+            extra: String::new(),
+            worker_extra: String::new(),
+        };
+        std::fs::create_dir_all(c.efs()).expect("efs dir");
+        c.template_id = c.create_template("itest-worker-template", "Worker");
+        c
+    }
+
+    pub fn efs(&self) -> PathBuf {
+        self.dir.path().join("efs")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("dtd.yaml")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.efs().join(".dt").join(CLUSTER)
+    }
+
+    fn create_template(&self, name: &str, node_type: &str) -> String {
+        let tags = LaunchTemplateTagSpecificationRequest::builder()
+            .resource_type(ResourceType::Instance)
+            .tags(Tag::builder().key("NodeType").value(node_type).build())
+            .tags(Tag::builder().key(ELASTIC).value("true").build())
+            .build();
+        let data = RequestLaunchTemplateData::builder()
+            .image_id("ami-12c6146b")
+            .instance_type(aws_sdk_ec2::types::InstanceType::P32xlarge)
+            .tag_specifications(tags)
+            .build();
+        let out = self
+            .rt
+            .block_on(
+                self.ec2
+                    .create_launch_template()
+                    .launch_template_name(name)
+                    .launch_template_data(data)
+                    .send(),
+            )
+            .expect("CreateLaunchTemplate");
+        out.launch_template()
+            .and_then(|t| t.launch_template_id())
+            .expect("template id")
+            .to_string()
+    }
+
+    /// A second template in the same account, for instances that are not this cluster's.
+    pub fn foreign_template(&self) -> String {
+        self.create_template("someone-elses-template", "Worker")
+    }
+
+    /// Launches `count` instances from a template in one reservation: (id, private IP) pairs.
+    pub fn launch_from(&self, template_id: &str, count: i32) -> Vec<(String, String)> {
+        let spec = LaunchTemplateSpecification::builder()
+            .launch_template_id(template_id)
+            .build();
+        let out = self
+            .rt
+            .block_on(
+                self.ec2
+                    .run_instances()
+                    .launch_template(spec)
+                    .min_count(count)
+                    .max_count(count)
+                    .send(),
+            )
+            .expect("RunInstances");
+        out.instances()
+            .iter()
+            .map(|i| {
+                (
+                    i.instance_id().unwrap().to_string(),
+                    i.private_ip_address().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn launch(&self, count: i32) -> Vec<(String, String)> {
+        let t = self.template_id.clone();
+        self.launch_from(&t, count)
+    }
+
+    pub fn write_config(&self, body: &str) {
+        std::fs::write(self.config_path(), body).expect("writing config");
+    }
+
+    /// A config with the defaults most tests want; `job` is the YAML of the `job:` key.
+    pub fn config(&self, min: usize, max: usize, base: &[&str], job: &str) -> String {
+        let efs = self.efs().display().to_string();
+        let base = base
+            .iter()
+            .map(|b| format!("\"{b}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "cluster: {CLUSTER}\nworkers:\n  launch_template: itest-worker-template\n  min: {min}\n  max: {max}\n  base_hosts: [{base}]\n{}shared_dir: {efs}\nhostfiles:\n  - {{ path: {efs}/host_worker, format: mxnet }}\n  - {{ path: {efs}/hosts.mpi, format: mpi }}\njob:\n{job}\ninterval: 300ms\n{}",
+            self.worker_extra, self.extra
+        )
+    }
+
+    pub fn start_dtd(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("dtd.log"))
+            .expect("dtd log");
+        let child = Command::new(env!("CARGO_BIN_EXE_dtd"))
+            .args(["run", "--config"])
+            .arg(self.config_path())
+            .envs(aws_env(&self.moto.endpoint()))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting dtd");
+        self.dtd = Some(child);
+    }
+
+    pub fn dtd_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("dtd.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL: no chance to clean up, as in a power loss.
+    pub fn kill_dtd(&mut self) {
+        if let Some(mut c) = self.dtd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn dtctl(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_dtctl"))
+            .arg("--config")
+            .arg(self.config_path())
+            .args(args)
+            .envs(aws_env(&self.moto.endpoint()))
+            .output()
+            .expect("running dtctl")
+    }
+
+    /// The person at the console: the real AWS CLI against the emulator.
+    pub fn aws(&self, args: &[&str]) -> String {
+        let out = Command::new(tool("DT_AWS_CLI", "aws"))
+            .args(args)
+            .envs(aws_env(&self.moto.endpoint()))
+            .output()
+            .expect("running the AWS CLI");
+        assert!(
+            out.status.success(),
+            "aws {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Deletes the elastic tag exactly as a person would from the console.
+    pub fn delete_elastic_tag(&self, id: &str) {
+        self.aws(&[
+            "ec2",
+            "delete-tags",
+            "--resources",
+            id,
+            "--tags",
+            &format!("Key={ELASTIC}"),
+        ]);
+    }
+
+    pub fn tag(&self, id: &str, key: &str) -> Option<String> {
+        let out = self
+            .rt
+            .block_on(self.ec2.describe_instances().instance_ids(id).send())
+            .expect("DescribeInstances");
+        let inst = out.reservations().first()?.instances().first()?.clone();
+        inst.tags()
+            .iter()
+            .find(|t| t.key() == Some(key))
+            .and_then(|t| t.value().map(str::to_string))
+    }
+
+    pub fn state_of(&self, id: &str) -> String {
+        let out = self
+            .rt
+            .block_on(self.ec2.describe_instances().instance_ids(id).send())
+            .expect("DescribeInstances");
+        let inst = out.reservations()[0].instances()[0].clone();
+        inst.state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_string())
+            .unwrap_or_default()
+    }
+
+    pub fn marker(&self, ip: &str) {
+        std::fs::write(self.efs().join(format!("prepare_data_success_{ip}")), "{}")
+            .expect("marker");
+    }
+
+    pub fn hosts(&self) -> Vec<String> {
+        std::fs::read_to_string(self.efs().join("host_worker"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn wait_hosts(&self, what: &str, f: impl Fn(&[String]) -> bool) {
+        wait_until(what, Duration::from_secs(30), || f(&self.hosts()));
+    }
+
+    pub fn wait_tag(&self, id: &str, value: &str) {
+        wait_until(
+            &format!("{id} to be tagged {value}"),
+            Duration::from_secs(30),
+            || self.tag(id, STATUS).as_deref() == Some(value),
+        );
+    }
+
+    pub fn journal(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.state_dir().join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    pub fn events_of(&self, kind: &str, id: &str) -> usize {
+        self.journal()
+            .iter()
+            .filter(|e| e["kind"] == kind && e["instance"] == id)
+            .count()
+    }
+
+    pub fn status_json(&self) -> serde_json::Value {
+        let out = self.dtctl(&["status", "-o", "json"]);
+        assert!(
+            out.status.success(),
+            "dtctl status: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("status JSON")
+    }
+
+    pub fn append_log(&self, line: &str) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.efs().join("host_worker_log"))
+            .expect("host_worker_log");
+        f.write_all(line.as_bytes()).expect("append");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_dtd();
+        if std::thread::panicking() {
+            eprintln!("---- dtd log ----\n{}", self.dtd_log());
+        }
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}

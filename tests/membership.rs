@@ -1,0 +1,229 @@
+//! Joining and leaving, end to end: moto over HTTP, the AWS CLI as the person at the console,
+//! the real `dtd` binary, and files on a temporary "EFS" directory.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn log_ack_job(c: &Cluster, timeout: &str) -> String {
+    format!(
+        "  notify: none\n  ack: {{ host_worker_log: {}/host_worker_log, timeout: {timeout} }}",
+        c.efs().display()
+    )
+}
+
+/// Starts a cluster whose one launched worker has joined; returns (id, ip).
+fn cluster_with_member(c: &mut Cluster, min: usize, job: &str) -> (String, String) {
+    c.write_config(&c.config(min, 8, &[], job));
+    c.start_dtd();
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the worker to join", |h| h.contains(&ip));
+    (id, ip)
+}
+
+#[test]
+fn a_worker_joins_once_its_marker_appears() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "10m");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    let launched = c.launch(2);
+    let (id, ip) = &launched[0];
+    c.wait_tag(id, "PREPARING");
+    assert!(c.hosts().is_empty(), "nobody is listed before its marker");
+
+    c.marker(ip);
+    c.wait_hosts("the worker to join", |h| h == [ip.clone()]);
+    let mpi = std::fs::read_to_string(c.efs().join("hosts.mpi")).unwrap();
+    assert_eq!(mpi, format!("{ip} slots=1\n"));
+    assert_eq!(
+        std::fs::read_to_string(c.efs().join("generation")).unwrap(),
+        "1\n"
+    );
+    c.wait_tag(id, "ADD_QUEUED");
+    assert_eq!(c.tag(&launched[1].0, STATUS).as_deref(), Some("PREPARING"));
+
+    // The job acknowledges in the 2018 form: the worker is then ADDED.
+    c.append_log(&format!("1 ADDED {ip} 2026-11-22 10:00:00\n"));
+    c.wait_tag(id, "ADDED");
+    let status = c.status_json();
+    assert_eq!(status["generation"], 1);
+    assert_eq!(c.events_of("joined", id), 1);
+}
+
+#[test]
+fn removal_waits_for_the_host_worker_log_acknowledgement() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "10m");
+    let (id, ip) = cluster_with_member(&mut c, 0, &job);
+    // An old REMOVED line for the same IP, written before the removal, must not count.
+    c.append_log(&format!("1 REMOVED {ip} 2026-11-22 09:00:00\n"));
+    std::thread::sleep(Duration::from_millis(700));
+
+    c.delete_elastic_tag(&id);
+    c.wait_hosts("the worker to leave the host file", |h| h.is_empty());
+    c.wait_tag(&id, "REMOVAL_QUEUED");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        c.state_of(&id),
+        "running",
+        "not terminated before the job acknowledges"
+    );
+    let status = c.status_json();
+    let waiting = status["workers"][0]["waiting_for"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(waiting.contains("acknowledge generation 2"), "{waiting}");
+
+    c.append_log(&format!("2 REMOVED {ip} 2026-11-22 10:00:00\n"));
+    wait_until("termination", Duration::from_secs(20), || {
+        c.state_of(&id) != "running"
+    });
+    assert_eq!(c.tag(&id, STATUS).as_deref(), Some("REMOVED"));
+    assert_eq!(c.events_of("acknowledged", &id), 1);
+    assert_eq!(c.events_of("terminated", &id), 1);
+}
+
+#[test]
+fn removal_waits_for_the_ack_file_written_by_dtctl_ack() {
+    let mut c = Cluster::new();
+    let job = "  notify: none\n  ack: { timeout: 10m }".to_string();
+    let (id, _ip) = cluster_with_member(&mut c, 0, &job);
+    let out = c.dtctl(&["remove", &id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.wait_tag(&id, "REMOVAL_QUEUED");
+    assert_eq!(c.status_json()["generation"], 2);
+
+    // Acknowledging the join's generation is not enough: generation 2 no longer lists it.
+    assert!(c.dtctl(&["ack", "1"]).status.success());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(c.state_of(&id), "running");
+
+    let out = c.dtctl(&["ack", "2"]);
+    assert!(
+        stdout(&out).contains("acknowledged generation 2"),
+        "{}",
+        stdout(&out)
+    );
+    wait_until("termination", Duration::from_secs(20), || {
+        c.state_of(&id) != "running"
+    });
+    assert_eq!(c.tag(&id, STATUS).as_deref(), Some("REMOVED"));
+}
+
+#[test]
+fn without_acknowledgement_the_ack_timeout_terminates() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "3s");
+    let (id, _ip) = cluster_with_member(&mut c, 0, &job);
+    c.delete_elastic_tag(&id);
+    c.wait_tag(&id, "REMOVAL_QUEUED");
+    let queued = std::time::Instant::now();
+    wait_until(
+        "termination after the timeout",
+        Duration::from_secs(20),
+        || c.state_of(&id) != "running",
+    );
+    assert!(
+        queued.elapsed() >= Duration::from_secs(2),
+        "terminated before the ack timeout"
+    );
+    assert_eq!(c.events_of("ack_timeout", &id), 1);
+}
+
+#[test]
+fn base_hosts_are_never_removed_or_terminated() {
+    let mut c = Cluster::new();
+    let (base_id, base_ip) = c.launch(1).remove(0);
+    let job = log_ack_job(&c, "1s");
+    c.write_config(&c.config(0, 8, &[&base_ip], &job));
+    c.start_dtd();
+    c.wait_hosts("the base host to be listed", |h| h == [base_ip.clone()]);
+
+    let out = c.dtctl(&["remove", &base_ip]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("never removed"), "{}", stderr(&out));
+
+    c.delete_elastic_tag(&base_id);
+    wait_until(
+        "the refusal in the journal",
+        Duration::from_secs(10),
+        || c.events_of("removal_refused", &base_id) == 1,
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(c.hosts(), vec![base_ip.clone()]);
+    assert_eq!(c.state_of(&base_id), "running");
+    assert_eq!(
+        c.tag(&base_id, STATUS),
+        None,
+        "dtd does not manage a base host's tag"
+    );
+    assert_eq!(
+        c.events_of("removal_refused", &base_id),
+        1,
+        "refused once, not every pass"
+    );
+}
+
+#[test]
+fn voluntary_removal_stops_at_min() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "1s");
+    let (id, ip) = cluster_with_member(&mut c, 1, &job);
+    c.delete_elastic_tag(&id);
+    wait_until("the hold in the journal", Duration::from_secs(10), || {
+        c.events_of("removal_held", &id) == 1
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(c.hosts(), vec![ip]);
+    assert_eq!(c.state_of(&id), "running");
+    let text = stdout(&c.dtctl(&["status"]));
+    assert!(text.contains("worker count above min (1)"), "{text}");
+}
+
+#[test]
+fn instances_outside_the_cluster_are_left_alone() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "1s");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    let foreign = c.foreign_template();
+    let (fid, fip) = c.launch_from(&foreign, 1).remove(0);
+    c.marker(&fip);
+    let (_id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the cluster's worker to join", |h| h.contains(&ip));
+    c.delete_elastic_tag(&fid);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!c.hosts().contains(&fip), "a foreign instance never joins");
+    assert_eq!(c.tag(&fid, STATUS), None);
+    assert_eq!(c.state_of(&fid), "running");
+    let out = c.dtctl(&["remove", &fip]);
+    assert!(
+        stderr(&out).contains("does not come from this cluster"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_worker_whose_prepare_data_failed_says_why() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "1s");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    let (id, ip) = c.launch(1).remove(0);
+    let report = r#"{"exit_code": 2, "attempts": 3, "duration_s": 4.2, "output_tail": ["downloading", "checksum mismatch"]}"#;
+    std::fs::write(c.efs().join(format!("prepare_data_failed_{ip}")), report).unwrap();
+    c.wait_tag(&id, "PREPARE_FAILED");
+    let text = stdout(&c.dtctl(&["status"]));
+    assert!(
+        text.contains("exit 2 after 3 attempt(s): checksum mismatch"),
+        "{text}"
+    );
+    assert!(c.hosts().is_empty());
+}
