@@ -1,0 +1,71 @@
+# Sourced by scripts/setup, scripts/test and scripts/demo: paths, tools and small helpers.
+# Safe under `set -euo pipefail`; it sets no shell options of its own.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export ROOT
+
+# The build directory lives outside the clone, so a fresh clone reuses a warm build.
+if [ -z "${CARGO_TARGET_DIR:-}" ]; then
+    CARGO_TARGET_DIR="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/dynamic-training/target"
+fi
+export CARGO_TARGET_DIR
+
+# The project's Python tools (moto_server, aws, cfn-lint) come first.
+export PATH="$ROOT/.venv/bin:$PATH"
+
+# Read by the Rust integration tests, which start their own emulator.
+export DT_MOTO_SERVER="$ROOT/.venv/bin/moto_server"
+export DT_AWS_CLI="$ROOT/.venv/bin/aws"
+
+# Prints a free TCP port on 127.0.0.1.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start_moto PORT LOGFILE: starts moto_server on 127.0.0.1:PORT in the background, sets MOTO_PID,
+# and returns once it answers HTTP (at most ~20 s). On failure prints why and the log's tail.
+start_moto() {
+    local port="$1" log="$2" i
+    if [ ! -x "$DT_MOTO_SERVER" ]; then
+        echo "error: $DT_MOTO_SERVER not found: run scripts/setup first" >&2
+        return 1
+    fi
+    "$DT_MOTO_SERVER" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+    MOTO_PID=$!
+    for ((i = 0; i < 100; i++)); do
+        if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+            "http://127.0.0.1:$port/moto-api/" >/dev/null 2>&1; then
+            return 0
+        fi
+        if ! kill -0 "$MOTO_PID" 2>/dev/null; then
+            echo "error: moto_server exited while starting on 127.0.0.1:$port; end of $log:" >&2
+            tail -n 20 "$log" >&2 || true
+            return 1
+        fi
+        sleep 0.2
+    done
+    echo "error: moto_server (pid $MOTO_PID) did not answer on 127.0.0.1:$port within 20 s; end of $log:" >&2
+    tail -n 20 "$log" >&2 || true
+    return 1
+}
+
+# wait_for DESCRIPTION TIMEOUT_SECONDS CMD...: runs CMD every 0.2 s until it succeeds.
+# CMD's output is hidden; on timeout, prints what was awaited and CMD's last output, returns 1.
+wait_for() {
+    local what="$1" timeout="$2" out="" start=$SECONDS
+    shift 2
+    while true; do
+        if out="$("$@" 2>&1)"; then
+            return 0
+        fi
+        if ((SECONDS - start >= timeout)); then
+            echo "error: timed out after ${timeout}s waiting for $what" >&2
+            echo "  last check: $*" >&2
+            if [ -n "$out" ]; then
+                printf '%s\n' "$out" | tail -n 10 | sed 's/^/  | /' >&2
+            fi
+            return 1
+        fi
+        sleep 0.2
+    done
+}
