@@ -276,11 +276,9 @@ impl<'a> Decider<'a> {
         } else {
             Termination::Requested
         };
+        // advance_removals sends the termination on this same pass: pushing it here too
+        // listed the instance twice in plan.terminate.
         self.push_removal(inst, self.st.generation, termination, "elastic tag deleted");
-        if termination == Termination::Requested {
-            self.terminate.push(inst.id.clone());
-            self.view(&inst.id, Some(WorkerStatus::Removed), None);
-        }
     }
 
     fn push_removal(&mut self, inst: &Instance, generation: u64, t: Termination, reason: &str) {
