@@ -1,0 +1,741 @@
+//! One test (or more) per rule of `decide`, each asserting what a user would see: the host file's
+//! lines, the status tags written, the instances terminated, the job notification, the journal.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use dt::config::Slots;
+use dt::decide::{decide, Rules};
+use dt::model::*;
+
+const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
+const TIMEOUT: u64 = 600_000;
+/// Base hosts, deliberately not in sorted order: the host file keeps the config's order.
+const BASE: [&str; 2] = ["10.0.0.5", "10.0.0.4"];
+const MASTER: &str = "10.0.0.2";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// min 2 (the two base hosts), max 6.
+fn rules() -> Rules {
+    Rules {
+        elastic_tag: ELASTIC.into(),
+        worker_tags: BTreeMap::from([("NodeType".into(), "Worker".into())]),
+        launch_template_id: Some("lt-1".into()),
+        auto_scaling_group: None,
+        min: 2,
+        max: 6,
+        base_hosts: BASE.iter().map(|s| ip(s)).collect(),
+        master: Some(ip(MASTER)),
+        slots: Slots::All(1),
+        ack_timeout_ms: TIMEOUT,
+    }
+}
+
+/// A worker launched from the cluster's template, carrying the elastic tag.
+fn instance(id: &str, addr: &str, launched_at: Millis) -> Instance {
+    let tags = [
+        ("NodeType", "Worker"),
+        ("aws:ec2launchtemplate:id", "lt-1"),
+        (ELASTIC, "true"),
+    ];
+    Instance {
+        id: id.into(),
+        ip: ip(addr),
+        instance_type: "p3.2xlarge".into(),
+        az: "us-east-1a".into(),
+        market: "on-demand".into(),
+        launched_at,
+        tags: tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+/// The observed world, mutated between passes the way people and the job would.
+#[derive(Default)]
+struct World {
+    instances: Vec<Instance>,
+    markers: Markers,
+    acks: Acks,
+}
+
+impl World {
+    fn with(instances: Vec<Instance>) -> World {
+        World {
+            instances,
+            ..World::default()
+        }
+    }
+
+    fn snap(&self) -> Snapshot {
+        Snapshot {
+            instances: Ok(self.instances.clone()),
+            markers: Ok(self.markers.clone()),
+            acks: Ok(self.acks.clone()),
+        }
+    }
+
+    fn ready(&mut self, addr: &str) {
+        self.markers.success.insert(ip(addr));
+    }
+
+    fn inst(&mut self, id: &str) -> &mut Instance {
+        self.instances.iter_mut().find(|i| i.id == id).unwrap()
+    }
+
+    /// What a person does in the EC2 console to ask for a worker's removal.
+    fn delete_elastic_tag(&mut self, id: &str) {
+        self.inst(id).tags.remove(ELASTIC);
+    }
+
+    fn vanish(&mut self, id: &str) {
+        self.instances.retain(|i| i.id != id);
+    }
+
+    /// The job appends a `host_worker_log` line; returns its line number.
+    fn log(&mut self, added: bool, addr: &str) -> u64 {
+        self.acks.log_lines += 1;
+        let map = if added {
+            &mut self.acks.log_added
+        } else {
+            &mut self.acks.log_removed
+        };
+        map.insert(ip(addr), self.acks.log_lines);
+        self.acks.log_lines
+    }
+
+    /// What `act` does with the plan's tags, so the next pass sees them.
+    fn apply_tags(&mut self, plan: &Plan) {
+        for (status, ids) in &plan.tags {
+            for id in ids {
+                self.inst(id)
+                    .tags
+                    .insert(STATUS_TAG.into(), status.as_tag().into());
+            }
+        }
+    }
+}
+
+/// One pass of the daemon: decide, then the tags are written. The caller keeps `plan.state`.
+fn pass(rules: &Rules, world: &mut World, state: &State, now: Millis) -> Plan {
+    let plan = decide(rules, &world.snap(), state, now);
+    world.apply_tags(&plan);
+    plan
+}
+
+fn hosts(plan: &Plan) -> Vec<String> {
+    plan.hosts.iter().map(|h| h.ip.to_string()).collect()
+}
+
+fn with_base(extra: &[&str]) -> Vec<String> {
+    BASE.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+fn tagged(plan: &Plan, status: WorkerStatus) -> Vec<&str> {
+    plan.tags
+        .get(&status)
+        .map(|ids| ids.iter().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn kinds(plan: &Plan) -> Vec<&str> {
+    plan.events.iter().map(|e| e.kind.as_str()).collect()
+}
+
+fn worker<'p>(plan: &'p Plan, id: &str) -> &'p WorkerView {
+    plan.workers
+        .iter()
+        .find(|w| w.id == id)
+        .unwrap_or_else(|| panic!("{id} not in the status view: {:?}", plan.workers))
+}
+
+fn waiting_for(plan: &Plan, id: &str) -> String {
+    worker(plan, id).waiting_for.clone().unwrap_or_default()
+}
+
+/// A world where i-1 (10.0.1.1) has joined (generation 1) and the job acknowledged it,
+/// with one more member i-2 (10.0.1.2) so that a removal does not hit min.
+fn two_members() -> (Rules, World, State) {
+    let r = rules();
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 200),
+    ]);
+    w.ready("10.0.1.1");
+    w.ready("10.0.1.2");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    w.acks.generation = Some(1);
+    let mut state = pass(&r, &mut w, &plan.state, 2_000).state;
+    // The daemon delivered the notification.
+    state.pending_notification = None;
+    (r, w, state)
+}
+
+// ---- joining ----
+
+#[test]
+fn without_marker_the_worker_is_preparing() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert_eq!(tagged(&plan, WorkerStatus::Preparing), ["i-1"]);
+    assert_eq!(worker(&plan, "i-1").status, "PREPARING");
+    assert!(waiting_for(&plan, "i-1").contains("prepare_data_success_10.0.1.1"));
+    assert_eq!(plan.state.generation, 0);
+    assert!(plan.notify.is_none());
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+
+    // The tag is already there on the next pass: it is not written again.
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert!(plan.tags.is_empty(), "{:?}", plan.tags);
+}
+
+#[test]
+fn failed_marker_shows_prepare_failed_and_why() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.markers
+        .failed
+        .insert(ip("10.0.1.1"), "exit 3: disk full".into());
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert_eq!(tagged(&plan, WorkerStatus::PrepareFailed), ["i-1"]);
+    assert_eq!(worker(&plan, "i-1").status, "PREPARE_FAILED");
+    assert!(waiting_for(&plan, "i-1").contains("exit 3: disk full"));
+    assert!(plan.terminate.is_empty());
+}
+
+#[test]
+fn joiners_follow_base_hosts_in_join_order_with_one_generation_per_pass() {
+    let r = rules();
+    // Launch time decides the order within a pass, not the instance id or the IP.
+    let mut w = World::with(vec![
+        instance("i-a", "10.0.1.9", 200),
+        instance("i-b", "10.0.1.1", 100),
+    ]);
+    w.ready("10.0.1.9");
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.9"]));
+    assert_eq!(plan.state.generation, 1, "two joins, one generation");
+    let n = plan.notify.clone().expect("the job is notified");
+    assert_eq!(n.generation, 1);
+    assert_eq!(n.added, [ip("10.0.1.1"), ip("10.0.1.9")]);
+    assert!(n.removed.is_empty());
+    assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-a", "i-b"]);
+    assert_eq!(kinds(&plan), ["joined", "joined", "generation"]);
+    assert!(waiting_for(&plan, "i-a").contains("acknowledge generation 1"));
+
+    // A worker launched earlier but ready later goes after them: join order, not launch order.
+    w.instances.push(instance("i-c", "10.0.1.5", 50));
+    w.ready("10.0.1.5");
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.1", "10.0.1.9", "10.0.1.5"])
+    );
+    assert_eq!(plan.state.generation, 2);
+}
+
+#[test]
+fn join_is_acknowledged_by_the_ack_file() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-1"]);
+
+    // An older generation does not acknowledge the join.
+    w.acks.generation = Some(0);
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert!(plan.tags.is_empty());
+    assert_eq!(worker(&plan, "i-1").status, "ADD_QUEUED");
+
+    w.acks.generation = Some(1);
+    let plan = pass(&r, &mut w, &plan.state, 3_000);
+    assert_eq!(tagged(&plan, WorkerStatus::Added), ["i-1"]);
+    assert_eq!(worker(&plan, "i-1").status, "ADDED");
+    assert_eq!(worker(&plan, "i-1").waiting_for, None);
+    assert_eq!(
+        plan.state.generation, 1,
+        "acknowledging changes no membership"
+    );
+}
+
+#[test]
+fn join_is_acknowledged_by_an_added_line_after_the_mark() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    // The job already logged 10.0.1.1 as added in an earlier life of the cluster.
+    w.log(true, "10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(plan.state.members[0].log_mark, 1);
+    assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-1"]);
+
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(
+        worker(&plan, "i-1").status,
+        "ADD_QUEUED",
+        "old line counted"
+    );
+
+    w.log(true, "10.0.1.1");
+    let plan = pass(&r, &mut w, &plan.state, 3_000);
+    assert_eq!(tagged(&plan, WorkerStatus::Added), ["i-1"]);
+}
+
+#[test]
+fn joins_stop_at_max() {
+    let r = Rules { max: 3, ..rules() };
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 200),
+        instance("i-3", "10.0.1.3", 300),
+    ]);
+    for a in ["10.0.1.1", "10.0.1.2", "10.0.1.3"] {
+        w.ready(a);
+    }
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert_eq!(plan.notify.as_ref().unwrap().added, [ip("10.0.1.1")]);
+    assert_eq!(
+        tagged(&plan, WorkerStatus::AddQueued),
+        ["i-1", "i-2", "i-3"]
+    );
+    for id in ["i-2", "i-3"] {
+        assert_eq!(waiting_for(&plan, id), "room under max (3)");
+    }
+
+    // Still full on the next pass: nothing changes.
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert_eq!(plan.state.generation, 1);
+    assert_eq!(waiting_for(&plan, "i-2"), "room under max (3)");
+}
+
+// ---- leaving on purpose ----
+
+#[test]
+fn removal_waits_for_the_ack_file_then_terminates() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.2"]),
+        "out of the host file at once"
+    );
+    assert_eq!(plan.state.generation, 2);
+    let n = plan.notify.clone().unwrap();
+    assert_eq!((n.generation, n.removed), (2, vec![ip("10.0.1.1")]));
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+    assert!(plan.terminate.is_empty(), "not before the job acknowledges");
+    assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
+    assert!(waiting_for(&plan, "i-1").contains("acknowledge generation 2"));
+
+    // The job still runs generation 1: keep waiting.
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert!(plan.terminate.is_empty());
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+
+    w.acks.generation = Some(2);
+    let plan = pass(&r, &mut w, &plan.state, 30_000);
+    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
+    assert_eq!(kinds(&plan), ["acknowledged"]);
+    assert_eq!(plan.state.removals[0].termination, Termination::Requested);
+    assert_eq!(plan.state.generation, 2);
+}
+
+#[test]
+fn removal_is_acknowledged_by_a_removed_line_after_its_mark_only() {
+    let (r, mut w, state) = two_members();
+    // The job once removed this IP, long ago: that line predates this removal.
+    w.log(false, "10.0.1.1");
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(plan.state.removals[0].log_mark, 1);
+
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert!(plan.terminate.is_empty(), "a line before the mark counted");
+
+    // A REMOVED line for another IP is not an acknowledgement either.
+    w.log(false, "10.0.1.2");
+    let plan = pass(&r, &mut w, &plan.state, 25_000);
+    assert!(plan.terminate.is_empty());
+
+    w.log(false, "10.0.1.1");
+    let plan = pass(&r, &mut w, &plan.state, 30_000);
+    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
+    assert_eq!(kinds(&plan), ["acknowledged"]);
+}
+
+#[test]
+fn removal_terminates_at_the_ack_timeout() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    let deadline = plan.state.removals[0].deadline;
+    assert_eq!(deadline, 10_000 + TIMEOUT);
+
+    let plan = pass(&r, &mut w, &plan.state, deadline - 1);
+    assert!(plan.terminate.is_empty());
+    assert!(waiting_for(&plan, "i-1").contains("timeout in 1s"));
+
+    let plan = pass(&r, &mut w, &plan.state, deadline);
+    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(kinds(&plan), ["ack_timeout"]);
+    assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
+}
+
+#[test]
+fn removal_is_held_at_min_and_journaled_once() {
+    let (_, mut w, state) = two_members();
+    // Two base hosts + two members = 4 = min: nobody may leave.
+    let r = Rules { min: 4, ..rules() };
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert!(plan.terminate.is_empty());
+    assert!(plan.notify.is_none());
+    assert_eq!(plan.state.generation, 1);
+    assert_eq!(kinds(&plan), ["removal_held"]);
+    assert_eq!(worker(&plan, "i-1").status, "ADDED");
+    assert_eq!(waiting_for(&plan, "i-1"), "worker count above min (4)");
+
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert!(plan.events.is_empty(), "held twice: {:?}", plan.events);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+
+    // A third worker joins: now there is room above min and the removal goes ahead.
+    w.instances.push(instance("i-3", "10.0.1.3", 300));
+    w.ready("10.0.1.3");
+    let plan = pass(&r, &mut w, &plan.state, 30_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.3"]));
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+    assert!(plan.state.held.is_empty());
+}
+
+#[test]
+fn base_hosts_and_master_are_never_removed_or_terminated() {
+    let r = rules();
+    // 10.0.0.5 (base) and the master run as cluster workers without the elastic tag;
+    // 10.0.0.4 (base) has no instance at all and is listed anyway.
+    let mut base = instance("i-base", "10.0.0.5", 100);
+    let mut master = instance("i-master", MASTER, 100);
+    base.tags.remove(ELASTIC);
+    master.tags.remove(ELASTIC);
+    base.tags.insert(STATUS_TAG.into(), "ADDED".into());
+    let mut w = World::with(vec![base, master]);
+    w.ready("10.0.0.5");
+    w.ready(MASTER);
+    w.acks.generation = Some(99);
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&[]),
+        "master listed or base host lost"
+    );
+    assert!(plan.terminate.is_empty());
+    assert!(plan.tags.is_empty(), "{:?}", plan.tags);
+    assert_eq!(kinds(&plan), ["removal_refused", "removal_refused"]);
+    assert_eq!(worker(&plan, "i-base").status, "BASE");
+    assert_eq!(worker(&plan, "i-master").status, "BASE");
+
+    // Refused once, not on every pass; still not terminated long after any timeout.
+    let plan = pass(&r, &mut w, &plan.state, 1_000 + 10 * TIMEOUT);
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.terminate.is_empty());
+    assert_eq!(hosts(&plan), with_base(&[]));
+}
+
+#[test]
+fn instances_without_the_cluster_tags_are_ignored() {
+    let r = rules();
+    let mut other_role = instance("i-role", "10.0.2.1", 100);
+    other_role.tags.insert("NodeType".into(), "Master".into());
+    let mut other_template = instance("i-lt", "10.0.2.2", 100);
+    other_template
+        .tags
+        .insert("aws:ec2launchtemplate:id".into(), "lt-2".into());
+    // Also tempting: managed-looking status tag and no elastic tag (would be terminated if ours).
+    let mut no_role = instance("i-norole", "10.0.2.3", 100);
+    no_role.tags.remove("NodeType");
+    no_role.tags.remove(ELASTIC);
+    no_role.tags.insert(STATUS_TAG.into(), "PREPARING".into());
+    let mut w = World::with(vec![other_role, other_template, no_role]);
+    for a in ["10.0.2.1", "10.0.2.2", "10.0.2.3"] {
+        w.ready(a);
+    }
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert!(plan.terminate.is_empty());
+    assert!(plan.tags.is_empty(), "{:?}", plan.tags);
+    assert!(plan.workers.is_empty(), "{:?}", plan.workers);
+    assert!(plan.events.is_empty());
+}
+
+#[test]
+fn unjoined_managed_instance_losing_its_elastic_tag_is_terminated_at_once() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(tagged(&plan, WorkerStatus::Preparing), ["i-1"]);
+
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(plan.terminate, ["i-1"], "terminated once, right away");
+    assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
+    assert_eq!(kinds(&plan), ["removal_queued"]);
+    assert_eq!(plan.state.generation, 0, "it never was in the host file");
+    assert!(plan.notify.is_none());
+    assert_eq!(plan.state.removals[0].termination, Termination::Requested);
+}
+
+#[test]
+fn instance_never_managed_without_elastic_tag_is_left_alone() {
+    let r = rules();
+    let mut i = instance("i-1", "10.0.1.1", 100);
+    i.tags.remove(ELASTIC);
+    let mut w = World::with(vec![i]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert!(plan.terminate.is_empty());
+    assert!(plan.tags.is_empty());
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert_eq!(worker(&plan, "i-1").status, "-");
+    assert_eq!(waiting_for(&plan, "i-1"), "no elastic tag: not managed");
+}
+
+#[test]
+fn requested_termination_is_resent_sent_is_not_and_gone_is_forgotten() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    w.acks.generation = Some(2);
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert_eq!(plan.terminate, ["i-1"]);
+
+    // The TerminateInstances call failed (state still Requested): asked again.
+    let plan = pass(&r, &mut w, &plan.state, 30_000);
+    assert_eq!(plan.terminate, ["i-1"]);
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+
+    // It succeeded: the daemon marks it Sent, and it is never sent again.
+    let mut state = plan.state;
+    state.removals[0].termination = Termination::Sent;
+    let plan = pass(&r, &mut w, &state, 40_000);
+    assert!(plan.terminate.is_empty());
+    assert_eq!(worker(&plan, "i-1").status, "REMOVED");
+    assert_eq!(waiting_for(&plan, "i-1"), "the instance to shut down");
+
+    // Once the instance is gone the removal is forgotten, quietly.
+    w.vanish("i-1");
+    let plan = pass(&r, &mut w, &plan.state, 50_000);
+    assert!(plan.state.removals.is_empty());
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.terminate.is_empty());
+}
+
+#[test]
+fn member_whose_instance_is_gone_leaves_the_host_file() {
+    let (r, mut w, state) = two_members();
+    w.vanish("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert_eq!(kinds(&plan), ["gone", "generation"]);
+    assert_eq!(plan.state.generation, 2);
+    assert_eq!(plan.notify.unwrap().removed, [ip("10.0.1.1")]);
+    assert!(plan.terminate.is_empty());
+    assert!(plan.state.removals.is_empty());
+}
+
+// ---- partial views ----
+
+#[test]
+fn ec2_failure_holds_everything() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let queued = pass(&r, &mut w, &state, 10_000).state;
+    w.acks.generation = Some(2);
+    let mut snap = w.snap();
+    snap.instances = Err("DescribeInstances: throttled".into());
+    // Past the deadline too: still nothing is terminated on a partial view.
+    let plan = decide(&r, &snap, &queued, 10_000 + 2 * TIMEOUT);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]), "host file changed");
+    assert!(plan.terminate.is_empty());
+    assert!(plan.holds[0].contains("EC2 instances"), "{:?}", plan.holds);
+    assert_eq!(plan.state.generation, 2);
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    // The member it cannot see is still shown, with what it waits for.
+    assert_eq!(waiting_for(&plan, "i-2"), "a complete EC2 view");
+
+    // EC2 answers again: the acknowledged removal goes ahead.
+    let plan = pass(&r, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
+    assert_eq!(plan.terminate, ["i-1"]);
+    assert!(plan.holds.is_empty());
+}
+
+#[test]
+fn ec2_failure_does_not_drop_members_it_cannot_see() {
+    let (r, w, state) = two_members();
+    let snap = Snapshot {
+        instances: Err("timeout".into()),
+        ..w.snap()
+    };
+    let plan = decide(&r, &snap, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert!(plan.notify.is_none());
+    assert_eq!(plan.state.members, state.members);
+}
+
+#[test]
+fn marker_failure_blocks_joins_and_removals() {
+    let (r, mut w, state) = two_members();
+    w.instances.push(instance("i-3", "10.0.1.3", 300));
+    w.ready("10.0.1.3");
+    w.delete_elastic_tag("i-1");
+    let mut snap = w.snap();
+    snap.markers = Err("EFS: stale file handle".into());
+    let plan = decide(&r, &snap, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert!(plan.terminate.is_empty());
+    assert_eq!(plan.state.generation, 1);
+    assert!(plan.holds[0].contains("prepare-data markers"));
+    assert_eq!(waiting_for(&plan, "i-1"), "a complete view to remove it");
+
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.3"]));
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+    assert_eq!(plan.state.generation, 2);
+}
+
+#[test]
+fn ack_failure_blocks_removals_and_terminations() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let queued = pass(&r, &mut w, &state, 10_000).state;
+    w.delete_elastic_tag("i-2");
+    w.instances.push(instance("i-3", "10.0.1.3", 300));
+    w.ready("10.0.1.3");
+    let mut snap = w.snap();
+    snap.acks = Err("ack: permission denied".into());
+    let plan = decide(&r, &snap, &queued, 10_000 + 2 * TIMEOUT);
+    assert!(
+        plan.terminate.is_empty(),
+        "i-1 terminated past its deadline"
+    );
+    assert!(plan.holds[0].contains("acknowledgements"));
+    // i-2 stays; joins do not need the acks, so i-3 joins.
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.3"]));
+    assert_eq!(plan.state.removals.len(), 1);
+    assert_eq!(waiting_for(&plan, "i-1"), "a complete view");
+
+    let plan = pass(&r, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
+    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.3"]));
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-2"]);
+}
+
+// ---- second thoughts and notifications ----
+
+#[test]
+fn removal_is_cancelled_when_the_elastic_tag_returns() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+
+    w.inst("i-1").tags.insert(ELASTIC.into(), "yes".into());
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert!(plan.state.removals.is_empty());
+    assert!(plan.terminate.is_empty());
+    assert_eq!(kinds(&plan), ["removal_cancelled", "joined", "generation"]);
+    // Its marker is still there, so it is back in training, after the others.
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.1"]));
+    assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-1"]);
+}
+
+#[test]
+fn requested_termination_is_not_cancelled_by_the_elastic_tag() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    let plan = pass(&r, &mut w, &plan.state, 10_000 + TIMEOUT);
+    assert_eq!(plan.terminate, ["i-1"]);
+
+    w.inst("i-1").tags.insert(ELASTIC.into(), "yes".into());
+    let plan = pass(&r, &mut w, &plan.state, 20_000 + TIMEOUT);
+    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+}
+
+#[test]
+fn undelivered_notification_survives_and_merges() {
+    let r = rules();
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 200),
+    ]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    let first = Notification {
+        generation: 1,
+        added: vec![ip("10.0.1.1")],
+        removed: vec![],
+    };
+    assert_eq!(plan.notify.as_ref(), Some(&first));
+
+    // Not delivered (the job's pidfile is missing): the same notification is offered again.
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(plan.notify.as_ref(), Some(&first));
+
+    // Another join before delivery: one notification carrying both.
+    w.ready("10.0.1.2");
+    let plan = pass(&r, &mut w, &plan.state, 3_000);
+    let n = plan.notify.clone().unwrap();
+    assert_eq!(n.generation, 2);
+    assert_eq!(n.added, [ip("10.0.1.1"), ip("10.0.1.2")]);
+
+    // 10.0.1.1 leaves again before the job heard it came: the two cancel out.
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &plan.state, 4_000);
+    let n = plan.notify.clone().unwrap();
+    assert_eq!(n.generation, 3);
+    assert_eq!(n.added, [ip("10.0.1.2")]);
+    assert!(n.removed.is_empty(), "{n:?}");
+
+    // Delivered: the daemon clears it, and nothing is offered any more.
+    let mut state = plan.state;
+    state.pending_notification = None;
+    let plan = pass(&r, &mut w, &state, 5_000);
+    assert!(plan.notify.is_none());
+}
+
+#[test]
+fn same_inputs_give_the_same_plan() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    w.instances.push(instance("i-3", "10.0.1.3", 300));
+    w.instances.push(instance("i-4", "10.0.1.4", 300));
+    w.ready("10.0.1.3");
+    w.markers.failed.insert(ip("10.0.1.4"), "exit 1".into());
+    w.instances.reverse();
+    let snap = w.snap();
+    let a = decide(&r, &snap, &state, 10_000);
+    let b = decide(&r, &snap, &state, 10_000);
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    // Observation order does not matter either: EC2 pages come in any order.
+    w.instances.reverse();
+    let c = decide(&r, &w.snap(), &state, 10_000);
+    assert_eq!(format!("{a:?}"), format!("{c:?}"));
+}
