@@ -108,6 +108,7 @@ impl<'a> Decider<'a> {
                     .collect()
             })
             .unwrap_or_default();
+        let acked = snap.acks.as_ref().ok().and_then(|a| a.generation);
         Decider {
             rules,
             now,
@@ -115,7 +116,10 @@ impl<'a> Decider<'a> {
             ec2_ok: snap.instances.is_ok(),
             markers: snap.markers.as_ref().ok(),
             acks: snap.acks.as_ref().ok(),
-            next_gen: prev.generation + 1,
+            // Never reuse a generation the ack file already holds (state file lost, or a
+            // `dtctl ack` ahead of the daemon): a removal numbered at or below it would count as
+            // acknowledged at once, and the worker be terminated before the job saw it leave.
+            next_gen: prev.generation.max(acked.unwrap_or(0)) + 1,
             st: prev.clone(),
             added: Vec::new(),
             removed: Vec::new(),

@@ -739,3 +739,27 @@ fn same_inputs_give_the_same_plan() {
     let c = decide(&r, &w.snap(), &state, 10_000);
     assert_eq!(format!("{a:?}"), format!("{c:?}"));
 }
+
+#[test]
+fn an_ack_file_ahead_of_the_daemon_does_not_acknowledge_an_unseen_removal() {
+    let (r, mut w, state) = two_members();
+    // The state file was lost, or someone typed `dtctl ack 7`: the job never ran generation 2..7.
+    w.acks.generation = Some(7);
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert!(
+        plan.terminate.is_empty(),
+        "terminated before the job saw it leave"
+    );
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert_eq!(
+        plan.state.generation, 8,
+        "numbered above what the job acknowledged"
+    );
+    assert_eq!(plan.notify.as_ref().unwrap().generation, 8);
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+
+    w.acks.generation = Some(8);
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert_eq!(plan.terminate, ["i-1"]);
+}
