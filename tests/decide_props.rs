@@ -1,0 +1,743 @@
+//! Property tests of the safety rules of DESIGN.md over random worlds, random remembered states
+//! and random clocks, fed through several passes the way the daemon runs decide: the plan's state
+//! comes back as the next pass's memory, while people, the job and AWS change the world between
+//! passes (tags deleted, markers appearing, acks advancing, instances vanishing, sources failing).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use dt::config::Slots;
+use dt::decide::{decide, Rules};
+use dt::model::*;
+
+const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
+const TIMEOUT: u64 = 60_000;
+const START: Millis = 1_000_000;
+/// Elastic worker slots: each may hold one instance at a time (a new one gets a new id).
+const WORKERS: usize = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Worker,
+    Base,
+    Master,
+    /// Right launch template, wrong NodeType.
+    ForeignRole,
+    /// Right NodeType, another launch template.
+    ForeignTemplate,
+}
+
+/// Slots 0..8 are elastic workers, then two base hosts, the master, and two foreign instances.
+fn slot_kind(slot: usize) -> Kind {
+    match slot {
+        s if s < WORKERS => Kind::Worker,
+        8 | 9 => Kind::Base,
+        10 => Kind::Master,
+        11 => Kind::ForeignRole,
+        _ => Kind::ForeignTemplate,
+    }
+}
+
+const SLOTS: usize = 13;
+
+fn slot_ip(slot: usize) -> IpAddr {
+    match slot_kind(slot) {
+        Kind::Worker => format!("10.0.1.{}", slot + 10),
+        Kind::Base => format!("10.0.0.{}", 13 - slot), // 10.0.0.5, 10.0.0.4: config order
+        Kind::Master => "10.0.0.2".into(),
+        _ => format!("10.0.2.{slot}"),
+    }
+    .parse()
+    .unwrap()
+}
+
+fn rules(min: usize, max: usize) -> Rules {
+    Rules {
+        elastic_tag: ELASTIC.into(),
+        worker_tags: BTreeMap::from([("NodeType".into(), "Worker".into())]),
+        launch_template_id: Some("lt-1".into()),
+        auto_scaling_group: None,
+        min,
+        max,
+        base_hosts: vec![slot_ip(8), slot_ip(9)],
+        master: Some(slot_ip(10)),
+        slots: Slots::All(1),
+        ack_timeout_ms: TIMEOUT,
+    }
+}
+
+fn id_of(slot: usize, incarnation: u32) -> String {
+    format!("i-{slot:02}-{incarnation}")
+}
+
+fn make_instance(
+    slot: usize,
+    incarnation: u32,
+    elastic: bool,
+    status: Option<WorkerStatus>,
+) -> Instance {
+    let mut tags = BTreeMap::from([
+        ("NodeType".to_string(), "Worker".to_string()),
+        ("aws:ec2launchtemplate:id".to_string(), "lt-1".to_string()),
+    ]);
+    match slot_kind(slot) {
+        Kind::ForeignRole => drop(tags.insert("NodeType".into(), "Master".into())),
+        Kind::ForeignTemplate => {
+            drop(tags.insert("aws:ec2launchtemplate:id".into(), "lt-2".into()))
+        }
+        _ => {}
+    }
+    if elastic {
+        tags.insert(ELASTIC.into(), "true".into());
+    }
+    if let Some(s) = status {
+        tags.insert(STATUS_TAG.into(), s.as_tag().into());
+    }
+    Instance {
+        id: id_of(slot, incarnation),
+        ip: slot_ip(slot),
+        instance_type: "p3.2xlarge".into(),
+        az: "us-east-1a".into(),
+        market: "spot".into(),
+        launched_at: START + slot as u64 * 7 + incarnation as u64 * 1000,
+        tags,
+    }
+}
+
+/// Written independently of `Rules::is_cluster_worker`, so a bug there is caught here.
+fn has_cluster_tags(i: &Instance) -> bool {
+    i.tags.get("NodeType").map(String::as_str) == Some("Worker")
+        && i.tags.get("aws:ec2launchtemplate:id").map(String::as_str) == Some("lt-1")
+}
+
+// ---- random scenarios ----
+
+#[derive(Debug, Clone)]
+struct InstSpec {
+    present: bool,
+    elastic: bool,
+    status: Option<WorkerStatus>,
+    ready: bool,
+    failed: bool,
+    log_added: u64,
+    log_removed: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Role {
+    None,
+    Member {
+        acked: bool,
+        gen_back: u64,
+        mark: u64,
+    },
+    Removal {
+        t: Termination,
+        gen_back: u64,
+        deadline_off: i64,
+        mark: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    DeleteElastic(usize),
+    AddElastic(usize),
+    Ready(usize),
+    Failed(usize),
+    /// The ack file now holds the current generation plus this offset (the job applies a
+    /// generation; a person may also type `dtctl ack G` with any G).
+    AckFile(i64),
+    LogAdded(usize),
+    LogRemoved(usize),
+    Vanish(usize),
+    /// A new instance (new id) in an empty slot, with the elastic tag.
+    Launch(usize),
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    ops: Vec<Op>,
+    ec2_err: bool,
+    markers_err: bool,
+    acks_err: bool,
+    dt: u64,
+    /// TerminateInstances succeeds (the daemon marks the removals Sent).
+    terminate_ok: bool,
+    /// Terminated instances stop showing up as running.
+    shutdown: bool,
+    /// The job notification is delivered (the daemon clears it).
+    delivered: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    min: usize,
+    max: usize,
+    generation: u64,
+    log_lines: u64,
+    ack: Option<i64>,
+    insts: Vec<InstSpec>,
+    roles: Vec<Role>,
+    pending: bool,
+    steps: Vec<Step>,
+}
+
+fn any_status() -> impl Strategy<Value = WorkerStatus> {
+    prop::sample::select(vec![
+        WorkerStatus::Preparing,
+        WorkerStatus::AddQueued,
+        WorkerStatus::Added,
+        WorkerStatus::RemovalQueued,
+        WorkerStatus::Removed,
+        WorkerStatus::PrepareFailed,
+        WorkerStatus::Interrupted,
+    ])
+}
+
+fn inst_spec() -> impl Strategy<Value = InstSpec> {
+    (
+        prop::bool::weighted(0.8),
+        prop::bool::weighted(0.7),
+        prop::option::of(any_status()),
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+        0u64..12,
+        0u64..12,
+    )
+        .prop_map(
+            |(present, elastic, status, ready, failed, log_added, log_removed)| InstSpec {
+                present,
+                elastic,
+                status,
+                ready,
+                failed,
+                log_added,
+                log_removed,
+            },
+        )
+}
+
+fn role() -> impl Strategy<Value = Role> {
+    let termination = prop::sample::select(vec![
+        Termination::Waiting,
+        Termination::Requested,
+        Termination::Sent,
+    ]);
+    prop_oneof![
+        2 => Just(Role::None),
+        2 => (any::<bool>(), 0u64..4, 0u64..12)
+            .prop_map(|(acked, gen_back, mark)| Role::Member { acked, gen_back, mark }),
+        1 => (termination, 0u64..4, -(TIMEOUT as i64)..TIMEOUT as i64, 0u64..12).prop_map(
+            |(t, gen_back, deadline_off, mark)| Role::Removal { t, gen_back, deadline_off, mark }
+        ),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let slot = 0..SLOTS;
+    prop_oneof![
+        3 => slot.clone().prop_map(Op::DeleteElastic),
+        1 => slot.clone().prop_map(Op::AddElastic),
+        3 => slot.clone().prop_map(Op::Ready),
+        1 => slot.clone().prop_map(Op::Failed),
+        3 => (-2i64..=1).prop_map(Op::AckFile),
+        1 => slot.clone().prop_map(Op::LogAdded),
+        2 => slot.clone().prop_map(Op::LogRemoved),
+        2 => slot.clone().prop_map(Op::Vanish),
+        2 => slot.prop_map(Op::Launch),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop::collection::vec(op(), 0..5),
+        prop::bool::weighted(0.15),
+        prop::bool::weighted(0.15),
+        prop::bool::weighted(0.15),
+        0u64..(TIMEOUT * 3 / 2),
+        prop::bool::weighted(0.7),
+        any::<bool>(),
+        prop::bool::weighted(0.7),
+    )
+        .prop_map(
+            |(ops, ec2_err, markers_err, acks_err, dt, terminate_ok, shutdown, delivered)| Step {
+                ops,
+                ec2_err,
+                markers_err,
+                acks_err,
+                dt,
+                terminate_ok,
+                shutdown,
+                delivered,
+            },
+        )
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    (
+        (0usize..=5, 2usize..=7),
+        (0u64..6, 0u64..12, prop::option::of(-3i64..=1)),
+        prop::collection::vec(inst_spec(), SLOTS),
+        prop::collection::vec(role(), WORKERS),
+        any::<bool>(),
+        prop::collection::vec(step(), 1..7),
+    )
+        .prop_map(
+            |((min, max), (generation, log_lines, ack), insts, roles, pending, steps)| Scenario {
+                min: min.min(max),
+                max,
+                generation,
+                log_lines,
+                ack,
+                insts,
+                roles,
+                pending,
+                steps,
+            },
+        )
+}
+
+// ---- the world and the simulated daemon ----
+
+struct World {
+    /// Slot to the instance running in it.
+    instances: BTreeMap<usize, Instance>,
+    incarnation: [u32; SLOTS],
+    markers: Markers,
+    acks: Acks,
+}
+
+impl World {
+    fn snapshot(&self, step: &Step) -> Snapshot {
+        let fail = |bad: bool, what: &str| {
+            if bad {
+                Err(format!("{what} failed"))
+            } else {
+                Ok(())
+            }
+        };
+        Snapshot {
+            instances: fail(step.ec2_err, "DescribeInstances")
+                .map(|_| self.instances.values().cloned().collect()),
+            markers: fail(step.markers_err, "EFS").map(|_| self.markers.clone()),
+            acks: fail(step.acks_err, "ack").map(|_| self.acks.clone()),
+        }
+    }
+
+    fn log(&mut self, added: bool, ip: IpAddr) {
+        self.acks.log_lines += 1;
+        let map = if added {
+            &mut self.acks.log_added
+        } else {
+            &mut self.acks.log_removed
+        };
+        map.insert(ip, self.acks.log_lines);
+    }
+
+    fn apply(&mut self, op: &Op, generation: u64) {
+        match *op {
+            Op::DeleteElastic(s) => {
+                if let Some(i) = self.instances.get_mut(&s) {
+                    i.tags.remove(ELASTIC);
+                }
+            }
+            Op::AddElastic(s) => {
+                if let Some(i) = self.instances.get_mut(&s) {
+                    i.tags.insert(ELASTIC.into(), "back".into());
+                }
+            }
+            Op::Ready(s) => drop(self.markers.success.insert(slot_ip(s))),
+            Op::Failed(s) => drop(self.markers.failed.insert(slot_ip(s), "exit 1".into())),
+            Op::AckFile(off) => {
+                self.acks.generation = Some((generation as i64 + off).max(0) as u64)
+            }
+            Op::LogAdded(s) => self.log(true, slot_ip(s)),
+            Op::LogRemoved(s) => self.log(false, slot_ip(s)),
+            Op::Vanish(s) => drop(self.instances.remove(&s)),
+            Op::Launch(s) => {
+                if !self.instances.contains_key(&s) {
+                    self.incarnation[s] += 1;
+                    let i = make_instance(s, self.incarnation[s], true, None);
+                    self.instances.insert(s, i);
+                    // A new instance has not prepared its data yet.
+                    self.markers.success.remove(&slot_ip(s));
+                    self.markers.failed.remove(&slot_ip(s));
+                }
+            }
+        }
+    }
+}
+
+fn build(sc: &Scenario) -> (World, State) {
+    let mut w = World {
+        instances: BTreeMap::new(),
+        incarnation: [0; SLOTS],
+        markers: Markers::default(),
+        acks: Acks {
+            generation: sc.ack.map(|off| (sc.generation as i64 + off).max(0) as u64),
+            log_lines: sc.log_lines,
+            ..Acks::default()
+        },
+    };
+    for (slot, spec) in sc.insts.iter().enumerate() {
+        let ip = slot_ip(slot);
+        if spec.present {
+            w.instances
+                .insert(slot, make_instance(slot, 0, spec.elastic, spec.status));
+        }
+        if spec.ready {
+            w.markers.success.insert(ip);
+        }
+        if spec.failed {
+            w.markers.failed.insert(ip, "exit 2".into());
+        }
+        // Log lines can only point inside the log.
+        if spec.log_added > 0 && spec.log_added <= sc.log_lines {
+            w.acks.log_added.insert(ip, spec.log_added);
+        }
+        if spec.log_removed > 0 && spec.log_removed <= sc.log_lines {
+            w.acks.log_removed.insert(ip, spec.log_removed);
+        }
+    }
+    // A remembered state decide could have produced: members and removals of elastic workers
+    // only, generations not ahead of the counter, no more members than max allows.
+    let mut st = State {
+        generation: sc.generation,
+        ..State::default()
+    };
+    let room = sc.max - 2;
+    for (slot, role) in sc.roles.iter().enumerate() {
+        let (id, ip) = (id_of(slot, 0), slot_ip(slot));
+        let mark = |m: u64| m.min(sc.log_lines);
+        match *role {
+            Role::Member {
+                acked,
+                gen_back,
+                mark: m,
+            } if sc.generation > 0 && st.members.len() < room => {
+                st.members.push(Member {
+                    id,
+                    ip,
+                    instance_type: "p3.2xlarge".into(),
+                    joined_generation: sc.generation.saturating_sub(gen_back).max(1),
+                    joined_at: START - 1000,
+                    log_mark: mark(m),
+                    acked,
+                });
+            }
+            Role::Removal {
+                t,
+                gen_back,
+                deadline_off,
+                mark: m,
+            } => st.removals.push(Removal {
+                id,
+                ip,
+                generation: sc.generation.saturating_sub(gen_back),
+                queued_at: START - 1000,
+                deadline: (START as i64 + deadline_off) as u64,
+                log_mark: mark(m),
+                reason: "elastic tag deleted".into(),
+                termination: t,
+            }),
+            _ => {}
+        }
+    }
+    if sc.pending {
+        st.pending_notification = Some(Notification {
+            generation: sc.generation,
+            added: st.members.iter().map(|m| m.ip).collect(),
+            removed: st.removals.iter().map(|r| r.ip).collect(),
+        });
+    }
+    (w, st)
+}
+
+/// Everything a property may look at for one pass.
+struct Pass<'a> {
+    index: usize,
+    rules: &'a Rules,
+    prev: &'a State,
+    snap: &'a Snapshot,
+    plan: &'a Plan,
+    now: Millis,
+    /// IPs that had a success marker in some snapshot fed so far, or were members at the start.
+    ever_ready: &'a BTreeSet<IpAddr>,
+    /// Instance ids whose TerminateInstances call succeeded on an earlier pass.
+    sent: &'a BTreeSet<String>,
+}
+
+impl Pass<'_> {
+    fn all_sources_ok(&self) -> bool {
+        self.snap.instances.is_ok() && self.snap.markers.is_ok() && self.snap.acks.is_ok()
+    }
+
+    fn observed(&self, id: &str) -> Option<&Instance> {
+        self.snap
+            .instances
+            .as_ref()
+            .ok()?
+            .iter()
+            .find(|i| i.id == id)
+    }
+
+    fn fail(&self, what: String) -> Result<(), String> {
+        Err(format!(
+            "pass {} at now={}: {what}\nprevious state: {:?}\nplan.terminate: {:?}\nplan.hosts: {:?}\nplan.events: {:?}",
+            self.index, self.now, self.prev, self.plan.terminate, self.plan.hosts, self.plan.events
+        ))
+    }
+}
+
+/// Runs the scenario's passes like the daemon would, checking `check` after every decide.
+fn run(sc: &Scenario, check: impl Fn(&Pass) -> Result<(), String>) -> Result<(), TestCaseError> {
+    let r = rules(sc.min, sc.max);
+    let (mut world, mut state) = build(sc);
+    let mut ever_ready: BTreeSet<IpAddr> = state.members.iter().map(|m| m.ip).collect();
+    let mut sent: BTreeSet<String> = state
+        .removals
+        .iter()
+        .filter(|r| r.termination == Termination::Sent)
+        .map(|r| r.id.clone())
+        .collect();
+    let mut now = START;
+    for (index, step) in sc.steps.iter().enumerate() {
+        for op in &step.ops {
+            world.apply(op, state.generation);
+        }
+        now += step.dt;
+        let snap = world.snapshot(step);
+        if let Ok(m) = &snap.markers {
+            ever_ready.extend(m.success.iter().copied());
+        }
+        let plan = decide(&r, &snap, &state, now);
+        let pass = Pass {
+            index,
+            rules: &r,
+            prev: &state,
+            snap: &snap,
+            plan: &plan,
+            now,
+            ever_ready: &ever_ready,
+            sent: &sent,
+        };
+        check(&pass).map_err(TestCaseError::fail)?;
+
+        // What act and the daemon do with the plan.
+        state = plan.state.clone();
+        for (status, ids) in &plan.tags {
+            for i in world.instances.values_mut().filter(|i| ids.contains(&i.id)) {
+                i.tags.insert(STATUS_TAG.into(), status.as_tag().into());
+            }
+        }
+        if step.terminate_ok {
+            for rm in state
+                .removals
+                .iter_mut()
+                .filter(|rm| plan.terminate.contains(&rm.id))
+            {
+                rm.termination = Termination::Sent;
+            }
+            sent.extend(plan.terminate.iter().cloned());
+            if step.shutdown {
+                world
+                    .instances
+                    .retain(|_, i| !plan.terminate.contains(&i.id));
+            }
+        }
+        if step.delivered && state.pending_notification == plan.notify {
+            state.pending_notification = None;
+        }
+    }
+    Ok(())
+}
+
+fn acknowledged(r: &Removal, acks: &Acks) -> bool {
+    acks.generation.is_some_and(|g| g >= r.generation)
+        || acks
+            .log_removed
+            .get(&r.ip)
+            .is_some_and(|line| *line > r.log_mark)
+}
+
+// ---- the properties ----
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Base hosts and the master are never terminated, never leave the host file, and the
+    /// master is never listed as a worker.
+    #[test]
+    fn never_terminates_or_unlists_base_hosts_or_the_master(sc in scenario()) {
+        run(&sc, |p| {
+            for id in &p.plan.terminate {
+                let ip = p.observed(id).map(|i| i.ip);
+                if ip.is_some_and(|ip| p.rules.is_protected(ip)) {
+                    return p.fail(format!("terminated {id}, a base host or the master ({ip:?})"));
+                }
+            }
+            let listed: Vec<IpAddr> = p.plan.hosts.iter().map(|h| h.ip).collect();
+            if !listed.starts_with(&p.rules.base_hosts) {
+                return p.fail("base hosts are not first, in config order, in the host file".into());
+            }
+            if p.rules.master.is_some_and(|m| listed.contains(&m)) {
+                return p.fail("the master is listed as a worker".into());
+            }
+            Ok(())
+        })?;
+    }
+
+    /// Only instances of this cluster, observed on this pass, are ever terminated.
+    #[test]
+    fn never_terminates_an_instance_without_the_cluster_tags(sc in scenario()) {
+        run(&sc, |p| {
+            for id in &p.plan.terminate {
+                match p.observed(id) {
+                    None => return p.fail(format!("terminated {id}, which this pass did not observe")),
+                    Some(i) if !has_cluster_tags(i) => {
+                        return p.fail(format!("terminated {id} without the cluster tags: {:?}", i.tags))
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    /// A worker that is (or may be) training is terminated only after the job acknowledged a
+    /// generation without it, or after the ack timeout.
+    #[test]
+    fn never_terminates_before_acknowledgement_or_timeout(sc in scenario()) {
+        run(&sc, |p| {
+            let Ok(acks) = &p.snap.acks else { return Ok(()) };
+            for id in &p.plan.terminate {
+                if p.prev.members.iter().any(|m| &m.id == id) {
+                    return p.fail(format!("terminated {id}, listed in the host file the job runs"));
+                }
+                if let Some(r) = p.prev.removals.iter().find(|r| &r.id == id) {
+                    if r.termination == Termination::Waiting && !acknowledged(r, acks) && p.now < r.deadline {
+                        return p.fail(format!(
+                            "terminated {id} (removal generation {}, mark {}, deadline {}) without ack {acks:?}",
+                            r.generation, r.log_mark, r.deadline
+                        ));
+                    }
+                } else {
+                    // Not remembered at all: if its tag says it may be training, the job must have
+                    // applied the current generation (which does not list it).
+                    let tag = p.observed(id).and_then(|i| i.status_tag());
+                    let may_train = matches!(tag, Some("ADDED") | Some("REMOVAL_QUEUED"));
+                    if may_train && acks.generation.is_none_or(|g| g < p.prev.generation) {
+                        return p.fail(format!("terminated {id} (tag {tag:?}) the job may still use"));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    /// A voluntary removal never takes the worker count below min (members whose instance
+    /// vanished from a complete view do not count: nothing could keep them).
+    #[test]
+    fn never_goes_below_min_through_a_voluntary_removal(sc in scenario()) {
+        run(&sc, |p| {
+            let Ok(instances) = &p.snap.instances else { return Ok(()) };
+            let running = |id: &str| instances.iter().any(|i| i.id == id && has_cluster_tags(i));
+            let kept: BTreeSet<&str> = p.plan.state.members.iter().map(|m| m.id.as_str()).collect();
+            let voluntary: Vec<&str> = p.prev.members.iter()
+                .map(|m| m.id.as_str())
+                .filter(|id| !kept.contains(id) && running(id))
+                .collect();
+            let after = p.rules.base_hosts.len() + p.plan.state.members.len();
+            if !voluntary.is_empty() && after < p.rules.min {
+                return p.fail(format!("removed {voluntary:?}, leaving {after} workers under min {}", p.rules.min));
+            }
+            Ok(())
+        })?;
+    }
+
+    /// The host file never lists more than max workers, nor any IP twice.
+    #[test]
+    fn never_goes_above_max(sc in scenario()) {
+        run(&sc, |p| {
+            if p.plan.hosts.len() > p.rules.max {
+                return p.fail(format!("{} workers listed, max {}", p.plan.hosts.len(), p.rules.max));
+            }
+            let distinct: BTreeSet<IpAddr> = p.plan.hosts.iter().map(|h| h.ip).collect();
+            if distinct.len() != p.plan.hosts.len() {
+                return p.fail("an IP is listed twice in the host file".into());
+            }
+            Ok(())
+        })?;
+    }
+
+    /// Nobody trains without having prepared its data: every elastic worker in the host file
+    /// had a success marker at some point (or was already a member when the daemon started).
+    #[test]
+    fn never_lists_a_worker_without_a_success_marker(sc in scenario()) {
+        run(&sc, |p| {
+            for h in &p.plan.hosts {
+                if !p.rules.base_hosts.contains(&h.ip) && !p.ever_ready.contains(&h.ip) {
+                    return p.fail(format!("{} listed without ever having a success marker", h.ip));
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    /// A pass with any source unreadable removes nobody, queues no removal and terminates nothing.
+    #[test]
+    fn a_partial_view_removes_and_terminates_nothing(sc in scenario()) {
+        run(&sc, |p| {
+            if p.all_sources_ok() {
+                return Ok(());
+            }
+            if !p.plan.terminate.is_empty() {
+                return p.fail(format!("terminated {:?} on a partial view", p.plan.terminate));
+            }
+            if p.plan.holds.is_empty() {
+                return p.fail("a source failed but plan.holds is empty".into());
+            }
+            let listed: BTreeSet<IpAddr> = p.plan.hosts.iter().map(|h| h.ip).collect();
+            for m in &p.prev.members {
+                if !p.plan.state.members.iter().any(|k| k.id == m.id) || !listed.contains(&m.ip) {
+                    return p.fail(format!("member {} ({}) removed on a partial view", m.id, m.ip));
+                }
+            }
+            for r in &p.plan.state.removals {
+                if !p.prev.removals.iter().any(|q| q.id == r.id) {
+                    return p.fail(format!("removal of {} queued on a partial view", r.id));
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    /// TerminateInstances is asked once per pass per instance, and never again once it succeeded.
+    #[test]
+    fn never_terminates_twice_once_sent(sc in scenario()) {
+        run(&sc, |p| {
+            let mut seen = BTreeSet::new();
+            for id in &p.plan.terminate {
+                if p.sent.contains(id) {
+                    return p.fail(format!("terminated {id} again after its termination was sent"));
+                }
+                if !seen.insert(id) {
+                    return p.fail(format!("{id} listed twice in plan.terminate"));
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
