@@ -269,7 +269,7 @@ def rescale(args, trainer):
         return
     added, removed = diff(trainer.workers, hosts)
     trainer.set_workers(hosts)
-    say(f"rescale: +{added} -{removed} -> {len(hosts)} workers")
+    say(f"rescale: +[{', '.join(added)}] -[{', '.join(removed)}] -> {len(hosts)} workers")
     acknowledge(args, generation, added, removed)
 
 

@@ -10,26 +10,28 @@ use aws_config::{BehaviorVersion, Region};
 
 /// A hung endpoint must not stall the control loop for long: a pass that times out holds its
 /// ground and the next one tries again.
-fn timeouts() -> TimeoutConfig {
+fn timeouts(per_attempt: Duration) -> TimeoutConfig {
     TimeoutConfig::builder()
-        .connect_timeout(Duration::from_secs(3))
-        .operation_attempt_timeout(Duration::from_secs(5))
-        .operation_timeout(Duration::from_secs(12))
+        .connect_timeout(Duration::from_secs(3).min(per_attempt))
+        .operation_attempt_timeout(per_attempt)
+        .operation_timeout(per_attempt * ATTEMPTS)
         .build()
 }
 
-pub async fn sdk_config(region: Option<&str>) -> aws_config::SdkConfig {
+const ATTEMPTS: u32 = 3;
+
+pub async fn sdk_config(region: Option<&str>, per_attempt: Duration) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .timeout_config(timeouts())
-        .retry_config(RetryConfig::standard().with_max_attempts(3));
+        .timeout_config(timeouts(per_attempt))
+        .retry_config(RetryConfig::standard().with_max_attempts(ATTEMPTS));
     if let Some(r) = region {
         loader = loader.region(Region::new(r.to_string()));
     }
     loader.load().await
 }
 
-pub async fn ec2_client(region: Option<&str>) -> aws_sdk_ec2::Client {
-    aws_sdk_ec2::Client::new(&sdk_config(region).await)
+pub async fn ec2_client(cfg: &crate::config::Config) -> aws_sdk_ec2::Client {
+    aws_sdk_ec2::Client::new(&sdk_config(cfg.region.as_deref(), cfg.api_timeout).await)
 }
 
 /// The SDK's error with its whole chain of causes, for logs and `dtctl` messages.

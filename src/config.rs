@@ -46,6 +46,9 @@ pub struct Config {
     /// Where `dtd` keeps its state, status and events journal; default `<shared_dir>/.dt/<cluster>`.
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
+    /// How long one AWS API call may take before it is retried (three attempts per call).
+    #[serde(default = "default_api_timeout", deserialize_with = "duration")]
+    pub api_timeout: Duration,
     /// The master node's private IP: never removed, never terminated, never listed as a worker.
     #[serde(default)]
     pub master: Option<IpAddr>,
@@ -277,6 +280,10 @@ pub struct Events {
 
 fn default_interval() -> Duration {
     Duration::from_secs(2)
+}
+
+fn default_api_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_ack_timeout() -> Duration {

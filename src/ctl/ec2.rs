@@ -24,7 +24,7 @@ pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
     let Some(template) = cfg.workers.launch_template.as_deref() else {
         bail!("workers.launch_template is not set in the config: nothing to launch from");
     };
-    let client = ec2_client(cfg.region.as_deref()).await;
+    let client = ec2_client(cfg).await;
     let out = client
         .run_instances()
         .launch_template(template_spec(template))
@@ -50,7 +50,7 @@ pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
 }
 
 pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {
-    let client = ec2_client(cfg.region.as_deref()).await;
+    let client = ec2_client(cfg).await;
     let template = match cfg.workers.launch_template.as_deref() {
         Some(t) => Some(
             resolve_launch_template(&client, t)

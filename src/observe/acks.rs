@@ -47,11 +47,12 @@ impl AckReader {
     }
 
     fn read_ack_file(&mut self) -> Result<Option<u64>, String> {
-        let text = match std::fs::read_to_string(&self.ack_file) {
-            Ok(t) => t,
+        let bytes = match std::fs::read(&self.ack_file) {
+            Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("reading {}: {e}", self.ack_file.display())),
         };
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         match text.trim().parse::<u64>() {
             Ok(g) => Ok(Some(g)),
             Err(_) => {
@@ -170,6 +171,8 @@ mod tests {
         std::fs::write(&ack, "7\n").unwrap();
         assert_eq!(r.read().unwrap().generation, Some(7));
         std::fs::write(&ack, "seven").unwrap();
+        assert_eq!(r.read().unwrap().generation, None);
+        std::fs::write(&ack, b"\xff\xfe").unwrap();
         assert_eq!(r.read().unwrap().generation, None);
     }
 }
