@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import ipaddress
 import json
+import math
 import os
 import random
 import signal
@@ -330,6 +331,8 @@ def number(kind, minimum):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value):  # nan/inf: a traceback in time.sleep, or a NaN model
+            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}: {text!r}")
         return value

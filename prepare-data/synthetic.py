@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import ipaddress
 import json
+import math
 import os
 import random
 import sys
@@ -127,6 +128,8 @@ def number(kind, minimum):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value):  # nan/inf: --sleep nan left a failure marker for a typo
+            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}: {text!r}")
         return value
