@@ -179,15 +179,20 @@ impl<'a> Decider<'a> {
         let mut order: Vec<&'a Instance> = self.instances.values().copied().collect();
         order.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));
         let (mut joins, mut leaves) = (Vec::new(), Vec::new());
+        // Where each observed member sits in `members`, which does not change order during
+        // classify: a linear search per instance made a pass quadratic in the cluster size.
+        let member_at: BTreeMap<&'a str, usize> = (self.st.members.iter().enumerate())
+            .filter_map(|(pos, m)| Some((*self.instances.get_key_value(m.id.as_str())?.0, pos)))
+            .collect();
         for inst in order {
             let elastic = inst.tags.contains_key(&self.rules.elastic_tag);
             if self.rules.is_protected(inst.ip) {
                 self.protected(inst, elastic);
             } else if self.reconsider_removal(inst, elastic) {
                 continue;
-            } else if self.st.members.iter().any(|m| m.id == inst.id) {
+            } else if let Some(&pos) = member_at.get(inst.id.as_str()) {
                 if elastic {
-                    self.member_view(inst);
+                    self.member_view_at(pos, inst);
                 } else {
                     leaves.push(inst);
                 }
@@ -236,10 +241,14 @@ impl<'a> Decider<'a> {
     }
 
     fn member_view(&mut self, inst: &Instance) {
+        if let Some(pos) = self.st.members.iter().position(|m| m.id == inst.id) {
+            self.member_view_at(pos, inst);
+        }
+    }
+
+    fn member_view_at(&mut self, pos: usize, inst: &Instance) {
         let acks = self.acks;
-        let Some(m) = self.st.members.iter_mut().find(|m| m.id == inst.id) else {
-            return;
-        };
+        let m = &mut self.st.members[pos];
         if let Some(a) = acks {
             let by_log = a
                 .log_added
@@ -364,7 +373,7 @@ impl<'a> Decider<'a> {
                 Some(self.next_gen),
                 msg,
             );
-            self.member_view(inst);
+            self.member_view_at(self.st.members.len() - 1, inst);
         }
     }
 
