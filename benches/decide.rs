@@ -1,1 +1,189 @@
-fn main() {}
+//! How long one reconcile pass spends in `decide` at 10, 1,000 and 10,000 workers.
+//!
+//! Self-contained (no criterion): `cargo bench --bench decide`. Each size is a realistic steady
+//! state — every worker a member the job acknowledged, plus a few joining, a few preparing, a
+//! few asked to leave this pass and a few removals waiting for the job — and decide runs on
+//! the same inputs over and over for a fixed time budget.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use dt::config::Slots;
+use dt::decide::{decide, Rules};
+use dt::model::*;
+
+const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
+const NOW: Millis = 1_700_000_000_000;
+const BASE: usize = 2;
+/// Workers in each transient state (joining, preparing, leaving, waiting for an ack).
+const FEW: usize = 5;
+/// Time spent measuring each size, after a short warm-up.
+const BUDGET: Duration = Duration::from_secs(2);
+const TARGET: Duration = Duration::from_millis(5);
+
+fn ip(n: usize) -> IpAddr {
+    let n = n as u32 + 256;
+    IpAddr::V4(Ipv4Addr::new(10, (n >> 16) as u8, (n >> 8) as u8, n as u8))
+}
+
+fn instance(n: usize, status: Option<WorkerStatus>, elastic: bool) -> Instance {
+    let mut tags = BTreeMap::from([
+        ("NodeType".to_string(), "Worker".to_string()),
+        ("aws:ec2launchtemplate:id".to_string(), "lt-1".to_string()),
+        ("Name".to_string(), format!("worker-{n}")),
+    ]);
+    if elastic {
+        tags.insert(ELASTIC.into(), "true".into());
+    }
+    if let Some(s) = status {
+        tags.insert(STATUS_TAG.into(), s.as_tag().into());
+    }
+    Instance {
+        id: format!("i-{n:017x}"),
+        ip: ip(n),
+        instance_type: "p4d.24xlarge".into(),
+        az: "us-east-1a".into(),
+        market: "spot".into(),
+        launched_at: NOW - 3_600_000 + n as u64,
+        tags,
+    }
+}
+
+/// Rules, snapshot and remembered state for `workers` workers in steady state.
+fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
+    let rules = Rules {
+        elastic_tag: ELASTIC.into(),
+        worker_tags: BTreeMap::from([("NodeType".into(), "Worker".into())]),
+        launch_template_id: Some("lt-1".into()),
+        auto_scaling_group: None,
+        min: 1,
+        max: workers + 2 * FEW,
+        base_hosts: (0..BASE).map(|n| ip(1_000_000 + n)).collect(),
+        master: Some(ip(2_000_000)),
+        slots: Slots::All(8),
+        ack_timeout_ms: 600_000,
+    };
+    let few = FEW.min(workers / 4).max(1);
+    let members = workers - BASE;
+    let mut instances = Vec::new();
+    let mut state = State {
+        generation: 40,
+        ..State::default()
+    };
+    let mut markers = Markers::default();
+    for n in 0..members {
+        // The first `few` members had their elastic tag deleted: they leave on this pass.
+        instances.push(instance(n, Some(WorkerStatus::Added), n >= few));
+        state.members.push(Member {
+            id: instances[n].id.clone(),
+            ip: ip(n),
+            instance_type: "p4d.24xlarge".into(),
+            joined_generation: 1 + (n % 40) as u64,
+            joined_at: NOW - 3_000_000,
+            log_mark: 0,
+            acked: true,
+        });
+        markers.success.insert(ip(n));
+    }
+    let mut next = members;
+    for _ in 0..few {
+        // Left earlier; the job has not acknowledged generation 40 yet.
+        let i = instance(next, Some(WorkerStatus::RemovalQueued), false);
+        state.removals.push(Removal {
+            id: i.id.clone(),
+            ip: i.ip,
+            generation: 40,
+            queued_at: NOW - 10_000,
+            deadline: NOW + 590_000,
+            log_mark: 0,
+            reason: "elastic tag deleted".into(),
+            termination: Termination::Waiting,
+        });
+        instances.push(i);
+        // Ready to join on this pass.
+        instances.push(instance(next + 1, Some(WorkerStatus::Preparing), true));
+        markers.success.insert(ip(next + 1));
+        // Still running its prepare-data script.
+        instances.push(instance(next + 2, Some(WorkerStatus::Preparing), true));
+        next += 3;
+    }
+    let acks = Acks {
+        generation: Some(39),
+        log_lines: 0,
+        ..Acks::default()
+    };
+    let snap = Snapshot {
+        instances: Ok(instances),
+        markers: Ok(markers),
+        acks: Ok(acks),
+    };
+    // One pass fills what the daemon remembers between passes (the `since` times).
+    let mut warm = snap.clone();
+    if let Ok(v) = &mut warm.instances {
+        for i in v.iter_mut() {
+            i.tags.insert(ELASTIC.into(), "true".into());
+        }
+    }
+    state.since = decide(&rules, &warm, &state, NOW - 2_000).state.since;
+    (rules, snap, state)
+}
+
+fn show(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{:.1} µs", d.as_secs_f64() * 1e6)
+    } else {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+/// Runs decide for the time budget; returns the sorted sample of pass durations.
+fn measure(workers: usize) -> Vec<Duration> {
+    let (rules, snap, state) = steady_state(workers);
+    // A sanity check that the scenario is what it claims: joins and leaves on every pass.
+    let plan = decide(&rules, &snap, &state, NOW);
+    assert_eq!(plan.hosts.len(), workers, "steady state at {workers}");
+    assert!(!plan.events.is_empty());
+
+    let warm_up = Instant::now();
+    while warm_up.elapsed() < BUDGET / 10 {
+        black_box(decide(black_box(&rules), black_box(&snap), &state, NOW));
+    }
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    while (started.elapsed() < BUDGET || samples.len() < 20) && samples.len() < 200_000 {
+        let t = Instant::now();
+        let plan = decide(black_box(&rules), black_box(&snap), black_box(&state), NOW);
+        samples.push(t.elapsed());
+        black_box(plan);
+    }
+    samples.sort();
+    samples
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
+    let mut median_at_10k = None;
+    for workers in [10, 1_000, 10_000] {
+        let s = measure(workers);
+        let pick = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+        println!(
+            "decide  {workers:>6} workers  {:>7} iterations  median {:>9}  p95 {:>9}  max {:>9}",
+            s.len(),
+            show(pick(0.5)),
+            show(pick(0.95)),
+            show(s[s.len() - 1]),
+        );
+        if workers == 10_000 {
+            median_at_10k = Some(pick(0.5));
+        }
+    }
+    let median = median_at_10k.unwrap();
+    let verdict = if median < TARGET { "met" } else { "NOT met" };
+    println!(
+        "target: under {} at 10,000 workers (median {}): {verdict}",
+        show(TARGET),
+        show(median)
+    );
+}
