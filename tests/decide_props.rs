@@ -494,7 +494,10 @@ impl Pass<'_> {
 }
 
 /// Runs the scenario's passes like the daemon would, checking `check` after every decide.
-fn run(sc: &Scenario, check: impl Fn(&Pass) -> Result<(), String>) -> Result<(), TestCaseError> {
+fn run(
+    sc: &Scenario,
+    mut check: impl FnMut(&Pass) -> Result<(), String>,
+) -> Result<(), TestCaseError> {
     let r = rules(sc.min, sc.max);
     let (mut world, mut state) = build(sc);
     let mut ever_ready: BTreeSet<IpAddr> = state.members.iter().map(|m| m.ip).collect();
@@ -739,5 +742,52 @@ proptest! {
             }
             Ok(())
         })?;
+    }
+}
+
+/// The properties only mean something if the random runs reach the rules they guard: over a
+/// fixed sample of scenarios, every kind of decision must happen a fair number of times.
+#[test]
+fn the_random_runs_reach_every_rule() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    let mut runner = TestRunner::deterministic();
+    let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for _ in 0..256 {
+        let sc = scenario().new_tree(&mut runner).unwrap().current();
+        run(&sc, |p| {
+            let mut count =
+                |what: &'static str, yes: bool| *seen.entry(what).or_default() += yes as usize;
+            count("pass", true);
+            count("terminated", !p.plan.terminate.is_empty());
+            count("partial view", !p.all_sources_ok());
+            count(
+                "at max",
+                p.plan.workers.iter().any(|w| {
+                    w.waiting_for
+                        .as_deref()
+                        .is_some_and(|s| s.starts_with("room under max"))
+                }),
+            );
+            for kind in [
+                "joined",
+                "removal_queued",
+                "acknowledged",
+                "ack_timeout",
+                "removal_held",
+                "removal_refused",
+                "removal_cancelled",
+                "gone",
+            ] {
+                count(kind, p.plan.events.iter().any(|e| e.kind == kind));
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    println!("passes reaching each decision: {seen:?}");
+    for (what, n) in &seen {
+        assert!(*n >= 10, "only {n} passes reached `{what}`: {seen:?}");
     }
 }
