@@ -427,6 +427,10 @@ impl<'a> Decider<'a> {
 
     /// Moves one removal forward; returns false when it is finished and can be forgotten.
     fn advance(&mut self, r: &mut Removal) -> bool {
+        if self.rules.is_protected(r.ip) {
+            // Made a base host (or the master) since it was queued: never terminated.
+            return false;
+        }
         if !self.can_remove() {
             let status = match r.termination {
                 Termination::Waiting => WorkerStatus::RemovalQueued,

@@ -763,3 +763,24 @@ fn an_ack_file_ahead_of_the_daemon_does_not_acknowledge_an_unseen_removal() {
     let plan = pass(&r, &mut w, &plan.state, 20_000);
     assert_eq!(plan.terminate, ["i-1"]);
 }
+
+#[test]
+fn a_worker_made_a_base_host_while_leaving_is_not_terminated() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+
+    // The operator keeps 10.0.1.1 by listing it in base_hosts and restarting dtd; then the job
+    // acknowledges the generation that dropped it, and the ack timeout passes too.
+    let mut kept = r.clone();
+    kept.base_hosts.push(ip("10.0.1.1"));
+    w.acks.generation = Some(2);
+    let plan = pass(&kept, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
+    assert!(plan.terminate.is_empty(), "terminated a base host");
+    assert!(plan.state.removals.is_empty(), "{:?}", plan.state.removals);
+    assert_eq!(
+        hosts(&plan),
+        ["10.0.0.5", "10.0.0.4", "10.0.1.1", "10.0.1.2"]
+    );
+}
