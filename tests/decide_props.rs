@@ -282,7 +282,9 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         (0usize..=5, 2usize..=7),
         (0u64..6, 0u64..12, prop::option::of(-3i64..=1)),
         prop::collection::vec(inst_spec(), SLOTS),
-        prop::collection::vec(role(), WORKERS),
+        // Base hosts and the master get roles too: only removals are kept for them, as if
+        // queued before the config made them base hosts.
+        prop::collection::vec(role(), WORKERS + 3),
         any::<bool>(),
         prop::collection::vec(step(), 1..7),
     )
@@ -403,8 +405,8 @@ fn build(sc: &Scenario) -> (World, State) {
             w.acks.log_removed.insert(ip, spec.log_removed);
         }
     }
-    // A remembered state decide could have produced: members and removals of elastic workers
-    // only, generations not ahead of the counter, no more members than max allows.
+    // A remembered state decide could have produced: members of elastic workers only, generations
+    // not ahead of the counter, no more members than max allows.
     let mut st = State {
         generation: sc.generation,
         ..State::default()
@@ -418,7 +420,7 @@ fn build(sc: &Scenario) -> (World, State) {
                 acked,
                 gen_back,
                 mark: m,
-            } if sc.generation > 0 && st.members.len() < room => {
+            } if sc.generation > 0 && st.members.len() < room && slot < WORKERS => {
                 st.members.push(Member {
                     id,
                     ip,
