@@ -324,6 +324,7 @@ impl Daemon {
             min: self.cfg.workers.min,
             max: self.cfg.workers.max,
             current: plan.hosts.len(),
+            desired: desired(&self.cfg, plan),
             generation: self.state.generation,
             acked_generation: snap.acks.as_ref().ok().and_then(|a| a.generation),
             pending_notification: self
@@ -350,4 +351,19 @@ impl Daemon {
             tracing::warn!("{e}");
         }
     }
+}
+
+/// Base hosts plus every worker joined or on its way in (preparing, queued), capped at max.
+fn desired(cfg: &Config, plan: &Plan) -> usize {
+    let coming = [
+        WorkerStatus::Preparing,
+        WorkerStatus::AddQueued,
+        WorkerStatus::Added,
+    ];
+    let managed = plan
+        .workers
+        .iter()
+        .filter(|w| coming.iter().any(|s| s.as_tag() == w.status))
+        .count();
+    (cfg.workers.base_hosts.len() + managed).min(cfg.workers.max)
 }

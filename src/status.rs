@@ -24,6 +24,8 @@ pub struct StatusReport {
     pub max: usize,
     /// Workers in the host files now (base hosts included).
     pub current: usize,
+    /// Workers that will be in the job once everything on its way in has joined, within max.
+    pub desired: usize,
     pub generation: u64,
     pub acked_generation: Option<u64>,
     /// The generation the job has not been told about yet, if any.
@@ -57,8 +59,8 @@ impl StatusReport {
         }
         let _ = writeln!(
             o,
-            "Workers:     {} (min {}, max {})",
-            self.current, self.min, self.max
+            "Workers:     {} in the job, desired {} (min {}, max {})",
+            self.current, self.desired, self.min, self.max
         );
         let acked = self
             .acked_generation

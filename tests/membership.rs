@@ -51,7 +51,31 @@ fn a_worker_joins_once_its_marker_appears() {
     c.wait_tag(id, "ADDED");
     let status = c.status_json();
     assert_eq!(status["generation"], 1);
+    assert_eq!(status["current"], 1);
+    assert_eq!(
+        status["desired"], 2,
+        "the preparing worker is on its way in"
+    );
     assert_eq!(c.events_of("joined", id), 1);
+    assert_eq!(
+        stdout(&c.dtctl(&["hosts", "--format", "horovod"])),
+        format!("{ip}:1\n")
+    );
+    assert_eq!(stdout(&c.dtctl(&["hosts"])), format!("{ip}\n"));
+    let events = stdout(&c.dtctl(&["events", "--since", "10m"]));
+    assert!(
+        events.contains("joined") && events.contains(&format!("{ip} is ready")),
+        "{events}"
+    );
+    let text = stdout(&c.dtctl(&["status"]));
+    assert!(
+        text.contains("1 in the job, desired 2 (min 0, max 8)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("prepare_data_success_{}", launched[1].1)),
+        "{text}"
+    );
 }
 
 #[test]
