@@ -342,7 +342,9 @@ impl Config {
 
     /// Parses and validates; the error text names the key and the line.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let mut cfg: Config = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        let de = serde_yaml::Deserializer::from_str(text);
+        let mut cfg: Config =
+            serde_path_to_error::deserialize(de).map_err(|e| describe(text, e))?;
         cfg.validate(text)?;
         cfg.resolve_defaults();
         Ok(cfg)
@@ -414,6 +416,24 @@ impl Config {
     pub fn generation_file(&self) -> PathBuf {
         self.shared_dir.join("generation")
     }
+}
+
+/// serde_yaml places syntax and type errors itself; errors raised by our own checks (durations,
+/// signals, cross-field rules) carry no position, so the key's line is looked up from its path.
+fn describe(text: &str, e: serde_path_to_error::Error<serde_yaml::Error>) -> String {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let message = inner.to_string();
+    // Custom errors carry a location serde_yaml does not print (the document's start).
+    if message.contains(" at line ") || path == "." {
+        return message;
+    }
+    let key = path
+        .rsplit('.')
+        .map(|seg| seg.split('[').next().unwrap_or(seg))
+        .find(|seg| !seg.is_empty())
+        .unwrap_or(&path);
+    at_key(text, key, &format!("{path}: {message}"))
 }
 
 /// Adds "at line N" for checks made after parsing, where serde no longer knows the position.
