@@ -8,7 +8,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::act;
 use crate::config::Config;
-use crate::decide::{decide, Rules};
+use crate::decide::{decide_from, worker_views, Rules};
 use crate::fsutil::now_millis;
 use crate::model::*;
 use crate::observe::acks::AckReader;
@@ -108,16 +108,21 @@ impl Daemon {
             acks: self.acks.read(),
         };
         let mut events = self.source_events(&snap);
-        let rules = Rules::from_config(&self.cfg, self.launch_template_id.clone());
-        let plan = decide(&rules, &snap, &self.state, now_millis());
+        let rules = self.rules();
+        let state = std::mem::take(&mut self.state);
+        let mut plan = decide_from(&rules, &snap, state, now_millis());
         events.extend(plan.events.iter().cloned());
         self.record(&events);
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
-        self.state = plan.state.clone();
+        self.state = std::mem::take(&mut plan.state);
         self.save_state();
         self.apply(&plan).await;
         self.save_state();
         self.write_status(&plan, &snap, calls, started.elapsed());
+    }
+
+    fn rules(&self) -> Rules {
+        Rules::from_config(&self.cfg, self.launch_template_id.clone())
     }
 
     async fn observe_ec2(&mut self) -> (Result<Vec<Instance>, String>, u32) {
@@ -345,7 +350,7 @@ impl Daemon {
             holds: plan.holds.clone(),
             errors: self.errors.clone(),
             hosts: plan.hosts.clone(),
-            workers: plan.workers.clone(),
+            workers: worker_views(&plan.rows, snap, &self.state.members),
         };
         if let Err(e) = save_json(&self.paths.status(), &report) {
             tracing::warn!("{e}");
@@ -361,9 +366,9 @@ fn desired(cfg: &Config, plan: &Plan) -> usize {
         WorkerStatus::Added,
     ];
     let managed = plan
-        .workers
+        .rows
         .iter()
-        .filter(|w| coming.iter().any(|s| s.as_tag() == w.status))
+        .filter(|r| matches!(r.shown, Shown::Status(s) if coming.contains(&s)))
         .count();
     (cfg.workers.base_hosts.len() + managed).min(cfg.workers.max)
 }

@@ -4,6 +4,8 @@
 //! so that the safety rules of DESIGN.md can be tested exhaustively (see the property tests).
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 
 use crate::config::{Config, Slots};
@@ -54,14 +56,29 @@ impl Rules {
         tagged && (from_template || from_group)
     }
 
+    /// Everything the rules read from an instance's tags, read once per pass.
+    fn facts(&self, i: &Instance) -> Facts {
+        Facts {
+            cluster: self.is_cluster_worker(i),
+            elastic: i.tags.contains_key(&self.elastic_tag),
+            status: i.status_tag().and_then(WorkerStatus::from_tag),
+        }
+    }
+
     pub fn is_protected(&self, ip: IpAddr) -> bool {
         self.base_hosts.contains(&ip) || self.master == Some(ip)
     }
 }
 
+/// Decides from a borrowed state (tests, tools); the daemon hands its state over with
+/// [`decide_from`] and saves the copy.
 pub fn decide(rules: &Rules, snap: &Snapshot, prev: &State, now: Millis) -> Plan {
+    decide_from(rules, snap, prev.clone(), now)
+}
+
+pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> Plan {
     let mut d = Decider::new(rules, snap, prev, now);
-    d.drop_gone_members();
+    d.locate_members();
     let (joins, leaves) = d.classify();
     d.join(joins);
     d.leave(leaves);
@@ -69,10 +86,29 @@ pub fn decide(rules: &Rules, snap: &Snapshot, prev: &State, now: Millis) -> Plan
     d.finish()
 }
 
+/// What the rules read from one instance's tags.
+#[derive(Debug, Clone, Copy, Default)]
+struct Facts {
+    cluster: bool,
+    elastic: bool,
+    status: Option<WorkerStatus>,
+}
+
+/// What a pass says about one instance: its status (`None`: leave the tag) and what it waits for.
+type View = (Option<WorkerStatus>, Option<String>);
+
+/// Works on positions in the snapshot's instance list: ids are hashed once per pass, because
+/// comparing and hashing them dominated a pass over 10,000 workers.
 struct Decider<'a> {
     rules: &'a Rules,
     now: Millis,
-    instances: BTreeMap<&'a str, &'a Instance>,
+    list: &'a [Instance],
+    facts: Vec<Facts>,
+    /// Cluster workers only: instance id to its position in `list`.
+    index: FxHashMap<&'a str, usize>,
+    views: Vec<Option<View>>,
+    /// Position in `st.members` of each listed instance that is a member (valid in classify).
+    member_of: Vec<Option<usize>>,
     ec2_ok: bool,
     markers: Option<&'a Markers>,
     acks: Option<&'a Acks>,
@@ -82,13 +118,11 @@ struct Decider<'a> {
     removed: Vec<IpAddr>,
     terminate: Vec<String>,
     events: Vec<Event>,
-    /// Instance id to (desired status, what it waits for); `None` status means "leave the tag".
-    views: BTreeMap<String, (Option<WorkerStatus>, Option<String>)>,
     holds: Vec<String>,
 }
 
 impl<'a> Decider<'a> {
-    fn new(rules: &'a Rules, snap: &'a Snapshot, prev: &State, now: Millis) -> Self {
+    fn new(rules: &'a Rules, snap: &'a Snapshot, prev: State, now: Millis) -> Self {
         let mut holds = Vec::new();
         let mut note = |name: &str, r: Result<(), &String>| {
             if let Err(e) = r {
@@ -98,21 +132,22 @@ impl<'a> Decider<'a> {
         note("EC2 instances", snap.instances.as_ref().map(|_| ()));
         note("prepare-data markers", snap.markers.as_ref().map(|_| ()));
         note("acknowledgements", snap.acks.as_ref().map(|_| ()));
-        let instances = snap
-            .instances
-            .as_ref()
-            .map(|v| {
-                v.iter()
-                    .filter(|i| rules.is_cluster_worker(i))
-                    .map(|i| (i.id.as_str(), i))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let list: &[Instance] = snap.instances.as_deref().unwrap_or_default();
+        let facts: Vec<Facts> = list.iter().map(|i| rules.facts(i)).collect();
+        let mut index = FxHashMap::default();
+        index.reserve(list.len());
+        for (at, i) in list.iter().enumerate().filter(|(at, _)| facts[*at].cluster) {
+            index.insert(i.id.as_str(), at);
+        }
         let acked = snap.acks.as_ref().ok().and_then(|a| a.generation);
         Decider {
             rules,
             now,
-            instances,
+            list,
+            facts,
+            index,
+            views: vec![None; list.len()],
+            member_of: vec![None; list.len()],
             ec2_ok: snap.instances.is_ok(),
             markers: snap.markers.as_ref().ok(),
             acks: snap.acks.as_ref().ok(),
@@ -120,12 +155,11 @@ impl<'a> Decider<'a> {
             // `dtctl ack` ahead of the daemon): a removal numbered at or below it would count as
             // acknowledged at once, and the worker be terminated before the job saw it leave.
             next_gen: prev.generation.max(acked.unwrap_or(0)) + 1,
-            st: prev.clone(),
+            st: prev,
             added: Vec::new(),
             removed: Vec::new(),
             terminate: Vec::new(),
             events: Vec::new(),
-            views: BTreeMap::new(),
             holds,
         }
     }
@@ -150,62 +184,81 @@ impl<'a> Decider<'a> {
         });
     }
 
-    fn view(&mut self, id: &str, status: Option<WorkerStatus>, waiting: Option<String>) {
-        self.views.insert(id.to_string(), (status, waiting));
+    fn view(&mut self, at: usize, status: Option<WorkerStatus>, waiting: Option<String>) {
+        self.views[at] = Some((status, waiting));
+    }
+
+    /// Only observed instances are shown.
+    fn view_id(&mut self, id: &str, status: Option<WorkerStatus>, waiting: Option<String>) {
+        if let Some(&at) = self.index.get(id) {
+            self.view(at, status, waiting);
+        }
     }
 
     fn worker_count(&self) -> usize {
         self.rules.base_hosts.len() + self.st.members.len()
     }
 
-    /// Members whose instance is no longer running leave at once: there is nothing to drain.
-    fn drop_gone_members(&mut self) {
-        if !self.can_remove() {
-            return;
+    /// Finds each member's instance; members whose instance is no longer running leave at
+    /// once, as there is nothing to drain.
+    fn locate_members(&mut self) {
+        let can_remove = self.can_remove();
+        let mut kept = Vec::with_capacity(self.st.members.len());
+        for m in std::mem::take(&mut self.st.members) {
+            match self.index.get(m.id.as_str()) {
+                Some(&at) => {
+                    self.member_of[at] = Some(kept.len());
+                    kept.push(m);
+                }
+                None if can_remove => {
+                    self.removed.push(m.ip);
+                    let msg = format!("{} is no longer running; removed from the host files", m.ip);
+                    self.event("gone", Some((&m.id, m.ip)), Some(self.next_gen), msg);
+                }
+                None => kept.push(m),
+            }
         }
-        let (gone, kept): (Vec<Member>, Vec<Member>) = std::mem::take(&mut self.st.members)
-            .into_iter()
-            .partition(|m| !self.instances.contains_key(m.id.as_str()));
         self.st.members = kept;
-        for m in gone {
-            self.removed.push(m.ip);
-            let msg = format!("{} is no longer running; removed from the host files", m.ip);
-            self.event("gone", Some((&m.id, m.ip)), Some(self.next_gen), msg);
-        }
     }
 
     /// Sorts every cluster instance into: ready to join, asked to leave, or just a view.
-    fn classify(&mut self) -> (Vec<&'a Instance>, Vec<&'a Instance>) {
-        let mut order: Vec<&'a Instance> = self.instances.values().copied().collect();
-        order.sort_by(|a, b| (a.launched_at, &a.id).cmp(&(b.launched_at, &b.id)));
+    fn classify(&mut self) -> (Vec<usize>, Vec<usize>) {
+        let list = self.list;
+        let mut order: Vec<usize> = self.index.values().copied().collect();
+        order.sort_unstable_by(|&a, &b| {
+            (list[a].launched_at, &list[a].id).cmp(&(list[b].launched_at, &list[b].id))
+        });
+        let mut leaving = vec![false; list.len()];
+        for r in &self.st.removals {
+            if let Some(&at) = self.index.get(r.id.as_str()) {
+                leaving[at] = true;
+            }
+        }
         let (mut joins, mut leaves) = (Vec::new(), Vec::new());
-        // Where each observed member sits in `members`, which does not change order during
-        // classify: a linear search per instance made a pass quadratic in the cluster size.
-        let member_at: BTreeMap<&'a str, usize> = (self.st.members.iter().enumerate())
-            .filter_map(|(pos, m)| Some((*self.instances.get_key_value(m.id.as_str())?.0, pos)))
-            .collect();
-        for inst in order {
-            let elastic = inst.tags.contains_key(&self.rules.elastic_tag);
+        for at in order {
+            let inst = &list[at];
+            let elastic = self.facts[at].elastic;
             if self.rules.is_protected(inst.ip) {
-                self.protected(inst, elastic);
-            } else if self.reconsider_removal(inst, elastic) {
+                self.protected(at, elastic);
+            } else if leaving[at] && self.reconsider_removal(inst, elastic) {
                 continue;
-            } else if let Some(&pos) = member_at.get(inst.id.as_str()) {
+            } else if let Some(pos) = self.member_of[at] {
                 if elastic {
-                    self.member_view_at(pos, inst);
+                    self.member_view_at(pos, at);
                 } else {
-                    leaves.push(inst);
+                    leaves.push(at);
                 }
             } else if !elastic {
-                self.retire_unjoined(inst);
+                self.retire_unjoined(at);
             } else {
-                self.candidate(inst, &mut joins);
+                self.candidate(at, &mut joins);
             }
         }
         (joins, leaves)
     }
 
-    fn protected(&mut self, inst: &Instance, elastic: bool) {
+    fn protected(&mut self, at: usize, elastic: bool) {
+        let inst = &self.list[at];
         let what = if self.rules.master == Some(inst.ip) {
             "master"
         } else {
@@ -221,7 +274,7 @@ impl<'a> Decider<'a> {
             );
             self.st.held.insert(inst.id.clone(), msg);
         }
-        self.view(&inst.id, None, None);
+        self.view(at, None, None);
     }
 
     /// An instance already leaving stays on its way out, unless its elastic tag came back
@@ -240,13 +293,7 @@ impl<'a> Decider<'a> {
         true
     }
 
-    fn member_view(&mut self, inst: &Instance) {
-        if let Some(pos) = self.st.members.iter().position(|m| m.id == inst.id) {
-            self.member_view_at(pos, inst);
-        }
-    }
-
-    fn member_view_at(&mut self, pos: usize, inst: &Instance) {
+    fn member_view_at(&mut self, pos: usize, at: usize) {
         let acks = self.acks;
         let m = &mut self.st.members[pos];
         if let Some(a) = acks {
@@ -265,21 +312,17 @@ impl<'a> Decider<'a> {
                 Some(format!("job to acknowledge generation {gen}")),
             )
         };
-        self.view(&inst.id, Some(status), waiting);
+        self.view(at, Some(status), waiting);
     }
 
     /// A managed instance that lost its elastic tag before or without joining: nothing to drain.
-    fn retire_unjoined(&mut self, inst: &Instance) {
-        let Some(tag) = inst.status_tag().and_then(WorkerStatus::from_tag) else {
-            self.view(&inst.id, None, Some("no elastic tag: not managed".into()));
+    fn retire_unjoined(&mut self, at: usize) {
+        let Some(tag) = self.facts[at].status else {
+            self.view(at, None, Some("no elastic tag: not managed".into()));
             return;
         };
         if !self.can_remove() {
-            self.view(
-                &inst.id,
-                Some(tag),
-                Some("a complete view to retire it".into()),
-            );
+            self.view(at, Some(tag), Some("a complete view to retire it".into()));
             return;
         }
         // Only ADDED / REMOVAL_QUEUED can still be training (state lost): those wait for an ack.
@@ -291,10 +334,11 @@ impl<'a> Decider<'a> {
         };
         // advance_removals sends the termination on this same pass: pushing it here too
         // listed the instance twice in plan.terminate.
-        self.push_removal(inst, self.st.generation, termination, "elastic tag deleted");
+        self.push_removal(at, self.st.generation, termination, "elastic tag deleted");
     }
 
-    fn push_removal(&mut self, inst: &Instance, generation: u64, t: Termination, reason: &str) {
+    fn push_removal(&mut self, at: usize, generation: u64, t: Termination, reason: &str) {
+        let inst = &self.list[at];
         let log_mark = self.acks.map_or(0, |a| a.log_lines);
         self.st.removals.push(Removal {
             id: inst.id.clone(),
@@ -321,23 +365,25 @@ impl<'a> Decider<'a> {
         );
     }
 
-    fn candidate(&mut self, inst: &'a Instance, joins: &mut Vec<&'a Instance>) {
+    fn candidate(&mut self, at: usize, joins: &mut Vec<usize>) {
+        let ip = self.list[at].ip;
         let markers = self.markers;
-        let success = markers.is_some_and(|m| m.success.contains(&inst.ip));
-        let failed = markers.and_then(|m| m.failed.get(&inst.ip));
+        let success = markers.is_some_and(|m| m.success.contains(&ip));
+        let failed = markers.and_then(|m| m.failed.get(&ip));
         if success {
-            joins.push(inst);
+            joins.push(at);
         } else if let Some(why) = failed {
             let why = format!("a person: prepare-data failed ({why})");
-            self.view(&inst.id, Some(WorkerStatus::PrepareFailed), Some(why));
+            self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
         } else {
-            let why = format!("prepare-data marker prepare_data_success_{}", inst.ip);
-            self.view(&inst.id, Some(WorkerStatus::Preparing), Some(why));
+            let why = format!("prepare-data marker prepare_data_success_{ip}");
+            self.view(at, Some(WorkerStatus::Preparing), Some(why));
         }
     }
 
-    fn join(&mut self, joins: Vec<&Instance>) {
-        for inst in joins {
+    fn join(&mut self, joins: Vec<usize>) {
+        for at in joins {
+            let inst = &self.list[at];
             let listed = self.st.members.iter().any(|m| m.ip == inst.ip);
             if !self.can_join() || listed {
                 let why = if listed {
@@ -345,12 +391,12 @@ impl<'a> Decider<'a> {
                 } else {
                     "a complete view"
                 };
-                self.view(&inst.id, Some(WorkerStatus::AddQueued), Some(why.into()));
+                self.view(at, Some(WorkerStatus::AddQueued), Some(why.into()));
                 continue;
             }
             if self.worker_count() >= self.rules.max {
                 let why = format!("room under max ({})", self.rules.max);
-                self.view(&inst.id, Some(WorkerStatus::AddQueued), Some(why));
+                self.view(at, Some(WorkerStatus::AddQueued), Some(why));
                 continue;
             }
             self.st.members.push(Member {
@@ -373,34 +419,41 @@ impl<'a> Decider<'a> {
                 Some(self.next_gen),
                 msg,
             );
-            self.member_view_at(self.st.members.len() - 1, inst);
+            self.member_view_at(self.st.members.len() - 1, at);
         }
     }
 
-    fn leave(&mut self, leaves: Vec<&Instance>) {
-        for inst in leaves {
+    fn leave(&mut self, leaves: Vec<usize>) {
+        let mut gone = rustc_hash::FxHashSet::default();
+        for at in leaves {
             if !self.can_remove() {
                 let why = "a complete view to remove it".to_string();
-                self.view(&inst.id, Some(WorkerStatus::Added), Some(why));
+                self.view(at, Some(WorkerStatus::Added), Some(why));
                 continue;
             }
-            if self.worker_count() <= self.rules.min {
-                self.hold_at_min(inst);
+            if self.worker_count() - gone.len() <= self.rules.min {
+                self.hold_at_min(at);
                 continue;
             }
+            let inst = &self.list[at];
             self.st.held.remove(&inst.id);
-            self.st.members.retain(|m| m.id != inst.id);
+            gone.insert(inst.id.as_str());
             self.removed.push(inst.ip);
             self.push_removal(
-                inst,
+                at,
                 self.next_gen,
                 Termination::Waiting,
                 "elastic tag deleted",
             );
         }
+        // One sweep for every leaver: a sweep each made leaving quadratic.
+        if !gone.is_empty() {
+            self.st.members.retain(|m| !gone.contains(m.id.as_str()));
+        }
     }
 
-    fn hold_at_min(&mut self, inst: &Instance) {
+    fn hold_at_min(&mut self, at: usize) {
+        let inst = &self.list[at];
         let why = format!("worker count above min ({})", self.rules.min);
         if !self.st.held.contains_key(&inst.id) {
             let msg = format!(
@@ -410,8 +463,10 @@ impl<'a> Decider<'a> {
             self.event("removal_held", Some((&inst.id, inst.ip)), None, msg.clone());
             self.st.held.insert(inst.id.clone(), msg);
         }
-        self.member_view(inst);
-        if let Some(v) = self.views.get_mut(&inst.id) {
+        if let Some(pos) = self.st.members.iter().position(|m| m.id == inst.id) {
+            self.member_view_at(pos, at);
+        }
+        if let Some(v) = self.views[at].as_mut() {
             v.1 = Some(why);
         }
     }
@@ -436,11 +491,10 @@ impl<'a> Decider<'a> {
                 Termination::Waiting => WorkerStatus::RemovalQueued,
                 _ => WorkerStatus::Removed,
             };
-            self.view(&r.id, Some(status), Some("a complete view".into()));
+            self.view_id(&r.id, Some(status), Some("a complete view".into()));
             return true;
         }
-        let present = self.instances.contains_key(r.id.as_str());
-        if !present {
+        if !self.index.contains_key(r.id.as_str()) {
             if r.termination == Termination::Waiting {
                 let msg = format!("{} stopped running before it was terminated", r.ip);
                 self.event("gone", Some((&r.id, r.ip)), Some(r.generation), msg);
@@ -452,11 +506,11 @@ impl<'a> Decider<'a> {
             Termination::Requested => {
                 // The last request was never confirmed (call failed or daemon died): send it.
                 self.terminate.push(r.id.clone());
-                self.view(&r.id, Some(WorkerStatus::Removed), None);
+                self.view_id(&r.id, Some(WorkerStatus::Removed), None);
             }
             Termination::Sent => {
                 let why = Some("the instance to shut down".to_string());
-                self.view(&r.id, Some(WorkerStatus::Removed), why);
+                self.view_id(&r.id, Some(WorkerStatus::Removed), why);
             }
         }
         true
@@ -476,34 +530,30 @@ impl<'a> Decider<'a> {
             } else {
                 "host_worker_log"
             };
-            (
-                "acknowledged",
-                format!(
-                    "job acknowledged the removal of {} ({how}); terminating",
-                    r.ip
-                ),
-            )
+            let msg = format!(
+                "job acknowledged the removal of {} ({how}); terminating",
+                r.ip
+            );
+            ("acknowledged", msg)
         } else if self.now >= r.deadline {
-            (
-                "ack_timeout",
-                format!(
-                    "no acknowledgement for {} before the ack timeout; terminating",
-                    r.ip
-                ),
-            )
+            let msg = format!(
+                "no acknowledgement for {} before the ack timeout; terminating",
+                r.ip
+            );
+            ("ack_timeout", msg)
         } else {
             let secs = (r.deadline - self.now).div_ceil(1000);
             let why = format!(
                 "job to acknowledge generation {} (timeout in {secs}s)",
                 r.generation
             );
-            self.view(&r.id, Some(WorkerStatus::RemovalQueued), Some(why));
+            self.view_id(&r.id, Some(WorkerStatus::RemovalQueued), Some(why));
             return;
         };
         self.event(kind, Some((&r.id, r.ip)), Some(r.generation), msg);
         r.termination = Termination::Requested;
         self.terminate.push(r.id.clone());
-        self.view(&r.id, Some(WorkerStatus::Removed), None);
+        self.view_id(&r.id, Some(WorkerStatus::Removed), None);
     }
 
     fn finish(mut self) -> Plan {
@@ -511,8 +561,7 @@ impl<'a> Decider<'a> {
             self.bump_generation();
         }
         let tags = self.tags();
-        let workers = self.worker_views();
-        self.track_since();
+        let rows = self.rows();
         let hosts = self.hosts();
         Plan {
             notify: self.st.pending_notification.clone(),
@@ -521,7 +570,7 @@ impl<'a> Decider<'a> {
             tags,
             terminate: self.terminate,
             events: self.events,
-            workers,
+            rows,
             holds: self.holds,
         }
     }
@@ -559,61 +608,74 @@ impl<'a> Decider<'a> {
         base.chain(members).collect()
     }
 
+    /// Status tags to write: every viewed instance whose tag differs, in list order.
     fn tags(&self) -> BTreeMap<WorkerStatus, Vec<String>> {
         let mut tags: BTreeMap<WorkerStatus, Vec<String>> = BTreeMap::new();
-        for (id, (status, _)) in &self.views {
-            let (Some(status), Some(inst)) = (status, self.instances.get(id.as_str())) else {
+        for ((inst, view), facts) in self.list.iter().zip(&self.views).zip(&self.facts) {
+            let Some((Some(status), _)) = view else {
                 continue;
             };
-            if inst.status_tag() != Some(status.as_tag()) {
-                tags.entry(*status).or_default().push(id.clone());
+            if facts.status != Some(*status) {
+                tags.entry(*status).or_default().push(inst.id.clone());
             }
         }
+        tags.values_mut().for_each(|ids| ids.sort_unstable());
         tags
     }
 
-    fn worker_views(&self) -> Vec<WorkerView> {
-        let mut out: Vec<WorkerView> = Vec::new();
-        for (id, (status, waiting)) in &self.views {
-            let Some(inst) = self.instances.get(id.as_str()) else {
-                continue;
-            };
-            let shown = match status {
-                Some(s) => s.as_tag().to_string(),
-                None if self.rules.is_protected(inst.ip) => "BASE".to_string(),
-                None => "-".to_string(),
-            };
-            out.push(WorkerView {
-                id: id.clone(),
-                ip: inst.ip,
-                instance_type: inst.instance_type.clone(),
-                az: inst.az.clone(),
-                market: inst.market.clone(),
-                since: status.and_then(|s| since_of(&self.st, id, s, self.now)),
-                status: shown,
-                waiting_for: waiting.clone(),
-            });
-        }
+    /// The rows of `dtctl status` in IP order, remembering when each status began.
+    fn rows(&mut self) -> Vec<Row> {
         if !self.ec2_ok {
-            out.extend(self.st.members.iter().map(|m| unseen_member(m, &self.st)));
+            let members = self.st.members.iter().enumerate();
+            return members
+                .map(|(i, m)| unseen_member(i, m, &self.st.since))
+                .collect();
         }
-        out.sort_by_key(|v| (v.status != "BASE", v.ip));
-        out
+        let list = self.list;
+        let mut order: Vec<usize> = (0..list.len())
+            .filter(|&at| self.views[at].is_some())
+            .collect();
+        order.sort_unstable_by_key(|&at| (list[at].ip, at));
+        // Both in IP order: one merge instead of a look-up per worker.
+        let mut old = std::mem::take(&mut self.st.since).into_iter().peekable();
+        let mut since = Vec::with_capacity(order.len());
+        let mut rows = Vec::with_capacity(order.len());
+        for at in order {
+            let (inst, view) = (&list[at], self.views[at].take());
+            let (status, waiting_for) = view.unwrap_or_default();
+            let shown = match status {
+                Some(s) => Shown::Status(s),
+                None if self.rules.is_protected(inst.ip) => Shown::Base,
+                None => Shown::Unmanaged,
+            };
+            while old.next_if(|(ip, _)| *ip < inst.ip).is_some() {}
+            let remembered = old.next_if(|(ip, _)| *ip == inst.ip).map(|(_, s)| s);
+            let began = status.map(|s| began(remembered, inst, s, self.now));
+            rows.push(Row {
+                id: inst.id.clone(),
+                source: RowSource::Instance(at),
+                shown,
+                waiting_for,
+                since: began.as_ref().map(|b| b.at),
+            });
+            since.extend(began.map(|b| (inst.ip, b)));
+        }
+        // Built in IP order: collecting a sorted list into a B-tree is linear.
+        self.st.since = since.into_iter().collect();
+        rows
     }
+}
 
-    fn track_since(&mut self) {
-        for (id, (status, _)) in &self.views {
-            if let Some(s) = status {
-                let entry = self.st.since.entry(id.clone()).or_insert((*s, self.now));
-                if entry.0 != *s {
-                    *entry = (*s, self.now);
-                }
-            }
-        }
-        if self.ec2_ok {
-            let views = &self.views;
-            self.st.since.retain(|id, _| views.contains_key(id));
-        }
+/// When `inst` entered `status`: the remembered time while the status (and the instance at
+/// that IP) holds, else now.
+fn began(remembered: Option<Since>, inst: &Instance, status: WorkerStatus, now: Millis) -> Since {
+    match remembered {
+        Some(s) if s.id == inst.id && s.status == status => s,
+        _ => Since {
+            id: inst.id.clone(),
+            status,
+            at: now,
+        },
     }
 }
 
@@ -633,24 +695,57 @@ pub fn join_ips(ips: &[IpAddr]) -> String {
         .join(",")
 }
 
-fn since_of(st: &State, id: &str, status: WorkerStatus, now: Millis) -> Option<Millis> {
-    match st.since.get(id) {
-        Some((s, t)) if *s == status => Some(*t),
-        _ => Some(now),
+fn unseen_member(index: usize, m: &Member, since: &BTreeMap<IpAddr, Since>) -> Row {
+    let status = if m.acked {
+        WorkerStatus::Added
+    } else {
+        WorkerStatus::AddQueued
+    };
+    Row {
+        id: m.id.clone(),
+        source: RowSource::Member(index),
+        shown: Shown::Status(status),
+        waiting_for: Some("a complete EC2 view".into()),
+        since: since.get(&m.ip).filter(|s| s.id == m.id).map(|s| s.at),
     }
 }
 
-fn unseen_member(m: &Member, st: &State) -> WorkerView {
-    WorkerView {
-        id: m.id.clone(),
-        ip: m.ip,
-        instance_type: m.instance_type.clone(),
-        az: "?".into(),
-        market: "?".into(),
-        status: if m.acked { "ADDED" } else { "ADD_QUEUED" }.into(),
-        since: st.since.get(&m.id).map(|(_, t)| *t),
-        waiting_for: Some("a complete EC2 view".into()),
-    }
+/// The status report's table: base hosts first, then by IP.
+/// `members` is the state's member list the rows were decided with.
+pub fn worker_views(rows: &[Row], snap: &Snapshot, members: &[Member]) -> Vec<WorkerView> {
+    let instances = snap.instances.as_deref().unwrap_or_default();
+    let mut out: Vec<WorkerView> = rows
+        .iter()
+        .filter_map(|row| {
+            let (ip, instance_type, az, market) = match row.source {
+                RowSource::Instance(i) => {
+                    let inst = instances.get(i)?;
+                    (
+                        inst.ip,
+                        &inst.instance_type,
+                        inst.az.as_str(),
+                        inst.market.as_str(),
+                    )
+                }
+                RowSource::Member(i) => {
+                    let m = members.get(i)?;
+                    (m.ip, &m.instance_type, "?", "?")
+                }
+            };
+            Some(WorkerView {
+                id: row.id.clone(),
+                ip,
+                instance_type: instance_type.clone(),
+                az: az.to_string(),
+                market: market.to_string(),
+                status: row.label().to_string(),
+                since: row.since,
+                waiting_for: row.waiting_for.clone(),
+            })
+        })
+        .collect();
+    out.sort_by_key(|v| (v.status != "BASE", v.ip));
+    out
 }
 
 /// The IPs a plan lists in its host files.

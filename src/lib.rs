@@ -15,6 +15,7 @@ pub mod model;
 pub mod observe;
 pub mod status;
 pub mod store;
+pub mod tags;
 
 /// Logs to stderr; `RUST_LOG` overrides the default `info`.
 pub fn init_logging() {

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::hostfile::Host;
+pub use crate::tags::Tags;
 
 /// Milliseconds since the Unix epoch. Decide receives "now" as one of these; it never reads a clock.
 pub type Millis = u64;
@@ -63,7 +64,7 @@ pub struct Instance {
     /// `spot`, `capacity-block` or `on-demand`.
     pub market: String,
     pub launched_at: Millis,
-    pub tags: BTreeMap<String, String>,
+    pub tags: Tags,
 }
 
 impl Instance {
@@ -154,12 +155,20 @@ pub struct State {
     pub removals: Vec<Removal>,
     #[serde(default)]
     pub pending_notification: Option<Notification>,
-    /// Instance id to (status, since when), for `dtctl status`.
+    /// When each worker's status last changed, for `dtctl status`. Keyed by IP, which compares
+    /// far cheaper than an instance id in a pass over 10,000 workers; the id guards IP reuse.
     #[serde(default)]
-    pub since: BTreeMap<String, (WorkerStatus, Millis)>,
+    pub since: BTreeMap<IpAddr, Since>,
     /// Instances whose requested removal is held (base host, `min`), so the event is journaled once.
     #[serde(default)]
     pub held: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Since {
+    pub id: String,
+    pub status: WorkerStatus,
+    pub at: Millis,
 }
 
 /// A line of the events journal.
@@ -190,6 +199,51 @@ pub struct WorkerView {
     pub waiting_for: Option<String>,
 }
 
+/// Where a status row's instance details come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowSource {
+    /// An index into the snapshot's instances.
+    Instance(usize),
+    /// An index into the plan's remembered members (the EC2 view failed).
+    Member(usize),
+}
+
+/// What a status row shows in its STATUS column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    Status(WorkerStatus),
+    /// A base host or the master: never managed, never removed.
+    Base,
+    /// Carries the cluster's tags but not the elastic tag, and never had a status.
+    Unmanaged,
+}
+
+impl Shown {
+    pub fn label(self) -> &'static str {
+        match self {
+            Shown::Status(s) => s.as_tag(),
+            Shown::Base => "BASE",
+            Shown::Unmanaged => "-",
+        }
+    }
+}
+
+/// What decide says about one worker: its status, what it waits for, since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub id: String,
+    pub source: RowSource,
+    pub shown: Shown,
+    pub waiting_for: Option<String>,
+    pub since: Option<Millis>,
+}
+
+impl Row {
+    pub fn label(&self) -> &'static str {
+        self.shown.label()
+    }
+}
+
 /// Everything decide wants done, plus the state to remember once it is.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -201,7 +255,9 @@ pub struct Plan {
     pub terminate: Vec<String>,
     pub notify: Option<Notification>,
     pub events: Vec<Event>,
-    pub workers: Vec<WorkerView>,
+    /// One row per worker for the status report, cheap to produce; `decide::worker_views`
+    /// turns them into [`WorkerView`]s.
+    pub rows: Vec<Row>,
     /// Why this pass held its ground (a source failed), empty when it did not.
     pub holds: Vec<String>,
 }

@@ -79,7 +79,7 @@ fn make_instance(
     elastic: bool,
     status: Option<WorkerStatus>,
 ) -> Instance {
-    let mut tags = BTreeMap::from([
+    let mut tags = Tags::from([
         ("NodeType".to_string(), "Worker".to_string()),
         ("aws:ec2launchtemplate:id".to_string(), "lt-1".to_string()),
     ]);
@@ -766,7 +766,7 @@ fn the_random_runs_reach_every_rule() {
             count("partial view", !p.all_sources_ok());
             count(
                 "at max",
-                p.plan.workers.iter().any(|w| {
+                p.plan.rows.iter().any(|w| {
                     w.waiting_for
                         .as_deref()
                         .is_some_and(|s| s.starts_with("room under max"))
