@@ -251,3 +251,32 @@ fn a_worker_whose_prepare_data_failed_says_why() {
     );
     assert!(c.hosts().is_empty());
 }
+
+#[test]
+fn dtctl_add_launches_from_the_worker_template_and_they_prepare() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "10m");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    let out = c.dtctl(&["add", "--count", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ids: Vec<String> = stdout(&out)
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("launched ")?
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{}", stdout(&out));
+    for id in &ids {
+        assert_eq!(
+            c.tag(id, "aws:ec2launchtemplate:id"),
+            Some(c.template_id.clone())
+        );
+        c.wait_tag(id, "PREPARING");
+    }
+    let out = c.dtctl(&["add", "--count", "0"]);
+    assert!(!out.status.success(), "a count of 0 is refused");
+}
