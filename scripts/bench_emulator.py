@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Benchmarks of the release `dtd` against the emulator (moto on 127.0.0.1), printing figures.
+
+latency: 20 workers, interval 1s. Each trial either deletes a member's elastic tag
+  (`delete-tags`) or makes a preparing worker's marker appear, and measures the time until the
+  host file is rewritten and until the job (this script, via its pidfile) receives SIGUSR1.
+memory: 1,000 workers joined; the peak resident set (VmHWM) of `dtd`.
+
+Run it through scripts/bench, which builds the release binaries and sets up the tools.
+"""
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import boto3
+
+ELASTIC = "bench-aws-dl-cfn-elastic-worker"
+TARGET_DIR = os.environ.get("CARGO_TARGET_DIR", "target")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_moto(workdir):
+    port = free_port()
+    log = open(os.path.join(workdir, "moto.log"), "w")
+    proc = subprocess.Popen(["moto_server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=1)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    sys.exit(f"moto_server did not start on {url}; see {workdir}/moto.log")
+
+
+def ec2_client(url):
+    return boto3.client("ec2", endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id="bench", aws_secret_access_key="bench")
+
+
+def make_template(ec2):
+    data = {
+        "ImageId": "ami-12c6146b",
+        "InstanceType": "p3.2xlarge",
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": [
+            {"Key": "NodeType", "Value": "Worker"}, {"Key": ELASTIC, "Value": "true"}]}],
+    }
+    ec2.create_launch_template(LaunchTemplateName="bench-worker", LaunchTemplateData=data)
+
+
+def launch(ec2, count, per_reservation=10):
+    out = []
+    while count > 0:
+        n = min(count, per_reservation)
+        r = ec2.run_instances(LaunchTemplate={"LaunchTemplateName": "bench-worker"}, MinCount=n, MaxCount=n)
+        out += [(i["InstanceId"], i["PrivateIpAddress"]) for i in r["Instances"]]
+        count -= n
+    return out
+
+
+def write_config(workdir, efs, interval, max_workers, api_timeout="10s"):
+    path = os.path.join(workdir, "dtd.yaml")
+    with open(path, "w") as f:
+        f.write(f"""cluster: bench
+workers:
+  launch_template: bench-worker
+  min: 0
+  max: {max_workers}
+shared_dir: {efs}
+hostfiles:
+  - {{ path: {efs}/host_worker, format: mxnet }}
+job:
+  notify: {{ signal: SIGUSR1, pidfile: {efs}/job.pid }}
+  ack: {{ timeout: 10m }}
+interval: {interval}
+api_timeout: {api_timeout}
+""")
+    return path
+
+
+def start_dtd(config, url, workdir):
+    env = dict(os.environ, AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="bench",
+               AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1", RUST_LOG="warn")
+    log = open(os.path.join(workdir, "dtd.log"), "w")
+    binary = os.path.join(TARGET_DIR, "release", "dtd")
+    return subprocess.Popen([binary, "run", "--config", config], env=env, stderr=log)
+
+
+def marker(efs, ip):
+    with open(os.path.join(efs, f"prepare_data_success_{ip}"), "w") as f:
+        f.write("{}")
+
+
+def read_hosts(efs):
+    try:
+        with open(os.path.join(efs, "host_worker")) as f:
+            return f.read().split()
+    except FileNotFoundError:
+        return []
+
+
+def wait(what, pred, timeout=120, step=0.002):
+    start = time.monotonic()
+    while not pred():
+        if time.monotonic() - start > timeout:
+            sys.exit(f"timed out waiting for {what}")
+        time.sleep(step)
+
+
+class SignalRecorder:
+    """This process plays the job: it writes the pidfile and records SIGUSR1 arrivals."""
+
+    def __init__(self, efs):
+        self.times = []
+        signal.signal(signal.SIGUSR1, lambda *_: self.times.append(time.monotonic()))
+        with open(os.path.join(efs, "job.pid"), "w") as f:
+            f.write(str(os.getpid()))
+
+    def after(self, t0):
+        return next((t for t in self.times if t >= t0), None)
+
+
+def trial(efs, rec, act, expect):
+    start = time.monotonic()
+    act()
+    wait("the host file", lambda: expect(read_hosts(efs)))
+    hosts_at = time.monotonic()
+    wait("the signal", lambda: rec.after(start) is not None)
+    return hosts_at - start, rec.after(start) - start
+
+
+def pct(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def report(name, hostfile, signalled):
+    print(f"{name:<28} n={len(signalled):<3} host file: median {statistics.median(hostfile):.3f}s "
+          f"p95 {pct(hostfile, 95):.3f}s | job signalled: median {statistics.median(signalled):.3f}s "
+          f"p95 {pct(signalled, 95):.3f}s max {max(signalled):.3f}s")
+
+
+def bench_latency(trials):
+    with tempfile.TemporaryDirectory() as workdir:
+        efs = os.path.join(workdir, "efs")
+        os.mkdir(efs)
+        moto, url = start_moto(workdir)
+        dtd = None
+        try:
+            ec2 = ec2_client(url)
+            make_template(ec2)
+            members = launch(ec2, 20)
+            joiners = launch(ec2, trials)
+            for _, ip in members:
+                marker(efs, ip)
+            rec = SignalRecorder(efs)
+            dtd = start_dtd(write_config(workdir, efs, "1s", 200), url, workdir)
+            wait("20 workers to join", lambda: len(read_hosts(efs)) == 20, timeout=60)
+            time.sleep(1.5)
+            results = {"delete-tags -> rescaled": ([], []), "marker -> rescaled": ([], [])}
+            for i in range(trials):
+                iid, ip = members[i % len(members)]
+                h, s = trial(efs, rec, lambda: ec2.delete_tags(Resources=[iid], Tags=[{"Key": ELASTIC}]),
+                             lambda hosts: ip not in hosts)
+                results["delete-tags -> rescaled"][0].append(h)
+                results["delete-tags -> rescaled"][1].append(s)
+                jid, jip = joiners[i]
+                h, s = trial(efs, rec, lambda: marker(efs, jip), lambda hosts: jip in hosts)
+                results["marker -> rescaled"][0].append(h)
+                results["marker -> rescaled"][1].append(s)
+                # Trials start at random phases of the 1 s interval, as real events do.
+                time.sleep(0.37)
+            print(f"latency: 20 workers, interval 1s, {trials} trials each (target: median under 1.5 s)")
+            for name, (h, s) in results.items():
+                report(name, h, s)
+            allh = results["delete-tags -> rescaled"][0] + results["marker -> rescaled"][0]
+            alls = results["delete-tags -> rescaled"][1] + results["marker -> rescaled"][1]
+            report("all trials", allh, alls)
+        finally:
+            if dtd:
+                dtd.terminate()
+                dtd.wait()
+            moto.kill()
+
+
+def peak_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def bench_memory(workers):
+    with tempfile.TemporaryDirectory() as workdir:
+        efs = os.path.join(workdir, "efs")
+        os.mkdir(efs)
+        moto, url = start_moto(workdir)
+        dtd = None
+        try:
+            ec2 = ec2_client(url)
+            make_template(ec2)
+            for _, ip in launch(ec2, workers):
+                marker(efs, ip)
+            dtd = start_dtd(write_config(workdir, efs, "1s", workers + 10, api_timeout="60s"), url, workdir)
+            start = time.monotonic()
+            wait(f"{workers} workers to join", lambda: len(read_hosts(efs)) == workers, timeout=600, step=0.2)
+            joined = time.monotonic() - start
+            status = os.path.join(efs, ".dt", "bench", "status.json")
+            # A few more full passes, so the steady state is measured too.
+            for _ in range(3):
+                before = os.path.getmtime(status) if os.path.exists(status) else 0
+                wait("another pass", lambda: os.path.exists(status) and os.path.getmtime(status) > before,
+                     timeout=120, step=0.2)
+            kib = peak_rss_kib(dtd.pid)
+            print(f"memory: {workers} workers joined in {joined:.1f}s (moto-bound); "
+                  f"dtd peak RSS (VmHWM) {kib / 1024:.1f} MiB (target: under 40 MiB)")
+        finally:
+            if dtd:
+                dtd.terminate()
+                dtd.wait()
+            moto.kill()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trials", type=int, default=20, help="trials of each kind (default 20)")
+    p.add_argument("--workers", type=int, default=1000, help="workers for the memory figure (default 1000)")
+    p.add_argument("--only", choices=["latency", "memory"], help="run one benchmark")
+    args = p.parse_args()
+    if args.trials < 1 or args.workers < 1:
+        p.error("--trials and --workers must be at least 1")
+    if args.only in (None, "latency"):
+        bench_latency(args.trials)
+    if args.only in (None, "memory"):
+        bench_memory(args.workers)
+
+
+if __name__ == "__main__":
+    main()
