@@ -10,6 +10,7 @@ Run it through scripts/bench, which builds the release binaries and sets up the 
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -100,6 +101,27 @@ def start_dtd(config, url, workdir):
     return subprocess.Popen([binary, "run", "--config", config], env=env, stderr=log)
 
 
+@contextlib.contextmanager
+def emulated_cluster():
+    """A temporary shared directory, moto with the worker template, and a slot for dtd; all stopped
+    on exit. Yields (workdir, efs, ec2 client, endpoint, procs) where procs["dtd"] may be set."""
+    with tempfile.TemporaryDirectory() as workdir:
+        efs = os.path.join(workdir, "efs")
+        os.mkdir(efs)
+        moto, url = start_moto(workdir)
+        procs = {}
+        try:
+            ec2 = ec2_client(url)
+            make_template(ec2)
+            yield workdir, efs, ec2, url, procs
+        finally:
+            if "dtd" in procs:
+                procs["dtd"].terminate()
+                procs["dtd"].wait()
+            moto.kill()
+            moto.wait()
+
+
 def marker(efs, ip):
     with open(os.path.join(efs, f"prepare_data_success_{ip}"), "w") as f:
         f.write("{}")
@@ -155,46 +177,34 @@ def report(name, hostfile, signalled):
 
 
 def bench_latency(trials):
-    with tempfile.TemporaryDirectory() as workdir:
-        efs = os.path.join(workdir, "efs")
-        os.mkdir(efs)
-        moto, url = start_moto(workdir)
-        dtd = None
-        try:
-            ec2 = ec2_client(url)
-            make_template(ec2)
-            members = launch(ec2, 20)
-            joiners = launch(ec2, trials)
-            for _, ip in members:
-                marker(efs, ip)
-            rec = SignalRecorder(efs)
-            dtd = start_dtd(write_config(workdir, efs, "1s", 200), url, workdir)
-            wait("20 workers to join", lambda: len(read_hosts(efs)) == 20, timeout=60)
-            time.sleep(1.5)
-            results = {"delete-tags -> rescaled": ([], []), "marker -> rescaled": ([], [])}
-            for i in range(trials):
-                iid, ip = members[i % len(members)]
-                h, s = trial(efs, rec, lambda: ec2.delete_tags(Resources=[iid], Tags=[{"Key": ELASTIC}]),
-                             lambda hosts: ip not in hosts)
-                results["delete-tags -> rescaled"][0].append(h)
-                results["delete-tags -> rescaled"][1].append(s)
-                jid, jip = joiners[i]
-                h, s = trial(efs, rec, lambda: marker(efs, jip), lambda hosts: jip in hosts)
-                results["marker -> rescaled"][0].append(h)
-                results["marker -> rescaled"][1].append(s)
-                # Trials start at random phases of the 1 s interval, as real events do.
-                time.sleep(0.37)
-            print(f"latency: 20 workers, interval 1s, {trials} trials each (target: median under 1.5 s)")
-            for name, (h, s) in results.items():
-                report(name, h, s)
-            allh = results["delete-tags -> rescaled"][0] + results["marker -> rescaled"][0]
-            alls = results["delete-tags -> rescaled"][1] + results["marker -> rescaled"][1]
-            report("all trials", allh, alls)
-        finally:
-            if dtd:
-                dtd.terminate()
-                dtd.wait()
-            moto.kill()
+    with emulated_cluster() as (workdir, efs, ec2, url, procs):
+        members = launch(ec2, 20)
+        joiners = launch(ec2, trials)
+        for _, ip in members:
+            marker(efs, ip)
+        rec = SignalRecorder(efs)
+        procs["dtd"] = start_dtd(write_config(workdir, efs, "1s", 200), url, workdir)
+        wait("20 workers to join", lambda: len(read_hosts(efs)) == 20, timeout=60)
+        time.sleep(1.5)
+        results = {"delete-tags -> rescaled": ([], []), "marker -> rescaled": ([], [])}
+        for i in range(trials):
+            iid, ip = members[i % len(members)]
+            h, s = trial(efs, rec, lambda: ec2.delete_tags(Resources=[iid], Tags=[{"Key": ELASTIC}]),
+                         lambda hosts: ip not in hosts)
+            results["delete-tags -> rescaled"][0].append(h)
+            results["delete-tags -> rescaled"][1].append(s)
+            _, jip = joiners[i]
+            h, s = trial(efs, rec, lambda: marker(efs, jip), lambda hosts: jip in hosts)
+            results["marker -> rescaled"][0].append(h)
+            results["marker -> rescaled"][1].append(s)
+            # Trials start at assorted phases of the 1 s interval, as real events do.
+            time.sleep(0.37)
+        print(f"latency: 20 workers, interval 1s, {trials} trials each (target: median under 1.5 s)")
+        for name, (h, s) in results.items():
+            report(name, h, s)
+        hostfile = [t for h, _ in results.values() for t in h]
+        signalled = [t for _, sig in results.values() for t in sig]
+        report("all trials", hostfile, signalled)
 
 
 def peak_rss_kib(pid):
@@ -206,34 +216,23 @@ def peak_rss_kib(pid):
 
 
 def bench_memory(workers):
-    with tempfile.TemporaryDirectory() as workdir:
-        efs = os.path.join(workdir, "efs")
-        os.mkdir(efs)
-        moto, url = start_moto(workdir)
-        dtd = None
-        try:
-            ec2 = ec2_client(url)
-            make_template(ec2)
-            for _, ip in launch(ec2, workers):
-                marker(efs, ip)
-            dtd = start_dtd(write_config(workdir, efs, "1s", workers + 10, api_timeout="60s"), url, workdir)
-            start = time.monotonic()
-            wait(f"{workers} workers to join", lambda: len(read_hosts(efs)) == workers, timeout=600, step=0.2)
-            joined = time.monotonic() - start
-            status = os.path.join(efs, ".dt", "bench", "status.json")
-            # A few more full passes, so the steady state is measured too.
-            for _ in range(3):
-                before = os.path.getmtime(status) if os.path.exists(status) else 0
-                wait("another pass", lambda: os.path.exists(status) and os.path.getmtime(status) > before,
-                     timeout=120, step=0.2)
-            kib = peak_rss_kib(dtd.pid)
-            print(f"memory: {workers} workers joined in {joined:.1f}s (moto-bound); "
-                  f"dtd peak RSS (VmHWM) {kib / 1024:.1f} MiB (target: under 40 MiB)")
-        finally:
-            if dtd:
-                dtd.terminate()
-                dtd.wait()
-            moto.kill()
+    with emulated_cluster() as (workdir, efs, ec2, url, procs):
+        for _, ip in launch(ec2, workers):
+            marker(efs, ip)
+        config = write_config(workdir, efs, "1s", workers + 10, api_timeout="60s")
+        procs["dtd"] = start_dtd(config, url, workdir)
+        start = time.monotonic()
+        wait(f"{workers} workers to join", lambda: len(read_hosts(efs)) == workers, timeout=600, step=0.2)
+        joined = time.monotonic() - start
+        status = os.path.join(efs, ".dt", "bench", "status.json")
+        # A few more full passes, so the steady state is measured too.
+        for _ in range(3):
+            before = os.path.getmtime(status) if os.path.exists(status) else 0
+            wait("another pass", lambda: os.path.exists(status) and os.path.getmtime(status) > before,
+                 timeout=120, step=0.2)
+        kib = peak_rss_kib(procs["dtd"].pid)
+        print(f"memory: {workers} workers joined in {joined:.1f}s (moto-bound); "
+              f"dtd peak RSS (VmHWM) {kib / 1024:.1f} MiB (target: under 40 MiB)")
 
 
 def main():

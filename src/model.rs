@@ -27,6 +27,16 @@ pub enum WorkerStatus {
 }
 
 impl WorkerStatus {
+    pub const ALL: [WorkerStatus; 7] = [
+        WorkerStatus::Preparing,
+        WorkerStatus::AddQueued,
+        WorkerStatus::Added,
+        WorkerStatus::RemovalQueued,
+        WorkerStatus::Removed,
+        WorkerStatus::PrepareFailed,
+        WorkerStatus::Interrupted,
+    ];
+
     pub fn as_tag(self) -> &'static str {
         match self {
             WorkerStatus::Preparing => "PREPARING",
@@ -40,17 +50,7 @@ impl WorkerStatus {
     }
 
     pub fn from_tag(value: &str) -> Option<WorkerStatus> {
-        [
-            WorkerStatus::Preparing,
-            WorkerStatus::AddQueued,
-            WorkerStatus::Added,
-            WorkerStatus::RemovalQueued,
-            WorkerStatus::Removed,
-            WorkerStatus::PrepareFailed,
-            WorkerStatus::Interrupted,
-        ]
-        .into_iter()
-        .find(|s| s.as_tag() == value)
+        WorkerStatus::ALL.into_iter().find(|s| s.as_tag() == value)
     }
 }
 

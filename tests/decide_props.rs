@@ -187,15 +187,7 @@ struct Scenario {
 }
 
 fn any_status() -> impl Strategy<Value = WorkerStatus> {
-    prop::sample::select(vec![
-        WorkerStatus::Preparing,
-        WorkerStatus::AddQueued,
-        WorkerStatus::Added,
-        WorkerStatus::RemovalQueued,
-        WorkerStatus::Removed,
-        WorkerStatus::PrepareFailed,
-        WorkerStatus::Interrupted,
-    ])
+    prop::sample::select(WorkerStatus::ALL.to_vec())
 }
 
 fn inst_spec() -> impl Strategy<Value = InstSpec> {
