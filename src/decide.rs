@@ -244,6 +244,10 @@ impl<'a> Decider<'a> {
                 continue;
             } else if let Some(pos) = self.member_of[at] {
                 if elastic {
+                    if !self.st.held.is_empty() {
+                        // Asked to stay after all: a later removal is journaled again.
+                        self.st.held.remove(&inst.id);
+                    }
                     self.member_view_at(pos, at);
                 } else {
                     leaves.push(at);
@@ -334,7 +338,9 @@ impl<'a> Decider<'a> {
         };
         // advance_removals sends the termination on this same pass: pushing it here too
         // listed the instance twice in plan.terminate.
-        self.push_removal(at, self.st.generation, termination, "elastic tag deleted");
+        // Numbered above anything acknowledged: with the state lost, only an acknowledgement
+        // given after this pass (or the timeout) may let a possibly training worker go.
+        self.push_removal(at, self.next_gen, termination, "elastic tag deleted");
     }
 
     fn push_removal(&mut self, at: usize, generation: u64, t: Termination, reason: &str) {
@@ -560,6 +566,10 @@ impl<'a> Decider<'a> {
         if !self.added.is_empty() || !self.removed.is_empty() {
             self.bump_generation();
         }
+        if self.ec2_ok {
+            let index = &self.index;
+            self.st.held.retain(|id, _| index.contains_key(id.as_str()));
+        }
         let tags = self.tags();
         let rows = self.rows();
         let hosts = self.hosts();
@@ -601,7 +611,13 @@ impl<'a> Decider<'a> {
             ip: *ip,
             slots: self.rules.slots.for_type("default"),
         });
-        let members = self.st.members.iter().map(|m| Host {
+        // A member whose IP became a base host (config changed) is listed once, as a base host.
+        let members = self
+            .st
+            .members
+            .iter()
+            .filter(|m| !self.rules.is_protected(m.ip));
+        let members = members.map(|m| Host {
             ip: m.ip,
             slots: self.rules.slots.for_type(&m.instance_type),
         });

@@ -793,3 +793,46 @@ fn a_worker_made_a_base_host_while_leaving_is_not_terminated() {
         ["10.0.0.5", "10.0.0.4", "10.0.1.1", "10.0.1.2"]
     );
 }
+
+#[test]
+fn a_member_made_a_base_host_is_listed_once() {
+    let (mut r, mut w, state) = two_members();
+    r.base_hosts.push(ip("10.0.1.1"));
+    let plan = pass(&r, &mut w, &state, 10_000);
+    let mut expected = with_base(&[]);
+    expected.push("10.0.1.1".into());
+    expected.push("10.0.1.2".into());
+    assert_eq!(hosts(&plan), expected);
+}
+
+#[test]
+fn with_the_state_lost_an_added_worker_leaving_waits_for_a_new_acknowledgement() {
+    let (r, mut w, _) = two_members();
+    w.delete_elastic_tag("i-1");
+    w.acks.generation = Some(5);
+    // A new master with an empty state directory: i-1 still says ADDED and may be training.
+    let plan = pass(&r, &mut w, &State::default(), 10_000);
+    assert!(plan.terminate.is_empty(), "{:?}", plan.terminate);
+    assert_eq!(worker(&plan, "i-1").label(), "REMOVAL_QUEUED");
+    w.acks.generation = Some(6);
+    let plan = pass(&r, &mut w, &plan.state, 11_000);
+    assert_eq!(plan.terminate, vec!["i-1".to_string()]);
+}
+
+#[test]
+fn a_held_removal_is_journaled_again_after_the_tag_came_back() {
+    let r = Rules { min: 4, ..rules() };
+    let (_, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(kinds(&plan), vec!["removal_held"]);
+    w.inst("i-1").tags.insert(ELASTIC.into(), "true".into());
+    let plan = pass(&r, &mut w, &plan.state, 11_000);
+    assert!(plan.state.held.is_empty());
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &plan.state, 12_000);
+    assert_eq!(kinds(&plan), vec!["removal_held"]);
+    w.vanish("i-1");
+    let plan = pass(&r, &mut w, &plan.state, 13_000);
+    assert!(plan.state.held.is_empty(), "forgotten with the instance");
+}
