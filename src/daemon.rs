@@ -331,7 +331,11 @@ impl Daemon {
             current: plan.hosts.len(),
             desired: desired(&self.cfg, plan),
             generation: self.state.generation,
-            acked_generation: snap.acks.as_ref().ok().and_then(|a| a.generation),
+            acked_generation: acknowledged(
+                &self.state,
+                snap,
+                self.cfg.job.ack.host_worker_log.is_some(),
+            ),
             pending_notification: self
                 .state
                 .pending_notification
@@ -371,4 +375,25 @@ fn desired(cfg: &Config, plan: &Plan) -> usize {
         .filter(|r| matches!(r.shown, Shown::Status(s) if coming.contains(&s)))
         .count();
     (cfg.workers.base_hosts.len() + managed).min(cfg.workers.max)
+}
+
+/// The newest generation the job is known to have applied: the ack file's, or with the
+/// `host_worker_log` form (which names IPs, not generations) the newest generation whose every
+/// join and removal the log has confirmed.
+fn acknowledged(state: &State, snap: &Snapshot, log_form: bool) -> Option<u64> {
+    let acks = snap.acks.as_ref().ok()?;
+    let from_log = log_form.then(|| {
+        let unconfirmed_joins = state
+            .members
+            .iter()
+            .filter(|m| !m.acked)
+            .map(|m| m.joined_generation);
+        let waiting = state
+            .removals
+            .iter()
+            .filter(|r| r.termination == Termination::Waiting);
+        let oldest_unconfirmed = unconfirmed_joins.chain(waiting.map(|r| r.generation)).min();
+        oldest_unconfirmed.map_or(state.generation, |g| g.saturating_sub(1))
+    });
+    acks.generation.max(from_log.filter(|g| *g > 0))
 }

@@ -77,6 +77,15 @@ fn the_example_job_is_signalled_rescales_and_acknowledges() {
         1,
         "acknowledged, not timed out"
     );
+    // The job acknowledged in the 2018 form, which names IPs: status derives the generation.
+    wait_until(
+        "status to show generation 2 applied",
+        Duration::from_secs(10),
+        || {
+            let status = c.status_json();
+            status["generation"] == 2 && status["acked_generation"] == 2
+        },
+    );
     assert_eq!(c.state_of(&base_id), "running");
     assert!(
         job_log(&c).contains("loss"),
