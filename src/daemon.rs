@@ -41,6 +41,8 @@ pub struct Daemon {
     acks: AckReader,
     launch_template_id: Option<String>,
     state: State,
+    /// What state.json holds, so an unchanged state is not rewritten (and fsynced) every pass.
+    saved: Option<State>,
     /// Last failure per source or action, so a lasting failure is logged once, not every pass.
     failures: BTreeMap<&'static str, String>,
     errors: Vec<String>,
@@ -73,6 +75,7 @@ impl Daemon {
             acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
             launch_template_id: None,
             failures: BTreeMap::new(),
+            saved: None,
             errors: Vec::new(),
             state,
             paths,
@@ -284,7 +287,13 @@ impl Daemon {
     }
 
     fn save_state(&mut self) {
+        if self.saved.as_ref() == Some(&self.state) {
+            return;
+        }
         let r = save_json(&self.paths.state(), &self.state).map_err(|e| e.to_string());
+        if r.is_ok() {
+            self.saved = Some(self.state.clone());
+        }
         self.note_failure("state file", r.err());
     }
 
