@@ -390,6 +390,12 @@ impl Cluster {
             .count()
     }
 
+    /// The status report, or null before dtd has finished its first pass: for polling.
+    pub fn try_status(&self) -> serde_json::Value {
+        let out = self.dtctl(&["status", "-o", "json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    }
+
     pub fn status_json(&self) -> serde_json::Value {
         let out = self.dtctl(&["status", "-o", "json"]);
         assert!(
