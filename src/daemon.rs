@@ -363,7 +363,7 @@ impl Daemon {
             holds: plan.holds.clone(),
             errors: self.errors.clone(),
             hosts: plan.hosts.clone(),
-            workers: worker_views(&plan.rows, snap, &self.state.members),
+            workers: worker_views(&plan.rows, snap, &self.state),
         };
         if let Err(e) = save_json(&self.paths.status(), &report) {
             tracing::warn!("{e}");

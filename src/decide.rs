@@ -56,7 +56,7 @@ impl Rules {
     /// them for every instance; separate look-ups cost several times more at 10,000 workers).
     fn facts(&self, i: &Instance) -> Facts {
         let mut f = Facts::default();
-        let (mut worker_tags, mut source) = (0, false);
+        let mut source = false;
         for (k, v) in i.tags.iter() {
             if *k == self.elastic_tag {
                 f.elastic = true;
@@ -67,12 +67,9 @@ impl Rules {
             } else if k == GROUP_TAG {
                 source |= self.auto_scaling_group.as_ref() == Some(v);
             }
-            // Equality compares lengths first; an ordered look-up would read every key's bytes.
-            worker_tags += (self.worker_tags.iter())
-                .filter(|(wk, wv)| *wk == k && *wv == v)
-                .count();
         }
-        f.cluster = source && worker_tags == self.worker_tags.len();
+        let tagged = (self.worker_tags.iter()).all(|(k, v)| i.tags.get(k) == Some(v));
+        f.cluster = source && tagged;
         f
     }
 
@@ -217,7 +214,8 @@ impl<'a> Decider<'a> {
     /// once, as there is nothing to drain.
     fn locate_members(&mut self) {
         let can_remove = self.can_remove();
-        let mut kept = Vec::with_capacity(self.st.members.len());
+        // Room for this pass's joins: growing a vector of 10,000 members copies all of them.
+        let mut kept = Vec::with_capacity(self.st.members.len() + self.list.len().min(64));
         for m in std::mem::take(&mut self.st.members) {
             match self.index.get(m.id.as_str()) {
                 Some(&at) => {
@@ -674,9 +672,7 @@ impl<'a> Decider<'a> {
     fn rows(&mut self) -> Vec<Row> {
         if !self.ec2_ok {
             let members = self.st.members.iter().enumerate();
-            return members
-                .map(|(i, m)| unseen_member(i, m, &self.st.since))
-                .collect();
+            return members.map(|(i, m)| unseen_member(i, m)).collect();
         }
         let list = self.list;
         let mut rows = Vec::with_capacity(list.len());
@@ -692,12 +688,19 @@ impl<'a> Decider<'a> {
                 None => Shown::Unmanaged,
             };
             with_status += status.is_some() as usize;
+            // The tag holds the previous status: only a change needs remembering.
+            if let Some(s) = status.filter(|s| self.facts[at].status != Some(*s)) {
+                let since = Since {
+                    id: inst.id.clone(),
+                    status: s,
+                    at: self.now,
+                };
+                self.st.since.insert(inst.ip, since);
+            }
             rows.push(Row {
-                id: inst.id.clone(),
                 source: RowSource::Instance(at),
                 shown,
                 waiting_for,
-                since: status.map(|s| began(&mut self.st.since, inst, s, self.now)),
             });
         }
         // More remembered than shown: some instances left or lost their status.
@@ -712,32 +715,6 @@ impl<'a> Decider<'a> {
             self.st.since.retain(|ip, _| shown.contains(ip));
         }
         rows
-    }
-}
-
-/// When `inst` entered `status`: the remembered time while the status (and the instance at
-/// that IP) holds, else now, which is then remembered.
-fn began(
-    since: &mut BTreeMap<IpAddr, Since>,
-    inst: &Instance,
-    status: WorkerStatus,
-    now: Millis,
-) -> Millis {
-    let fresh = || Since {
-        id: inst.id.clone(),
-        status,
-        at: now,
-    };
-    match since.get_mut(&inst.ip) {
-        Some(s) if s.id == inst.id && s.status == status => s.at,
-        Some(s) => {
-            *s = fresh();
-            now
-        }
-        None => {
-            since.insert(inst.ip, fresh());
-            now
-        }
     }
 }
 
@@ -757,51 +734,50 @@ pub fn join_ips(ips: &[IpAddr]) -> String {
         .join(",")
 }
 
-fn unseen_member(index: usize, m: &Member, since: &BTreeMap<IpAddr, Since>) -> Row {
+fn unseen_member(index: usize, m: &Member) -> Row {
     let status = if m.acked {
         WorkerStatus::Added
     } else {
         WorkerStatus::AddQueued
     };
     Row {
-        id: m.id.clone(),
         source: RowSource::Member(index),
         shown: Shown::Status(status),
         waiting_for: Some("a complete EC2 view".into()),
-        since: since.get(&m.ip).filter(|s| s.id == m.id).map(|s| s.at),
     }
 }
 
 /// The status report's table: base hosts first, then by IP.
-/// `members` is the state's member list the rows were decided with.
-pub fn worker_views(rows: &[Row], snap: &Snapshot, members: &[Member]) -> Vec<WorkerView> {
+/// `state` is the one the rows were decided with: its members and when each status began.
+pub fn worker_views(rows: &[Row], snap: &Snapshot, state: &State) -> Vec<WorkerView> {
+    let members = &state.members;
     let instances = snap.instances.as_deref().unwrap_or_default();
     let mut out: Vec<WorkerView> = rows
         .iter()
         .filter_map(|row| {
-            let (ip, instance_type, az, market) = match row.source {
+            let (id, ip, instance_type, az, market) = match row.source {
                 RowSource::Instance(i) => {
                     let inst = instances.get(i)?;
-                    (
-                        inst.ip,
-                        &inst.instance_type,
-                        inst.az.as_str(),
-                        inst.market.as_str(),
-                    )
+                    let (az, market) = (inst.az.as_str(), inst.market.as_str());
+                    (&inst.id, inst.ip, &inst.instance_type, az, market)
                 }
                 RowSource::Member(i) => {
                     let m = members.get(i)?;
-                    (m.ip, &m.instance_type, "?", "?")
+                    (&m.id, m.ip, &m.instance_type, "?", "?")
                 }
             };
             Some(WorkerView {
-                id: row.id.clone(),
+                id: id.clone(),
                 ip,
                 instance_type: instance_type.clone(),
                 az: az.to_string(),
                 market: market.to_string(),
                 status: row.label().to_string(),
-                since: row.since,
+                since: state
+                    .since
+                    .get(&ip)
+                    .filter(|s| s.id == *id && Shown::Status(s.status) == row.shown)
+                    .map(|s| s.at),
                 waiting_for: row.waiting_for.clone(),
             })
         })

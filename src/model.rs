@@ -228,14 +228,12 @@ impl Shown {
     }
 }
 
-/// What decide says about one worker: its status, what it waits for, since when.
+/// What decide says about one worker: its status and what it waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
-    pub id: String,
     pub source: RowSource,
     pub shown: Shown,
     pub waiting_for: Option<String>,
-    pub since: Option<Millis>,
 }
 
 impl Row {

@@ -146,15 +146,20 @@ fn kinds(plan: &Plan) -> Vec<&str> {
     plan.events.iter().map(|e| e.kind.as_str()).collect()
 }
 
-fn worker<'p>(plan: &'p Plan, id: &str) -> &'p Row {
+/// The status row of instance `id`; rows point into the snapshot `w` gave this pass.
+fn worker<'p>(plan: &'p Plan, w: &World, id: &str) -> &'p Row {
+    let row_id = |row: &Row| match row.source {
+        RowSource::Instance(at) => w.instances[at].id.clone(),
+        RowSource::Member(i) => plan.state.members[i].id.clone(),
+    };
     plan.rows
         .iter()
-        .find(|w| w.id == id)
+        .find(|row| row_id(row) == id)
         .unwrap_or_else(|| panic!("{id} not in the status rows: {:?}", plan.rows))
 }
 
-fn waiting_for(plan: &Plan, id: &str) -> String {
-    worker(plan, id).waiting_for.clone().unwrap_or_default()
+fn waiting_for(plan: &Plan, w: &World, id: &str) -> String {
+    worker(plan, w, id).waiting_for.clone().unwrap_or_default()
 }
 
 /// A world where i-1 (10.0.1.1) has joined (generation 1) and the job acknowledged it,
@@ -185,8 +190,8 @@ fn without_marker_the_worker_is_preparing() {
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&[]));
     assert_eq!(tagged(&plan, WorkerStatus::Preparing), ["i-1"]);
-    assert_eq!(worker(&plan, "i-1").label(), "PREPARING");
-    assert!(waiting_for(&plan, "i-1").contains("prepare_data_success_10.0.1.1"));
+    assert_eq!(worker(&plan, &w, "i-1").label(), "PREPARING");
+    assert!(waiting_for(&plan, &w, "i-1").contains("prepare_data_success_10.0.1.1"));
     assert_eq!(plan.state.generation, 0);
     assert!(plan.notify.is_none());
     assert!(plan.events.is_empty(), "{:?}", plan.events);
@@ -206,8 +211,8 @@ fn failed_marker_shows_prepare_failed_and_why() {
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&[]));
     assert_eq!(tagged(&plan, WorkerStatus::PrepareFailed), ["i-1"]);
-    assert_eq!(worker(&plan, "i-1").label(), "PREPARE_FAILED");
-    assert!(waiting_for(&plan, "i-1").contains("exit 3: disk full"));
+    assert_eq!(worker(&plan, &w, "i-1").label(), "PREPARE_FAILED");
+    assert!(waiting_for(&plan, &w, "i-1").contains("exit 3: disk full"));
     assert!(plan.terminate.is_empty());
 }
 
@@ -230,7 +235,7 @@ fn joiners_follow_base_hosts_in_join_order_with_one_generation_per_pass() {
     assert!(n.removed.is_empty());
     assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-a", "i-b"]);
     assert_eq!(kinds(&plan), ["joined", "joined", "generation"]);
-    assert!(waiting_for(&plan, "i-a").contains("acknowledge generation 1"));
+    assert!(waiting_for(&plan, &w, "i-a").contains("acknowledge generation 1"));
 
     // A worker launched earlier but ready later goes after them: join order, not launch order.
     w.instances.push(instance("i-c", "10.0.1.5", 50));
@@ -255,13 +260,13 @@ fn join_is_acknowledged_by_the_ack_file() {
     w.acks.generation = Some(0);
     let plan = pass(&r, &mut w, &plan.state, 2_000);
     assert!(plan.tags.is_empty());
-    assert_eq!(worker(&plan, "i-1").label(), "ADD_QUEUED");
+    assert_eq!(worker(&plan, &w, "i-1").label(), "ADD_QUEUED");
 
     w.acks.generation = Some(1);
     let plan = pass(&r, &mut w, &plan.state, 3_000);
     assert_eq!(tagged(&plan, WorkerStatus::Added), ["i-1"]);
-    assert_eq!(worker(&plan, "i-1").label(), "ADDED");
-    assert_eq!(worker(&plan, "i-1").waiting_for, None);
+    assert_eq!(worker(&plan, &w, "i-1").label(), "ADDED");
+    assert_eq!(worker(&plan, &w, "i-1").waiting_for, None);
     assert_eq!(
         plan.state.generation, 1,
         "acknowledging changes no membership"
@@ -281,7 +286,7 @@ fn join_is_acknowledged_by_an_added_line_after_the_mark() {
 
     let plan = pass(&r, &mut w, &plan.state, 2_000);
     assert_eq!(
-        worker(&plan, "i-1").label(),
+        worker(&plan, &w, "i-1").label(),
         "ADD_QUEUED",
         "old line counted"
     );
@@ -310,14 +315,14 @@ fn joins_stop_at_max() {
         ["i-1", "i-2", "i-3"]
     );
     for id in ["i-2", "i-3"] {
-        assert_eq!(waiting_for(&plan, id), "room under max (3)");
+        assert_eq!(waiting_for(&plan, &w, id), "room under max (3)");
     }
 
     // Still full on the next pass: nothing changes.
     let plan = pass(&r, &mut w, &plan.state, 2_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
     assert_eq!(plan.state.generation, 1);
-    assert_eq!(waiting_for(&plan, "i-2"), "room under max (3)");
+    assert_eq!(waiting_for(&plan, &w, "i-2"), "room under max (3)");
 }
 
 // ---- leaving on purpose ----
@@ -338,7 +343,7 @@ fn removal_waits_for_the_ack_file_then_terminates() {
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
     assert!(plan.terminate.is_empty(), "not before the job acknowledges");
     assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
-    assert!(waiting_for(&plan, "i-1").contains("acknowledge generation 2"));
+    assert!(waiting_for(&plan, &w, "i-1").contains("acknowledge generation 2"));
 
     // The job still runs generation 1: keep waiting.
     let plan = pass(&r, &mut w, &plan.state, 20_000);
@@ -388,7 +393,7 @@ fn removal_terminates_at_the_ack_timeout() {
 
     let plan = pass(&r, &mut w, &plan.state, deadline - 1);
     assert!(plan.terminate.is_empty());
-    assert!(waiting_for(&plan, "i-1").contains("timeout in 1s"));
+    assert!(waiting_for(&plan, &w, "i-1").contains("timeout in 1s"));
 
     let plan = pass(&r, &mut w, &plan.state, deadline);
     assert_eq!(plan.terminate, ["i-1"]);
@@ -408,8 +413,8 @@ fn removal_is_held_at_min_and_journaled_once() {
     assert!(plan.notify.is_none());
     assert_eq!(plan.state.generation, 1);
     assert_eq!(kinds(&plan), ["removal_held"]);
-    assert_eq!(worker(&plan, "i-1").label(), "ADDED");
-    assert_eq!(waiting_for(&plan, "i-1"), "worker count above min (4)");
+    assert_eq!(worker(&plan, &w, "i-1").label(), "ADDED");
+    assert_eq!(waiting_for(&plan, &w, "i-1"), "worker count above min (4)");
 
     let plan = pass(&r, &mut w, &plan.state, 20_000);
     assert!(plan.events.is_empty(), "held twice: {:?}", plan.events);
@@ -447,8 +452,8 @@ fn base_hosts_and_master_are_never_removed_or_terminated() {
     assert!(plan.terminate.is_empty());
     assert!(plan.tags.is_empty(), "{:?}", plan.tags);
     assert_eq!(kinds(&plan), ["removal_refused", "removal_refused"]);
-    assert_eq!(worker(&plan, "i-base").label(), "BASE");
-    assert_eq!(worker(&plan, "i-master").label(), "BASE");
+    assert_eq!(worker(&plan, &w, "i-base").label(), "BASE");
+    assert_eq!(worker(&plan, &w, "i-master").label(), "BASE");
 
     // Refused once, not on every pass; still not terminated long after any timeout.
     let plan = pass(&r, &mut w, &plan.state, 1_000 + 10 * TIMEOUT);
@@ -511,8 +516,8 @@ fn instance_never_managed_without_elastic_tag_is_left_alone() {
     assert!(plan.terminate.is_empty());
     assert!(plan.tags.is_empty());
     assert_eq!(hosts(&plan), with_base(&[]));
-    assert_eq!(worker(&plan, "i-1").label(), "-");
-    assert_eq!(waiting_for(&plan, "i-1"), "no elastic tag: not managed");
+    assert_eq!(worker(&plan, &w, "i-1").label(), "-");
+    assert_eq!(waiting_for(&plan, &w, "i-1"), "no elastic tag: not managed");
 }
 
 #[test]
@@ -534,8 +539,8 @@ fn requested_termination_is_resent_sent_is_not_and_gone_is_forgotten() {
     state.removals[0].termination = Termination::Sent;
     let plan = pass(&r, &mut w, &state, 40_000);
     assert!(plan.terminate.is_empty());
-    assert_eq!(worker(&plan, "i-1").label(), "REMOVED");
-    assert_eq!(waiting_for(&plan, "i-1"), "the instance to shut down");
+    assert_eq!(worker(&plan, &w, "i-1").label(), "REMOVED");
+    assert_eq!(waiting_for(&plan, &w, "i-1"), "the instance to shut down");
 
     // Once the instance is gone the removal is forgotten, quietly.
     w.vanish("i-1");
@@ -576,7 +581,7 @@ fn ec2_failure_holds_everything() {
     assert_eq!(plan.state.generation, 2);
     assert!(plan.events.is_empty(), "{:?}", plan.events);
     // The member it cannot see is still shown, with what it waits for.
-    assert_eq!(waiting_for(&plan, "i-2"), "a complete EC2 view");
+    assert_eq!(waiting_for(&plan, &w, "i-2"), "a complete EC2 view");
 
     // EC2 answers again: the acknowledged removal goes ahead.
     let plan = pass(&r, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
@@ -610,7 +615,10 @@ fn marker_failure_blocks_joins_and_removals() {
     assert!(plan.terminate.is_empty());
     assert_eq!(plan.state.generation, 1);
     assert!(plan.holds[0].contains("prepare-data markers"));
-    assert_eq!(waiting_for(&plan, "i-1"), "a complete view to remove it");
+    assert_eq!(
+        waiting_for(&plan, &w, "i-1"),
+        "a complete view to remove it"
+    );
 
     let plan = pass(&r, &mut w, &plan.state, 20_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.3"]));
@@ -637,7 +645,7 @@ fn ack_failure_blocks_removals_and_terminations() {
     // i-2 stays; joins do not need the acks, so i-3 joins.
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.3"]));
     assert_eq!(plan.state.removals.len(), 1);
-    assert_eq!(waiting_for(&plan, "i-1"), "a complete view");
+    assert_eq!(waiting_for(&plan, &w, "i-1"), "a complete view");
 
     let plan = pass(&r, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
     assert_eq!(plan.terminate, ["i-1"]);
@@ -740,8 +748,8 @@ fn same_inputs_give_the_same_plan() {
     let snap_c = w.snap();
     let mut c = decide(&r, &snap_c, &state, 10_000);
     assert_eq!(
-        worker_views(&a.rows, &snap, &a.state.members),
-        worker_views(&c.rows, &snap_c, &c.state.members)
+        worker_views(&a.rows, &snap, &a.state),
+        worker_views(&c.rows, &snap_c, &c.state)
     );
     let mut a = a;
     a.rows.clear();
@@ -813,7 +821,7 @@ fn with_the_state_lost_an_added_worker_leaving_waits_for_a_new_acknowledgement()
     // A new master with an empty state directory: i-1 still says ADDED and may be training.
     let plan = pass(&r, &mut w, &State::default(), 10_000);
     assert!(plan.terminate.is_empty(), "{:?}", plan.terminate);
-    assert_eq!(worker(&plan, "i-1").label(), "REMOVAL_QUEUED");
+    assert_eq!(worker(&plan, &w, "i-1").label(), "REMOVAL_QUEUED");
     w.acks.generation = Some(6);
     let plan = pass(&r, &mut w, &plan.state, 11_000);
     assert_eq!(plan.terminate, vec!["i-1".to_string()]);
