@@ -58,17 +58,17 @@ impl Rules {
         let mut f = Facts::default();
         let mut source = false;
         for (k, v) in i.tags.iter() {
-            if *k == self.elastic_tag {
+            if k == self.elastic_tag {
                 f.elastic = true;
             } else if k == STATUS_TAG {
                 f.status = WorkerStatus::from_tag(v);
             } else if k == TEMPLATE_TAG {
-                source |= self.launch_template_id.as_ref() == Some(v);
+                source |= self.launch_template_id.as_deref() == Some(v);
             } else if k == GROUP_TAG {
-                source |= self.auto_scaling_group.as_ref() == Some(v);
+                source |= self.auto_scaling_group.as_deref() == Some(v);
             }
         }
-        let tagged = (self.worker_tags.iter()).all(|(k, v)| i.tags.get(k) == Some(v));
+        let tagged = (self.worker_tags.iter()).all(|(k, v)| i.tags.get(k) == Some(v.as_str()));
         f.cluster = source && tagged;
         f
     }

@@ -69,7 +69,7 @@ pub struct Instance {
 
 impl Instance {
     pub fn status_tag(&self) -> Option<&str> {
-        self.tags.get(STATUS_TAG).map(String::as_str)
+        self.tags.get(STATUS_TAG)
     }
 }
 

@@ -109,8 +109,8 @@ fn make_instance(
 
 /// Written independently of `Rules::is_cluster_worker`, so a bug there is caught here.
 fn has_cluster_tags(i: &Instance) -> bool {
-    i.tags.get("NodeType").map(String::as_str) == Some("Worker")
-        && i.tags.get("aws:ec2launchtemplate:id").map(String::as_str) == Some("lt-1")
+    i.tags.get("NodeType") == Some("Worker")
+        && i.tags.get("aws:ec2launchtemplate:id") == Some("lt-1")
 }
 
 // ---- random scenarios ----
