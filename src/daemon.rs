@@ -164,14 +164,7 @@ impl Daemon {
                     Some(e) => format!("{name} could not be read completely: {e}; holding"),
                     None => format!("{name} readable again"),
                 };
-                events.push(Event {
-                    time: now_millis(),
-                    kind: kind.into(),
-                    instance: None,
-                    ip: None,
-                    generation: None,
-                    message,
-                });
+                events.push(Event::new(now_millis(), kind, message));
             }
         }
         events
@@ -238,12 +231,8 @@ impl Daemon {
                 }
                 let message = format!("generation {} delivered: {how}", n.generation);
                 self.record(&[Event {
-                    time: now_millis(),
-                    kind: "notified".into(),
-                    instance: None,
-                    ip: None,
                     generation: Some(n.generation),
-                    message,
+                    ..Event::new(now_millis(), "notified", message)
                 }]);
             }
             Err(e) => {
@@ -262,13 +251,12 @@ impl Daemon {
             .filter(|r| done.contains(&r.id))
         {
             r.termination = Termination::Sent;
+            let message = format!("TerminateInstances accepted for {} ({})", r.id, r.ip);
             events.push(Event {
-                time: now_millis(),
-                kind: "terminated".into(),
                 instance: Some(r.id.clone()),
                 ip: Some(r.ip),
                 generation: Some(r.generation),
-                message: format!("TerminateInstances accepted for {} ({})", r.id, r.ip),
+                ..Event::new(now_millis(), "terminated", message)
             });
         }
         if !done.is_empty() {

@@ -186,12 +186,10 @@ impl<'a> Decider<'a> {
 
     fn event(&mut self, kind: &str, inst: Option<(&str, IpAddr)>, gen: Option<u64>, msg: String) {
         self.events.push(Event {
-            time: self.now,
-            kind: kind.to_string(),
             instance: inst.map(|(id, _)| id.to_string()),
             ip: inst.map(|(_, ip)| ip),
             generation: gen,
-            message: msg,
+            ..Event::new(self.now, kind, msg)
         });
     }
 

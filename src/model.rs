@@ -185,6 +185,20 @@ pub struct Event {
     pub message: String,
 }
 
+impl Event {
+    /// An event about the whole cluster; set `instance`, `ip`, `generation` as they apply.
+    pub fn new(time: Millis, kind: &str, message: String) -> Event {
+        Event {
+            time,
+            kind: kind.to_string(),
+            instance: None,
+            ip: None,
+            generation: None,
+            message,
+        }
+    }
+}
+
 /// One row of `dtctl status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerView {
