@@ -3,7 +3,7 @@
 //! No I/O, no clock, no randomness. Everything that can terminate or remove an instance is here,
 //! so that the safety rules of DESIGN.md can be tested exhaustively (see the property tests).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
@@ -782,9 +782,4 @@ pub fn worker_views(rows: &[Row], snap: &Snapshot, state: &State) -> Vec<WorkerV
         .collect();
     out.sort_by_key(|v| (v.status != "BASE", v.ip));
     out
-}
-
-/// The IPs a plan lists in its host files.
-pub fn listed_ips(plan: &Plan) -> BTreeSet<IpAddr> {
-    plan.hosts.iter().map(|h| h.ip).collect()
 }

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::config::HostfileSpec;
-use crate::fsutil::{write_atomic, write_if_changed};
+use crate::fsutil::write_if_changed;
 use crate::hostfile::{render, Host};
 
 /// Returns whether any file changed.
@@ -20,11 +20,6 @@ pub fn ensure(specs: &[HostfileSpec], hosts: &[Host]) -> Result<bool, String> {
 /// Written after the host files, so a job that reads it first never acknowledges a generation
 /// newer than the host file it then reads.
 pub fn write_generation(path: &Path, generation: u64) -> Result<bool, String> {
-    let text = format!("{generation}\n");
-    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
-        return Ok(false);
-    }
-    write_atomic(path, text.as_bytes())
-        .map(|_| true)
+    write_if_changed(path, format!("{generation}\n").as_bytes())
         .map_err(|e| format!("writing {}: {e}", path.display()))
 }
