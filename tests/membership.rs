@@ -104,9 +104,14 @@ fn removal_waits_for_the_host_worker_log_acknowledgement() {
     assert!(waiting.contains("acknowledge generation 2"), "{waiting}");
 
     c.append_log(&format!("2 REMOVED {ip} 2026-11-22 10:00:00\n"));
-    wait_until("termination", Duration::from_secs(20), || {
-        c.state_of(&id) != "running"
-    });
+    // dtd journals a termination just after EC2 accepts it, so wait for the journal line:
+    // the instance state alone can change a moment before it is written.
+    wait_until(
+        "the termination in the journal",
+        Duration::from_secs(20),
+        || c.events_of("terminated", &id) > 0,
+    );
+    assert_ne!(c.state_of(&id), "running");
     assert_eq!(c.tag(&id, STATUS).as_deref(), Some("REMOVED"));
     assert_eq!(c.events_of("acknowledged", &id), 1);
     assert_eq!(c.events_of("terminated", &id), 1);
