@@ -52,6 +52,9 @@ pub struct Config {
     /// The master node's private IP: never removed, never terminated, never listed as a worker.
     #[serde(default)]
     pub master: Option<IpAddr>,
+    /// What `dtd agent` does on each worker.
+    #[serde(default)]
+    pub agent: Agent,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -66,6 +69,8 @@ pub struct Workers {
     pub base_hosts: Vec<IpAddr>,
     pub slots: Slots,
     pub page_size: i32,
+    /// Consecutive prepare-data failures after which group workers are no longer replaced.
+    pub max_prepare_failures: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +93,8 @@ struct RawWorkers {
     slots: Slots,
     #[serde(default = "default_page_size")]
     page_size: i32,
+    #[serde(default = "default_max_prepare_failures")]
+    max_prepare_failures: u32,
 }
 
 impl TryFrom<RawWorkers> for Workers {
@@ -120,6 +127,9 @@ impl TryFrom<RawWorkers> for Workers {
                 r.page_size
             ));
         }
+        if r.max_prepare_failures == 0 {
+            return Err("max_prepare_failures must be at least 1".into());
+        }
         if r.tags.is_empty() {
             return Err("tags must name at least one worker tag (default NodeType: Worker)".into());
         }
@@ -133,6 +143,7 @@ impl TryFrom<RawWorkers> for Workers {
             base_hosts: r.base_hosts,
             slots: r.slots,
             page_size: r.page_size,
+            max_prepare_failures: r.max_prepare_failures,
         })
     }
 }
@@ -271,11 +282,99 @@ impl Default for Ack {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Events {
+    /// EventBridge -> SQS queue of interruption, rebalance, state-change and lifecycle events.
     #[serde(default)]
     pub queue_url: Option<String>,
+    /// What a rebalance recommendation does: drain the worker now, or only report it.
+    #[serde(default)]
+    pub rebalance: Rebalance,
+    /// SQS long-poll wait per receive (1s..=20s).
+    #[serde(default = "default_queue_wait", deserialize_with = "duration")]
+    pub wait: Duration,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            queue_url: None,
+            rebalance: Rebalance::default(),
+            wait: default_queue_wait(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rebalance {
+    /// Remove the worker from the job gracefully (acknowledged), then terminate it.
+    #[default]
+    Drain,
+    /// Journal and show the recommendation; change nothing.
+    Report,
+}
+
+/// `dtd agent`: prepare-data on boot, then watch the instance's own metadata for notices.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agent {
+    /// The prepare-data program (run as an argv, no shell); default `<shared_dir>/prepare-data.py`.
+    #[serde(default)]
+    pub prepare_data: Option<PathBuf>,
+    /// Extra arguments passed to it after the program.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// One attempt's time limit; the attempt is killed when it is exceeded.
+    #[serde(default = "default_prepare_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// Attempts before a failure marker is written (1 = no retry).
+    #[serde(default = "default_prepare_attempts")]
+    pub attempts: u32,
+    /// Pause between attempts.
+    #[serde(default = "default_retry_delay", deserialize_with = "duration")]
+    pub retry_delay: Duration,
+    /// How often the instance metadata is polled for interruption notices.
+    #[serde(default = "default_imds_interval", deserialize_with = "duration")]
+    pub imds_interval: Duration,
+}
+
+impl Default for Agent {
+    fn default() -> Self {
+        Agent {
+            prepare_data: None,
+            args: Vec::new(),
+            timeout: default_prepare_timeout(),
+            attempts: default_prepare_attempts(),
+            retry_delay: default_retry_delay(),
+            imds_interval: default_imds_interval(),
+        }
+    }
+}
+
+fn default_queue_wait() -> Duration {
+    Duration::from_secs(20)
+}
+
+fn default_prepare_timeout() -> Duration {
+    Duration::from_secs(3600)
+}
+
+fn default_prepare_attempts() -> u32 {
+    3
+}
+
+fn default_retry_delay() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_imds_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_max_prepare_failures() -> u32 {
+    5
 }
 
 fn default_interval() -> Duration {
@@ -370,6 +469,20 @@ impl Config {
                 ));
             }
         }
+        if !(Duration::from_secs(1)..=Duration::from_secs(20)).contains(&self.events.wait) {
+            return Err(at_key(
+                text,
+                "wait",
+                "events.wait must be within 1s..=20s (SQS long polling)",
+            ));
+        }
+        if self.agent.attempts == 0 {
+            return Err(at_key(
+                text,
+                "attempts",
+                "agent.attempts must be at least 1",
+            ));
+        }
         if let Some(master) = self.master {
             if self.workers.base_hosts.contains(&master) {
                 return Err(at_key(
@@ -391,6 +504,9 @@ impl Config {
         }
         if self.job.ack.file.is_none() {
             self.job.ack.file = Some(self.shared_dir.join("ack"));
+        }
+        if self.agent.prepare_data.is_none() {
+            self.agent.prepare_data = Some(self.shared_dir.join("prepare-data.py"));
         }
         if self.state_dir.is_none() {
             self.state_dir = Some(self.shared_dir.join(".dt").join(&self.cluster));
