@@ -48,6 +48,7 @@ fn instance(n: usize, status: Option<WorkerStatus>, elastic: bool) -> Instance {
         market: "spot".into(),
         launched_at: NOW - 3_600_000 + n as u64,
         tags,
+        capacity_reservation: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         master: Some(ip(2_000_000)),
         slots: Slots::All(8),
         ack_timeout_ms: 600_000,
+        rebalance: dt::config::Rebalance::Drain,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;
@@ -100,6 +102,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             log_mark: 0,
             reason: "elastic tag deleted".into(),
             termination: Termination::Waiting,
+            cause: Cause::ElasticTag,
         });
         instances.push(i);
         // Ready to join on this pass.
@@ -118,6 +121,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         instances: Ok(instances),
         markers: Ok(markers),
         acks: Ok(acks),
+        notices: Vec::new(),
     };
     // One pass fills what the daemon remembers between passes (the `since` times).
     let mut warm = snap.clone();

@@ -271,6 +271,11 @@ def rescale(args, trainer):
     added, removed = diff(trainer.workers, hosts)
     trainer.set_workers(hosts)
     say(f"rescale: +[{', '.join(added)}] -[{', '.join(removed)}] -> {len(hosts)} workers")
+    if removed:
+        # A worker may be leaving under a Spot warning: keep the progress made so far now,
+        # not at the epoch's end, which may come after the instance is gone.
+        trainer.save(args.checkpoint)
+        say(f"checkpoint at step {trainer.global_step} (epoch {trainer.epoch}) after a removal")
     acknowledge(args, generation, added, removed)
 
 

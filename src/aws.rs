@@ -38,3 +38,30 @@ pub async fn ec2_client(cfg: &crate::config::Config) -> aws_sdk_ec2::Client {
 pub fn describe_error<E: std::error::Error>(e: &E) -> String {
     aws_sdk_ec2::error::DisplayErrorContext(e).to_string()
 }
+
+/// Every client the daemon uses; the queue and group clients only when the config names them.
+#[derive(Clone)]
+pub struct Clients {
+    pub ec2: aws_sdk_ec2::Client,
+    pub sqs: Option<aws_sdk_sqs::Client>,
+    pub autoscaling: Option<aws_sdk_autoscaling::Client>,
+}
+
+pub async fn clients(cfg: &crate::config::Config) -> Clients {
+    let region = cfg.region.as_deref();
+    let shared = sdk_config(region, cfg.api_timeout).await;
+    // A long poll holds the call open for `events.wait`: its attempt timeout must cover it.
+    let sqs = match cfg.events.queue_url {
+        Some(_) => {
+            let polling = sdk_config(region, cfg.api_timeout + cfg.events.wait).await;
+            Some(aws_sdk_sqs::Client::new(&polling))
+        }
+        None => None,
+    };
+    Clients {
+        ec2: aws_sdk_ec2::Client::new(&shared),
+        sqs,
+        autoscaling: (cfg.workers.auto_scaling_group.as_ref())
+            .map(|_| aws_sdk_autoscaling::Client::new(&shared)),
+    }
+}

@@ -5,15 +5,19 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::Client;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 
 use crate::act;
+use crate::aws::Clients;
 use crate::config::Config;
 use crate::decide::{decide_from, worker_views, Rules};
 use crate::fsutil::now_millis;
 use crate::model::*;
 use crate::observe::acks::AckReader;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
+use crate::observe::eventbridge::Parsed;
 use crate::observe::markers::MarkerScanner;
+use crate::observe::queue::{self, QueueUpdate, Received};
 use crate::status::{SourceStatus, StatusReport};
 use crate::store::{load_state, save_json, Paths, StoreError};
 
@@ -36,6 +40,11 @@ pub struct Daemon {
     cfg: Config,
     paths: Paths,
     client: Client,
+    clients: Clients,
+    /// Messages from the event queue, and those received but not yet heeded by a pass.
+    queue: Option<mpsc::Receiver<QueueUpdate>>,
+    inbox: Vec<Received>,
+    queue_error: Option<String>,
     ec2: Ec2Observer,
     markers: MarkerScanner,
     acks: AckReader,
@@ -66,10 +75,15 @@ pub fn lock_state_dir(paths: &Paths) -> Result<Lock, DaemonError> {
 }
 
 impl Daemon {
-    pub fn new(cfg: Config, client: Client) -> Result<Daemon, DaemonError> {
+    pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(cfg.state_dir());
         let state = load_state(&paths.state())?;
+        let client = clients.ec2.clone();
         Ok(Daemon {
+            clients,
+            queue: None,
+            inbox: Vec::new(),
+            queue_error: None,
             ec2: Ec2Observer::new(client.clone(), &cfg.workers.tags, cfg.workers.page_size),
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
@@ -89,25 +103,68 @@ impl Daemon {
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
         let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
         tracing::info!(cluster = %self.cfg.cluster, generation = self.state.generation, state = %self.paths.dir.display(), "dtd started");
+        self.start_queue();
         loop {
             self.pass().await;
+            let sleep = tokio::time::sleep(self.cfg.interval);
             tokio::select! {
-                _ = tokio::time::sleep(self.cfg.interval) => {}
+                _ = sleep => {}
+                Some(update) = recv(&mut self.queue) => self.take(update),
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+            }
+            // Everything else already waiting joins this pass.
+            while let Some(Ok(update)) = self.queue.as_mut().map(|q| q.try_recv()) {
+                self.take(update);
             }
         }
         tracing::info!("dtd stopping");
         Ok(())
     }
 
+    fn start_queue(&mut self) {
+        if let (Some(sqs), Some(url)) = (&self.clients.sqs, &self.cfg.events.queue_url) {
+            tracing::info!(queue = %url, "listening for interruption and lifecycle events");
+            self.queue = Some(queue::spawn(sqs.clone(), url.clone(), self.cfg.events.wait));
+        }
+    }
+
+    fn take(&mut self, update: QueueUpdate) {
+        match update {
+            QueueUpdate::Messages(m) => {
+                self.queue_error = None;
+                self.inbox.extend(m);
+            }
+            QueueUpdate::Failed(e) => self.queue_error = Some(e),
+        }
+    }
+
+    /// This pass's notices: the queue's and the agents' markers'.
+    fn notices(&self, markers: &Result<Markers, String>) -> Vec<Notice> {
+        let from_queue = self.inbox.iter().filter_map(|r| match &r.parsed {
+            Parsed::Notice(n) => Some(n.clone()),
+            Parsed::Wake(why) => {
+                tracing::info!("event: {why}");
+                None
+            }
+            Parsed::Ignored(why) => {
+                tracing::debug!("event ignored: {why}");
+                None
+            }
+        });
+        let from_agents = markers.iter().flat_map(|m| m.notices.iter().cloned());
+        from_queue.chain(from_agents).collect()
+    }
+
     pub async fn pass(&mut self) {
         let started = Instant::now();
         self.errors.clear();
         let (instances, calls) = self.observe_ec2().await;
+        let markers = self.markers.scan();
         let snap = Snapshot {
             instances,
-            markers: self.markers.scan(),
+            notices: self.notices(&markers),
+            markers,
             acks: self.acks.read(),
         };
         let mut events = self.source_events(&snap);
@@ -121,7 +178,33 @@ impl Daemon {
         self.save_state();
         self.apply(&plan).await;
         self.save_state();
+        self.settle_inbox(&plan.deferred_notices).await;
         self.write_status(&plan, &snap, calls, started.elapsed());
+    }
+
+    /// Deletes the messages this pass heeded; kept for the next pass if deleting failed or the
+    /// pass deferred them.
+    async fn settle_inbox(&mut self, deferred: &[String]) {
+        let queue_error = self.queue_error.clone();
+        self.note_failure("event queue", queue_error);
+        let (Some(sqs), Some(url)) = (&self.clients.sqs, &self.cfg.events.queue_url) else {
+            return;
+        };
+        let is_deferred =
+            |r: &Received| matches!(&r.parsed, Parsed::Notice(n) if deferred.contains(&n.id));
+        let (keep, heeded): (Vec<Received>, Vec<Received>) = std::mem::take(&mut self.inbox)
+            .into_iter()
+            .partition(is_deferred);
+        self.inbox = keep;
+        if heeded.is_empty() {
+            return;
+        }
+        let receipts: Vec<String> = heeded.iter().map(|r| r.receipt.clone()).collect();
+        let (deleted, err) = act::queue::delete(sqs, url, &receipts).await;
+        if deleted < receipts.len() {
+            self.inbox.extend(heeded);
+        }
+        self.note_failure("event queue deletes", err);
     }
 
     fn rules(&self) -> Rules {
@@ -318,6 +401,16 @@ impl Daemon {
                 })),
             ),
         ];
+        let queue = self.cfg.events.queue_url.as_ref().map(|url| {
+            let detail = match &self.queue_error {
+                Some(e) => (false, e.clone()),
+                None => (
+                    true,
+                    format!("{} ({} notices this pass)", url, snap.notices.len()),
+                ),
+            };
+            ("event queue", detail)
+        });
         let report = StatusReport {
             cluster: self.cfg.cluster.clone(),
             updated_at: now_millis(),
@@ -340,8 +433,10 @@ impl Daemon {
                 .map(|n| n.generation),
             ec2_calls_last_pass: calls,
             pass_ms: took.as_millis() as u64,
+            interruptions: self.state.interruptions,
             sources: sources
                 .into_iter()
+                .chain(queue)
                 .map(|(name, (ok, detail))| SourceStatus {
                     name: name.into(),
                     ok,
@@ -356,6 +451,13 @@ impl Daemon {
         if let Err(e) = save_json(&self.paths.status(), &report) {
             tracing::warn!("{e}");
         }
+    }
+}
+
+async fn recv(queue: &mut Option<mpsc::Receiver<QueueUpdate>>) -> Option<QueueUpdate> {
+    match queue {
+        Some(q) => q.recv().await,
+        None => std::future::pending().await,
     }
 }
 

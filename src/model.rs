@@ -65,6 +65,9 @@ pub struct Instance {
     pub market: String,
     pub launched_at: Millis,
     pub tags: Tags,
+    /// The Capacity Reservation (Capacity Block) it runs in, if any.
+    #[serde(default)]
+    pub capacity_reservation: Option<String>,
 }
 
 impl Instance {
@@ -79,6 +82,8 @@ pub struct Markers {
     pub success: BTreeSet<IpAddr>,
     /// IP to a one-line summary of why prepare-data failed (exit code, last output line).
     pub failed: BTreeMap<IpAddr, String>,
+    /// Interruption notices written by workers' agents.
+    pub notices: Vec<Notice>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.
@@ -99,6 +104,39 @@ pub struct Snapshot {
     pub instances: Result<Vec<Instance>, String>,
     pub markers: Result<Markers, String>,
     pub acks: Result<Acks, String>,
+    /// Interruption and rebalance notices received since the last pass (queue and agents).
+    pub notices: Vec<Notice>,
+}
+
+/// Something AWS said about an instance's future, from the event queue or a worker's agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The EventBridge event id, or the agent marker's notice id: a notice is heeded once.
+    pub id: String,
+    pub kind: NoticeKind,
+    pub target: NoticeTarget,
+    /// When AWS acts (Spot action time, when a Capacity Block's instances start terminating).
+    pub deadline: Option<Millis>,
+    /// `queue` or `agent`, for the journal.
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NoticeKind {
+    /// The instance will be taken away (Spot warning, interruptible reservation, or its group
+    /// terminating it without a hook): leave the job now, nothing to wait for.
+    Interruption,
+    /// Elevated risk of interruption: drain gracefully, or only report (config).
+    Rebalance,
+    /// The Capacity Block ends soon: drain its workers gracefully before it does.
+    CapacityBlockExpiring,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoticeTarget {
+    Instance(String),
+    Ip(IpAddr),
+    CapacityReservation(String),
 }
 
 /// A worker in the host files (base hosts are not stored: they come from the config).
@@ -125,7 +163,19 @@ pub enum Termination {
     Sent,
 }
 
-/// A worker leaving on purpose: out of the host files, not yet terminated.
+/// Why a worker leaves; only a deleted elastic tag can be taken back by restoring the tag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    #[default]
+    ElasticTag,
+    Rebalance,
+    CapacityBlock,
+    /// AWS takes the instance away: it left at once and is never terminated by us.
+    Interrupted,
+}
+
+/// A worker leaving: out of the host files, not yet terminated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Removal {
     pub id: String,
@@ -137,6 +187,8 @@ pub struct Removal {
     pub log_mark: u64,
     pub reason: String,
     pub termination: Termination,
+    #[serde(default)]
+    pub cause: Cause,
 }
 
 /// A change of membership the job has not been told about yet.
@@ -162,6 +214,13 @@ pub struct State {
     /// Instances whose requested removal is held (base host, `min`), so the event is journaled once.
     #[serde(default)]
     pub held: BTreeMap<String, String>,
+    /// Notice ids already heeded, with when: the queue delivers at least once, agents' markers
+    /// stay on disk, and a restart must not act on either twice.
+    #[serde(default)]
+    pub noticed: BTreeMap<String, Millis>,
+    /// Workers the job lost to interruptions and kept training without.
+    #[serde(default)]
+    pub interruptions: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -272,4 +331,6 @@ pub struct Plan {
     pub rows: Vec<Row>,
     /// Why this pass held its ground (a source failed), empty when it did not.
     pub holds: Vec<String>,
+    /// Notices this pass could not heed (a drain on a partial view): keep them for the next.
+    pub deferred_notices: Vec<String>,
 }

@@ -30,6 +30,9 @@ pub struct StatusReport {
     pub acked_generation: Option<u64>,
     /// The generation the job has not been told about yet, if any.
     pub pending_notification: Option<u64>,
+    /// Workers the job lost to interruptions and kept training without.
+    #[serde(default)]
+    pub interruptions: u64,
     pub ec2_calls_last_pass: u32,
     pub pass_ms: u64,
     pub sources: Vec<SourceStatus>,
@@ -73,6 +76,11 @@ impl StatusReport {
             "Generation:  {} (acknowledged: {acked}{pending})",
             self.generation
         );
+        let _ = writeln!(
+            o,
+            "Interrupted: {} worker(s) lost to interruptions, the job kept training",
+            self.interruptions
+        );
         for s in &self.sources {
             let mark = if s.ok { "ok" } else { "FAILED" };
             let _ = writeln!(o, "Source:      {:<22} {mark} {}", s.name, s.detail);
@@ -94,7 +102,7 @@ impl StatusReport {
     fn render_table(&self, o: &mut String, now: Millis) {
         let _ = writeln!(
             o,
-            "{:<16} {:<20} {:<12} {:<11} {:<10} {:<15} {:>6}  WAITING FOR",
+            "{:<16} {:<20} {:<12} {:<11} {:<14} {:<15} {:>6}  WAITING FOR",
             "IP", "INSTANCE", "TYPE", "AZ", "MARKET", "STATUS", "SINCE"
         );
         for w in &self.workers {
@@ -102,12 +110,12 @@ impl StatusReport {
             let waiting = w.waiting_for.as_deref().unwrap_or("-");
             let _ = writeln!(
                 o,
-                "{:<16} {:<20} {:<12} {:<11} {:<10} {:<15} {:>6}  {waiting}",
+                "{:<16} {:<20} {:<12} {:<11} {:<14} {:<15} {:>6}  {waiting}",
                 w.ip.to_string(),
                 w.id,
                 w.instance_type,
                 w.az,
-                w.market,
+                market_label(&w.market),
                 w.status,
                 since
             );
@@ -115,6 +123,16 @@ impl StatusReport {
         if self.workers.is_empty() {
             let _ = writeln!(o, "(no worker instances found)");
         }
+    }
+}
+
+/// EC2's instance lifecycle value as the console shows it.
+fn market_label(market: &str) -> &str {
+    match market {
+        "spot" => "Spot",
+        "on-demand" => "On-Demand",
+        "capacity-block" => "Capacity Block",
+        other => other,
     }
 }
 

@@ -66,6 +66,7 @@ fn rules(min: usize, max: usize) -> Rules {
         master: Some(slot_ip(10)),
         slots: Slots::All(1),
         ack_timeout_ms: TIMEOUT,
+        rebalance: dt::config::Rebalance::Drain,
     }
 }
 
@@ -104,6 +105,7 @@ fn make_instance(
         market: "spot".into(),
         launched_at: START + slot as u64 * 7 + incarnation as u64 * 1000,
         tags,
+        capacity_reservation: None,
     }
 }
 
@@ -156,6 +158,9 @@ enum Op {
     Vanish(usize),
     /// A new instance (new id) in an empty slot, with the elastic tag.
     Launch(usize),
+    /// A notice for the slot's instance (by id or IP), with an event id from a small pool so
+    /// that duplicates happen: (slot, rebalance rather than interruption, by IP, event id).
+    Notice(usize, bool, bool, u8),
 }
 
 #[derive(Debug, Clone)]
@@ -240,7 +245,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => slot.clone().prop_map(Op::LogAdded),
         2 => slot.clone().prop_map(Op::LogRemoved),
         2 => slot.clone().prop_map(Op::Vanish),
-        2 => slot.prop_map(Op::Launch),
+        2 => slot.clone().prop_map(Op::Launch),
+        2 => (slot, any::<bool>(), any::<bool>(), 0u8..4).prop_map(|(s, r, b, e)| Op::Notice(s, r, b, e)),
     ]
 }
 
@@ -303,6 +309,8 @@ struct World {
     incarnation: [u32; SLOTS],
     markers: Markers,
     acks: Acks,
+    /// Notices delivered on the coming pass.
+    notices: Vec<Notice>,
 }
 
 impl World {
@@ -319,6 +327,7 @@ impl World {
                 .map(|_| self.instances.values().cloned().collect()),
             markers: fail(step.markers_err, "EFS").map(|_| self.markers.clone()),
             acks: fail(step.acks_err, "ack").map(|_| self.acks.clone()),
+            notices: self.notices.clone(),
         }
     }
 
@@ -352,6 +361,23 @@ impl World {
             Op::LogAdded(s) => self.log(true, slot_ip(s)),
             Op::LogRemoved(s) => self.log(false, slot_ip(s)),
             Op::Vanish(s) => drop(self.instances.remove(&s)),
+            Op::Notice(s, rebalance, by_ip, event) => {
+                let target = match by_ip {
+                    true => NoticeTarget::Ip(slot_ip(s)),
+                    false => NoticeTarget::Instance(id_of(s, self.incarnation[s])),
+                };
+                let kind = match rebalance {
+                    true => NoticeKind::Rebalance,
+                    false => NoticeKind::Interruption,
+                };
+                self.notices.push(Notice {
+                    id: format!("e-{event}"),
+                    kind,
+                    target,
+                    deadline: None,
+                    source: "queue",
+                });
+            }
             Op::Launch(s) => {
                 if !self.instances.contains_key(&s) {
                     self.incarnation[s] += 1;
@@ -371,6 +397,7 @@ fn build(sc: &Scenario) -> (World, State) {
         instances: BTreeMap::new(),
         incarnation: [0; SLOTS],
         markers: Markers::default(),
+        notices: Vec::new(),
         acks: Acks {
             generation: sc.ack.map(|off| (sc.generation as i64 + off).max(0) as u64),
             log_lines: sc.log_lines,
@@ -437,6 +464,7 @@ fn build(sc: &Scenario) -> (World, State) {
                 log_mark: mark(m),
                 reason: "elastic tag deleted".into(),
                 termination: t,
+                cause: Cause::ElasticTag,
             }),
             _ => {}
         }
@@ -546,11 +574,17 @@ fn run(
                     .retain(|_, i| !plan.terminate.contains(&i.id));
             }
         }
+        world.notices.clear();
         if step.delivered && state.pending_notification == plan.notify {
             state.pending_notification = None;
         }
     }
     Ok(())
+}
+
+fn interrupted_ids(st: &State) -> BTreeSet<String> {
+    let interrupted = st.removals.iter().filter(|r| r.cause == Cause::Interrupted);
+    interrupted.map(|r| r.id.clone()).collect()
 }
 
 fn acknowledged(r: &Removal, acks: &Acks) -> bool {
@@ -652,9 +686,11 @@ proptest! {
             let Ok(instances) = &p.snap.instances else { return Ok(()) };
             let running = |id: &str| instances.iter().any(|i| i.id == id && has_cluster_tags(i));
             let kept: BTreeSet<&str> = p.plan.state.members.iter().map(|m| m.id.as_str()).collect();
+            // An interruption is not voluntary: AWS takes the worker whatever min says.
+            let interrupted = interrupted_ids(&p.plan.state);
             let voluntary: Vec<&str> = p.prev.members.iter()
                 .map(|m| m.id.as_str())
-                .filter(|id| !kept.contains(id) && running(id))
+                .filter(|id| !kept.contains(id) && running(id) && !interrupted.contains(*id))
                 .collect();
             let after = p.rules.base_hosts.len() + p.plan.state.members.len();
             if !voluntary.is_empty() && after < p.rules.min {
@@ -707,12 +743,14 @@ proptest! {
                 return p.fail("a source failed but plan.holds is empty".into());
             }
             let listed: BTreeSet<IpAddr> = p.plan.hosts.iter().map(|h| h.ip).collect();
-            for m in &p.prev.members {
+            // Interruptions are heeded on any view: the worker goes away whatever we see.
+            let interrupted = interrupted_ids(&p.plan.state);
+            for m in p.prev.members.iter().filter(|m| !interrupted.contains(&m.id)) {
                 if !p.plan.state.members.iter().any(|k| k.id == m.id) || !listed.contains(&m.ip) {
                     return p.fail(format!("member {} ({}) removed on a partial view", m.id, m.ip));
                 }
             }
-            for r in &p.plan.state.removals {
+            for r in p.plan.state.removals.iter().filter(|r| r.cause != Cause::Interrupted) {
                 if !p.prev.removals.iter().any(|q| q.id == r.id) {
                     return p.fail(format!("removal of {} queued on a partial view", r.id));
                 }
@@ -732,6 +770,25 @@ proptest! {
                 }
                 if !seen.insert(id) {
                     return p.fail(format!("{id} listed twice in plan.terminate"));
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    /// AWS reclaims an interrupted instance: dtd never terminates it, and it never rejoins.
+    #[test]
+    fn never_terminates_or_relists_an_interrupted_instance(sc in scenario()) {
+        run(&sc, |p| {
+            let before = interrupted_ids(p.prev);
+            for id in &p.plan.terminate {
+                if before.contains(id) {
+                    return p.fail(format!("terminated {id}, which AWS is reclaiming"));
+                }
+            }
+            for id in interrupted_ids(&p.plan.state) {
+                if p.plan.state.members.iter().any(|m| m.id == id) {
+                    return p.fail(format!("{id} is interrupted and still (or again) a member"));
                 }
             }
             Ok(())
@@ -773,6 +830,7 @@ fn the_random_runs_reach_every_rule() {
                 "removal_refused",
                 "removal_cancelled",
                 "gone",
+                "interrupted",
             ] {
                 count(kind, p.plan.events.iter().any(|e| e.kind == kind));
             }

@@ -5,3 +5,4 @@ pub mod ec2;
 pub mod hostfiles;
 pub mod journal;
 pub mod notify;
+pub mod queue;

@@ -37,8 +37,8 @@ async fn main() -> anyhow::Result<()> {
 async fn run(config: PathBuf) -> anyhow::Result<()> {
     let cfg = Config::load(&config)?;
     let _lock = lock_state_dir(&Paths::new(cfg.state_dir()))?;
-    let client = dt::aws::ec2_client(&cfg).await;
-    let daemon = Daemon::new(cfg, client).context("starting dtd")?;
+    let clients = dt::aws::clients(&cfg).await;
+    let daemon = Daemon::new(cfg, clients).context("starting dtd")?;
     daemon.run().await?;
     Ok(())
 }

@@ -111,6 +111,7 @@ fn convert(i: &Ec2Instance) -> Option<Instance> {
             .and_then(|t| t.to_millis().ok())
             .map_or(0, |ms| ms.max(0) as u64),
         tags,
+        capacity_reservation: i.capacity_reservation_id().map(str::to_string),
     })
 }
 

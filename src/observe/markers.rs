@@ -10,10 +10,12 @@ use std::io::Read;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use crate::model::Markers;
+use crate::model::{Markers, Notice, NoticeKind, NoticeTarget};
 
 pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
 pub const FAILED_PREFIX: &str = "prepare_data_failed_";
+/// Written by `dtd agent` when the instance's metadata announces an interruption.
+pub const INTERRUPTION_PREFIX: &str = "interruption_";
 
 /// A failure report is small; more than this is not read (a marker is not a log file).
 const MAX_REPORT_BYTES: u64 = 16 * 1024;
@@ -51,10 +53,12 @@ impl MarkerScanner {
             }
             return;
         };
-        let (success, rest) = if let Some(rest) = text.strip_prefix(SUCCESS_PREFIX) {
-            (true, rest)
+        let (kind, rest) = if let Some(rest) = text.strip_prefix(SUCCESS_PREFIX) {
+            (Kind::Success, rest)
         } else if let Some(rest) = text.strip_prefix(FAILED_PREFIX) {
-            (false, rest)
+            (Kind::Failed, rest)
+        } else if let Some(rest) = text.strip_prefix(INTERRUPTION_PREFIX) {
+            (Kind::Interruption, rest)
         } else {
             return;
         };
@@ -66,11 +70,18 @@ impl MarkerScanner {
             self.warn(&name, "not a regular file");
             return;
         }
-        if success {
-            markers.success.insert(ip);
-        } else {
-            let summary = self.failure_summary(&entry.path(), &name);
-            markers.failed.insert(ip, summary);
+        match kind {
+            Kind::Success => {
+                markers.success.insert(ip);
+            }
+            Kind::Failed => {
+                let summary = self.failure_summary(&entry.path(), &name);
+                markers.failed.insert(ip, summary);
+            }
+            Kind::Interruption => match read_notice(&entry.path(), ip) {
+                Ok(n) => markers.notices.push(n),
+                Err(e) => self.warn(&name, &e),
+            },
         }
     }
 
@@ -89,6 +100,58 @@ impl MarkerScanner {
             tracing::warn!(file = %name.to_string_lossy(), dir = %self.dir.display(), "ignoring marker: {why}");
         }
     }
+}
+
+enum Kind {
+    Success,
+    Failed,
+    Interruption,
+}
+
+/// The fields of an agent's interruption marker that the master needs; others are ignored.
+#[derive(serde::Deserialize)]
+struct AgentNotice {
+    id: String,
+    kind: String,
+    #[serde(default)]
+    instance_id: Option<String>,
+    #[serde(default)]
+    action_time: Option<String>,
+}
+
+/// An agent's notice targets its instance id when it gives one: an IP can be reused by a new
+/// instance while an old marker is still on disk.
+fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
+    let mut body = String::new();
+    fs::File::open(path)
+        .and_then(|f| f.take(MAX_REPORT_BYTES).read_to_string(&mut body))
+        .map_err(|e| format!("cannot read interruption marker: {e}"))?;
+    let n: AgentNotice = serde_json::from_str(&body)
+        .map_err(|e| format!("interruption marker is not the agent's JSON: {e}"))?;
+    let kind = match n.kind.as_str() {
+        "spot-interruption" | "lifecycle-terminate" => NoticeKind::Interruption,
+        "rebalance-recommendation" => NoticeKind::Rebalance,
+        other => return Err(format!("unknown interruption kind `{other}`")),
+    };
+    let valid_id = |id: &&String| {
+        id.starts_with("i-") && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    let target = match n.instance_id.as_ref().filter(valid_id) {
+        Some(id) => NoticeTarget::Instance(id.clone()),
+        None => NoticeTarget::Ip(ip),
+    };
+    let deadline = n.action_time.as_deref().and_then(|t| {
+        let t = humantime::parse_rfc3339_weak(t).ok()?;
+        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64)
+    });
+    let who = n.instance_id.unwrap_or_else(|| ip.to_string());
+    Ok(Notice {
+        id: format!("agent:{who}:{}", n.id),
+        kind,
+        target,
+        deadline,
+        source: "agent",
+    })
 }
 
 /// `prepare_data_failed_<ip>` holds JSON: exit code, attempts, duration and the output's tail.

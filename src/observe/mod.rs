@@ -2,4 +2,6 @@
 
 pub mod acks;
 pub mod ec2;
+pub mod eventbridge;
 pub mod markers;
+pub mod queue;

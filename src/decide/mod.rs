@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 
-use crate::config::{Config, Slots};
+mod notices;
+
+use crate::config::{Config, Rebalance, Slots};
 use crate::hostfile::Host;
 use crate::model::*;
 
@@ -29,6 +31,7 @@ pub struct Rules {
     pub master: Option<IpAddr>,
     pub slots: Slots,
     pub ack_timeout_ms: u64,
+    pub rebalance: Rebalance,
 }
 
 impl Rules {
@@ -44,6 +47,7 @@ impl Rules {
             master: cfg.master,
             slots: cfg.workers.slots.clone(),
             ack_timeout_ms: cfg.job.ack.timeout.as_millis() as u64,
+            rebalance: cfg.events.rebalance,
         }
     }
 
@@ -86,6 +90,8 @@ pub fn decide(rules: &Rules, snap: &Snapshot, prev: &State, now: Millis) -> Plan
 
 pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> Plan {
     let mut d = Decider::new(rules, snap, prev, now);
+    // Before members are located: a notice can take a member out of the job.
+    d.heed_notices(&snap.notices);
     d.locate_members();
     let (joins, leaves) = d.classify();
     d.join(joins);
@@ -127,6 +133,7 @@ struct Decider<'a> {
     terminate: Vec<String>,
     events: Vec<Event>,
     holds: Vec<String>,
+    deferred: Vec<String>,
 }
 
 impl<'a> Decider<'a> {
@@ -172,6 +179,7 @@ impl<'a> Decider<'a> {
             terminate: Vec::new(),
             events: Vec::new(),
             holds,
+            deferred: Vec::new(),
         }
     }
 
@@ -314,7 +322,8 @@ impl<'a> Decider<'a> {
         let Some(pos) = self.st.removals.iter().position(|r| r.id == inst.id) else {
             return false;
         };
-        let cancellable = self.st.removals[pos].termination == Termination::Waiting;
+        let r = &self.st.removals[pos];
+        let cancellable = r.termination == Termination::Waiting && r.cause == Cause::ElasticTag;
         if elastic && cancellable && self.can_join() {
             let r = self.st.removals.remove(pos);
             let msg = format!("elastic tag is back on {}: removal cancelled", r.ip);
@@ -372,30 +381,46 @@ impl<'a> Decider<'a> {
 
     fn push_removal(&mut self, at: usize, generation: u64, t: Termination, reason: &str) {
         let inst = &self.list[at];
-        let log_mark = self.acks.map_or(0, |a| a.log_lines);
-        self.st.removals.push(Removal {
-            id: inst.id.clone(),
-            ip: inst.ip,
-            generation,
+        let mut r = self.new_removal(&inst.id, inst.ip, Cause::ElasticTag, reason);
+        r.generation = generation;
+        r.termination = t;
+        self.queue_removal(r);
+    }
+
+    /// A removal waiting for the job's acknowledgement of the next generation.
+    fn new_removal(&self, id: &str, ip: IpAddr, cause: Cause, reason: &str) -> Removal {
+        Removal {
+            id: id.to_string(),
+            ip,
+            generation: self.next_gen,
             queued_at: self.now,
             deadline: self.now + self.rules.ack_timeout_ms,
-            log_mark,
+            log_mark: self.acks.map_or(0, |a| a.log_lines),
             reason: reason.to_string(),
-            termination: t,
-        });
-        let msg = match t {
-            Termination::Waiting => format!(
-                "{}: {} leaves the job; terminated after the job acknowledges generation {generation}",
-                reason, inst.ip
+            termination: Termination::Waiting,
+            cause,
+        }
+    }
+
+    fn queue_removal(&mut self, r: Removal) {
+        let (ip, generation, reason) = (r.ip, r.generation, &r.reason);
+        let (kind, msg) = match (r.cause, r.termination) {
+            (Cause::Interrupted, _) => (
+                "interrupted",
+                format!("{reason}: {ip} left the job at once; the job keeps training without it"),
             ),
-            _ => format!("{reason}: {} never joined the job; terminating", inst.ip),
+            (_, Termination::Waiting) => (
+                "removal_queued",
+                format!("{reason}: {ip} leaves the job; terminated after the job acknowledges generation {generation}"),
+            ),
+            _ => (
+                "removal_queued",
+                format!("{reason}: {ip} never joined the job; terminating"),
+            ),
         };
-        self.event(
-            "removal_queued",
-            Some((&inst.id, inst.ip)),
-            Some(generation),
-            msg,
-        );
+        let id = r.id.clone();
+        self.st.removals.push(r);
+        self.event(kind, Some((&id, ip)), Some(generation), msg);
     }
 
     fn candidate(&mut self, at: usize, joins: &mut Vec<usize>) {
@@ -519,6 +544,9 @@ impl<'a> Decider<'a> {
             // Made a base host (or the master) since it was queued: never terminated.
             return false;
         }
+        if r.cause == Cause::Interrupted {
+            return self.await_reclaim(r);
+        }
         if !self.can_remove() {
             let status = match r.termination {
                 Termination::Waiting => WorkerStatus::RemovalQueued,
@@ -609,6 +637,7 @@ impl<'a> Decider<'a> {
             events: self.events,
             rows,
             holds: self.holds,
+            deferred_notices: self.deferred,
         }
     }
 
