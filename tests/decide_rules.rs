@@ -914,6 +914,7 @@ fn the_agent_and_the_queue_reporting_one_interruption_count_once() {
     agent.source = "agent";
     w.notices = vec![agent];
     let again = pass(&r, &mut w, &plan.state, 4_000);
+    assert!(again.events.is_empty(), "{:?}", again.events);
     assert_eq!(again.state.generation, 2, "no second generation");
     assert_eq!(again.state.interruptions, 1);
     assert!(again.terminate.is_empty());

@@ -3,38 +3,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-
-struct Job(Child);
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        signal(self.0.id() as i32, "TERM");
-        let _ = self.0.wait();
-    }
-}
-
-fn start_example_job(c: &Cluster) -> Job {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/elastic_job.py");
-    let log = std::fs::File::create(c.dir.path().join("job.log")).unwrap();
-    let child = Command::new("python3")
-        .arg(script)
-        .arg("--shared-dir")
-        .arg(c.efs())
-        .args(["--step-time", "0.02", "--steps-per-epoch", "10"])
-        .stdout(log)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting examples/elastic_job.py");
-    Job(child)
-}
-
-fn job_log(c: &Cluster) -> String {
-    std::fs::read_to_string(c.dir.path().join("job.log")).unwrap_or_default()
-}
 
 #[test]
 fn the_example_job_is_signalled_rescales_and_acknowledges() {

@@ -75,6 +75,10 @@ impl Decider<'_> {
             self.removed.push(t.ip);
             self.st.interruptions += 1;
         } else if let Some(r) = self.st.removals.iter_mut().find(|r| r.id == t.id) {
+            if r.cause == Cause::Interrupted {
+                // The same interruption from its other source (agent and queue both report).
+                return;
+            }
             // Already leaving: stop waiting for an acknowledgement it may not live to see.
             r.cause = Cause::Interrupted;
             if r.termination == Termination::Waiting {

@@ -301,7 +301,9 @@ impl Cluster {
 
     /// The person at the console: the real AWS CLI against the emulator.
     pub fn aws(&self, args: &[&str]) -> String {
+        // The CLI's SQS client ignores AWS_ENDPOINT_URL (it keeps queue.amazonaws.com).
         let out = Command::new(tool("DT_AWS_CLI", "aws"))
+            .args(["--endpoint-url", &self.moto.endpoint()])
             .args(args)
             .envs(aws_env(&self.moto.endpoint()))
             .output()
@@ -436,4 +438,128 @@ pub fn stderr(o: &Output) -> String {
 
 pub fn path_str(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// The example job (examples/elastic_job.py), stopped with SIGTERM when dropped.
+pub struct Job(pub Child);
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        signal(self.0.id() as i32, "TERM");
+        let _ = self.0.wait();
+    }
+}
+
+pub fn start_example_job(c: &Cluster) -> Job {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/elastic_job.py");
+    let log = std::fs::File::create(c.dir.path().join("job.log")).unwrap();
+    let child = Command::new("python3")
+        .arg(script)
+        .arg("--shared-dir")
+        .arg(c.efs())
+        .args(["--step-time", "0.02", "--steps-per-epoch", "10"])
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting examples/elastic_job.py");
+    Job(child)
+}
+
+pub fn job_log(c: &Cluster) -> String {
+    std::fs::read_to_string(c.dir.path().join("job.log")).unwrap_or_default()
+}
+
+/// The EventBridge side the stack sets up, made by hand with the AWS CLI: a queue and one rule
+/// for the events dtd handles, delivering to it. Returns the queue URL.
+pub fn create_event_queue(c: &Cluster) -> String {
+    let url = c.aws(&[
+        "sqs",
+        "create-queue",
+        "--queue-name",
+        "itest-events",
+        "--query",
+        "QueueUrl",
+        "--output",
+        "text",
+    ]);
+    let arn = c.aws(&[
+        "sqs",
+        "get-queue-attributes",
+        "--queue-url",
+        &url,
+        "--attribute-names",
+        "QueueArn",
+        "--query",
+        "Attributes.QueueArn",
+        "--output",
+        "text",
+    ]);
+    let pattern = serde_json::json!({
+        "source": ["aws.ec2", "aws.autoscaling"],
+        "detail-type": [
+            "EC2 Spot Instance Interruption Warning",
+            "EC2 Instance Rebalance Recommendation",
+            "EC2 Instance State-change Notification",
+            "EC2 Instance-terminate Lifecycle Action",
+            "EC2 Instance-launch Lifecycle Action",
+            "Capacity Block Expiration Warning"
+        ]
+    });
+    c.aws(&[
+        "events",
+        "put-rule",
+        "--name",
+        "itest-events",
+        "--event-pattern",
+        &pattern.to_string(),
+    ]);
+    let target = serde_json::json!([{ "Id": "queue", "Arn": arn }]);
+    c.aws(&[
+        "events",
+        "put-targets",
+        "--rule",
+        "itest-events",
+        "--targets",
+        &target.to_string(),
+    ]);
+    url
+}
+
+/// What EC2 does two minutes before reclaiming a Spot instance, injected into EventBridge.
+pub fn put_ec2_event(c: &Cluster, detail_type: &str, detail: serde_json::Value) {
+    let entry = serde_json::json!([{
+        "Source": "aws.ec2",
+        "DetailType": detail_type,
+        "Detail": detail.to_string(),
+        "Resources": [],
+    }]);
+    c.aws(&["events", "put-events", "--entries", &entry.to_string()]);
+}
+
+/// Messages still in the queue, visible or in flight.
+pub fn queue_depth(c: &Cluster, url: &str) -> u64 {
+    let out = c.aws(&[
+        "sqs",
+        "get-queue-attributes",
+        "--queue-url",
+        url,
+        "--attribute-names",
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "--output",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("queue attributes JSON");
+    [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+    ]
+    .iter()
+    .map(|k| {
+        v["Attributes"][k]
+            .as_str()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    })
+    .sum()
 }

@@ -1,0 +1,218 @@
+//! Interruptions end to end: EventBridge events put into the emulator (moto) reach dtd through
+//! the SQS queue a rule delivers to, as on AWS. moto has no Spot market, so the events are the
+//! handwritten ones EC2 would send (like the AWS Node Termination Handler's own tests do).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+const SPOT: &str = "EC2 Spot Instance Interruption Warning";
+
+struct Training {
+    c: Cluster,
+    queue: String,
+    workers: Vec<(String, String)>,
+    _job: Job,
+}
+
+/// A base host and two workers in the job, the example job training on them, and the event
+/// queue configured. `interval` is long in tests that show the queue wakes dtd by itself.
+fn training(interval: &str) -> Training {
+    let mut c = Cluster::new();
+    let queue = create_event_queue(&c);
+    let (_, base_ip) = c.launch(1).remove(0);
+    let workers = c.launch(2);
+    for (_, ip) in &workers {
+        c.marker(ip);
+    }
+    let efs = c.efs().display().to_string();
+    let job = format!(
+        "  notify: {{ signal: SIGUSR1, pidfile: {efs}/job.pid }}\n  ack: {{ host_worker_log: {efs}/host_worker_log, timeout: 10m }}"
+    );
+    c.extra = format!("events:\n  queue_url: {queue}\n");
+    let config = c.config(1, 8, &[&base_ip], &job);
+    c.write_config(&config.replace("interval: 300ms", &format!("interval: {interval}")));
+    c.start_dtd();
+    let mut all = vec![base_ip.clone(), workers[0].1.clone(), workers[1].1.clone()];
+    all.sort();
+    c.wait_hosts("the base host and both workers", |h| {
+        let mut h = h.to_vec();
+        h.sort();
+        h == all
+    });
+    let job = start_example_job(&c);
+    wait_until(
+        "the job to start on three workers",
+        Duration::from_secs(20),
+        || job_log(&c).contains("start: 3 workers"),
+    );
+    Training {
+        c,
+        queue,
+        workers,
+        _job: job,
+    }
+}
+
+fn spot_warning(id: &str) -> serde_json::Value {
+    json!({ "instance-id": id, "instance-action": "terminate" })
+}
+
+#[test]
+fn a_spot_warning_rescales_the_job_at_once_and_it_checkpoints() {
+    // A minute between passes: only the queue can make dtd act within the wait below.
+    let t = training("60s");
+    let (id, ip) = &t.workers[0];
+    put_ec2_event(&t.c, SPOT, spot_warning(id));
+
+    t.c.wait_hosts("the interrupted worker to leave", |h| !h.contains(ip));
+    wait_until(
+        "the job to rescale and checkpoint",
+        Duration::from_secs(10),
+        || {
+            let log = job_log(&t.c);
+            log.contains(&format!("-[{ip}]")) && log.contains("after a removal")
+        },
+    );
+    let checkpoint = std::fs::read_to_string(t.c.efs().join("checkpoint.json")).unwrap();
+    let checkpoint: serde_json::Value = serde_json::from_str(&checkpoint).unwrap();
+    assert!(
+        !checkpoint["workers"].to_string().contains(ip.as_str()),
+        "{checkpoint}"
+    );
+
+    t.c.wait_tag(id, "INTERRUPTED");
+    assert_eq!(t.c.events_of("interrupted", id), 1);
+    wait_until("the message to be deleted", Duration::from_secs(10), || {
+        queue_depth(&t.c, &t.queue) == 0
+    });
+    assert_eq!(t.c.state_of(id), "running", "AWS reclaims it, not dtd");
+    assert_eq!(t.c.events_of("terminated", id), 0);
+
+    let status = t.c.dtctl(&["status"]);
+    let text = stdout(&status);
+    assert!(text.contains("1 worker(s) lost to interruptions"), "{text}");
+    let row = text.lines().find(|l| l.contains(id.as_str())).unwrap();
+    assert!(
+        row.contains("INTERRUPTED") && row.contains("On-Demand"),
+        "{row}"
+    );
+}
+
+#[test]
+fn duplicate_late_and_foreign_events_change_nothing_more() {
+    let t = training("60s");
+    let c = &t.c;
+    let (id1, ip1) = &t.workers[0];
+    let (id2, ip2) = &t.workers[1];
+    let (foreign, _) = c.launch_from(&c.foreign_template(), 1).remove(0);
+
+    // At-least-once delivery: the same event (same id) twice, straight into the queue.
+    let event = json!({
+        "version": "0", "id": "dup-1", "detail-type": SPOT, "source": "aws.ec2",
+        "time": "2026-11-23T10:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": spot_warning(id1),
+    });
+    for _ in 0..2 {
+        c.aws(&[
+            "sqs",
+            "send-message",
+            "--queue-url",
+            &t.queue,
+            "--message-body",
+            &event.to_string(),
+        ]);
+    }
+    // Out of order: a rebalance recommendation after the interruption it preceded.
+    put_ec2_event(
+        c,
+        "EC2 Instance Rebalance Recommendation",
+        json!({ "instance-id": id1 }),
+    );
+    put_ec2_event(c, SPOT, spot_warning(&foreign));
+    c.wait_hosts("the interrupted worker to leave", |h| !h.contains(ip1));
+
+    // Out of order the other way: EC2 already took w2; its warning arrives late.
+    c.aws(&["ec2", "terminate-instances", "--instance-ids", id2]);
+    let stopped = json!({ "instance-id": id2, "state": "shutting-down" });
+    put_ec2_event(c, "EC2 Instance State-change Notification", stopped);
+    c.wait_hosts("the reclaimed worker to leave", |h| !h.contains(ip2));
+    put_ec2_event(c, SPOT, spot_warning(id2));
+
+    wait_until(
+        "every message to be deleted",
+        Duration::from_secs(20),
+        || queue_depth(c, &t.queue) == 0,
+    );
+    assert_eq!(c.events_of("interrupted", id1), 1);
+    assert_eq!(
+        c.events_of("removal_queued", id1),
+        0,
+        "no drain after the interruption"
+    );
+    assert_eq!(
+        c.events_of("interrupted", id2),
+        0,
+        "already gone when its warning came"
+    );
+    assert_eq!(c.events_of("gone", id2), 1);
+    assert!(c
+        .journal()
+        .iter()
+        .all(|e| e["instance"] != foreign.as_str()));
+    assert_eq!(c.tag(&foreign, STATUS), None);
+    assert_eq!(c.state_of(&foreign), "running");
+    assert_eq!(c.status_json()["interruptions"], 1);
+}
+
+#[test]
+fn a_rebalance_recommendation_drains_the_worker_gracefully() {
+    let t = training("300ms");
+    let (id, ip) = &t.workers[0];
+    put_ec2_event(
+        &t.c,
+        "EC2 Instance Rebalance Recommendation",
+        json!({ "instance-id": id }),
+    );
+    t.c.wait_hosts("the worker to be drained", |h| !h.contains(ip));
+    // The job applies the change and writes REMOVED to host_worker_log; then it is terminated.
+    wait_until(
+        "termination after the job's acknowledgement",
+        Duration::from_secs(30),
+        || t.c.events_of("terminated", id) == 1,
+    );
+    assert_eq!(t.c.events_of("acknowledged", id), 1);
+    assert!(job_log(&t.c).contains(&format!("-[{ip}]")));
+    assert_eq!(t.c.status_json()["interruptions"], 0);
+}
+
+#[test]
+fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
+    let t = training("300ms");
+    let (id, ip) = &t.workers[0];
+    let generation = t.c.status_json()["generation"].as_u64().unwrap();
+    // What `dtd agent` writes when the instance metadata shows the Spot notice.
+    let marker = json!({
+        "id": "imds:spot-interruption:2026-11-23T10:02:00Z", "kind": "spot-interruption",
+        "instance_id": id, "ip": ip, "detail": "{\"action\":\"terminate\"}",
+        "action_time": "2026-11-23T10:02:00Z", "noticed_at": "2026-11-23T10:00:01Z",
+    });
+    std::fs::write(
+        t.c.efs().join(format!("interruption_{ip}")),
+        marker.to_string(),
+    )
+    .unwrap();
+    put_ec2_event(&t.c, SPOT, spot_warning(id));
+    t.c.wait_tag(id, "INTERRUPTED");
+    wait_until("the queue to be drained", Duration::from_secs(10), || {
+        queue_depth(&t.c, &t.queue) == 0
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(t.c.events_of("interrupted", id), 1);
+    let status = t.c.status_json();
+    assert_eq!(status["generation"].as_u64().unwrap(), generation + 1);
+    assert_eq!(status["interruptions"], 1);
+}
