@@ -66,6 +66,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         slots: Slots::All(8),
         ack_timeout_ms: 600_000,
         rebalance: dt::config::Rebalance::Drain,
+        max_prepare_failures: 5,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;
@@ -103,6 +104,8 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             reason: "elastic tag deleted".into(),
             termination: Termination::Waiting,
             cause: Cause::ElasticTag,
+            end: End::Terminate,
+            heartbeat_at: None,
         });
         instances.push(i);
         // Ready to join on this pass.
@@ -122,6 +125,8 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         markers: Ok(markers),
         acks: Ok(acks),
         notices: Vec::new(),
+        group: None,
+        resume_requested: None,
     };
     // One pass fills what the daemon remembers between passes (the `since` times).
     let mut warm = snap.clone();

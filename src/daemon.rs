@@ -166,6 +166,8 @@ impl Daemon {
             notices: self.notices(&markers),
             markers,
             acks: self.acks.read(),
+            group: self.observe_group().await,
+            resume_requested: self.resume_requested(),
         };
         let mut events = self.source_events(&snap);
         let rules = self.rules();
@@ -205,6 +207,18 @@ impl Daemon {
             self.inbox.extend(heeded);
         }
         self.note_failure("event queue deletes", err);
+    }
+
+    async fn observe_group(&self) -> Option<Result<Group, String>> {
+        let name = self.cfg.workers.auto_scaling_group.as_deref()?;
+        let client = self.clients.autoscaling.as_ref()?;
+        Some(crate::observe::asg::read_group(client, name).await)
+    }
+
+    /// `dtctl resume` writes the time it was asked; anything unreadable is no request.
+    fn resume_requested(&self) -> Option<Millis> {
+        let text = std::fs::read_to_string(self.paths.resume()).ok()?;
+        text.trim().parse().ok()
     }
 
     fn rules(&self) -> Rules {
@@ -296,6 +310,44 @@ impl Daemon {
         if !plan.terminate.is_empty() {
             self.terminate(&plan.terminate).await;
         }
+        self.apply_group(plan).await;
+    }
+
+    async fn apply_group(&mut self, plan: &Plan) {
+        let (Some(client), Some(group)) = (
+            self.clients.autoscaling.clone(),
+            self.cfg.workers.auto_scaling_group.clone(),
+        ) else {
+            return;
+        };
+        if !plan.protect.is_empty() {
+            let r = act::asg::protect(&client, &group, &plan.protect).await;
+            self.note_failure("scale-in protection", r.err());
+        }
+        let mut done = Vec::new();
+        let mut errors = Vec::new();
+        for (id, decrement) in &plan.group_terminate {
+            match act::asg::terminate(&client, id, *decrement).await {
+                Ok(()) => done.push(id.clone()),
+                Err(e) => errors.push(e),
+            }
+        }
+        for a in &plan.complete_hooks {
+            match act::asg::complete(&client, &group, a).await {
+                Ok(()) => {
+                    tracing::info!(instance = %a.instance, hook = %a.hook, "lifecycle action completed: {}", a.result);
+                    done.push(a.instance.clone());
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        for (id, hook) in &plan.heartbeats {
+            if let Err(e) = act::asg::heartbeat(&client, &group, id, hook).await {
+                errors.push(e);
+            }
+        }
+        self.mark_sent(&done, "Auto Scaling group accepted the end of");
+        self.note_failure("group actions", errors.into_iter().next());
     }
 
     async fn notify(&mut self, n: &Notification) {
@@ -326,6 +378,15 @@ impl Daemon {
 
     async fn terminate(&mut self, ids: &[String]) {
         let (done, err) = act::ec2::terminate(&self.client, ids).await;
+        self.mark_sent(&done, "TerminateInstances accepted for");
+        if !done.is_empty() {
+            tracing::info!(instances = ?done, "terminated");
+        }
+        self.note_failure("terminations", err);
+    }
+
+    /// Removals whose ending call succeeded are never sent again.
+    fn mark_sent(&mut self, done: &[String], what: &str) {
         let mut events = Vec::new();
         for r in self
             .state
@@ -333,8 +394,11 @@ impl Daemon {
             .iter_mut()
             .filter(|r| done.contains(&r.id))
         {
+            if r.termination != Termination::Requested {
+                continue;
+            }
             r.termination = Termination::Sent;
-            let message = format!("TerminateInstances accepted for {} ({})", r.id, r.ip);
+            let message = format!("{what} {} ({})", r.id, r.ip);
             events.push(Event {
                 instance: Some(r.id.clone()),
                 ip: Some(r.ip),
@@ -342,11 +406,7 @@ impl Daemon {
                 ..Event::new(now_millis(), "terminated", message)
             });
         }
-        if !done.is_empty() {
-            tracing::info!(instances = ?done, "terminated");
-        }
         self.record(&events);
-        self.note_failure("terminations", err);
     }
 
     fn record(&mut self, events: &[Event]) {
@@ -355,6 +415,14 @@ impl Daemon {
         }
         let r = act::journal::append(&self.paths.journal(), events);
         self.note_failure("events journal", r.err());
+    }
+
+    fn replacing_stopped(&self) -> Option<String> {
+        let limit = self.cfg.workers.max_prepare_failures;
+        (self.state.prepare_failures >= limit).then(|| {
+            let last = self.state.last_prepare_failure.as_deref().unwrap_or("-");
+            format!("stopped after {limit} prepare-data failures in a row (last: {last}); `dtctl resume` re-arms it")
+        })
     }
 
     fn save_state(&mut self) {
@@ -411,15 +479,18 @@ impl Daemon {
             };
             ("event queue", detail)
         });
+        let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
         let report = StatusReport {
             cluster: self.cfg.cluster.clone(),
             updated_at: now_millis(),
             pid: std::process::id(),
             interval_ms: self.cfg.interval.as_millis() as u64,
-            min: self.cfg.workers.min,
-            max: self.cfg.workers.max,
+            min: group.map_or(self.cfg.workers.min, |g| g.min),
+            max: group.map_or(self.cfg.workers.max, |g| g.max),
             current: plan.hosts.len(),
-            desired: desired(&self.cfg, plan),
+            desired: group.map_or_else(|| desired(&self.cfg, plan), |g| g.desired),
+            group: group.map(|g| g.name.clone()),
+            replacing_stopped: self.replacing_stopped(),
             generation: self.state.generation,
             acked_generation: acknowledged(
                 &self.state,

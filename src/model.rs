@@ -106,6 +106,45 @@ pub struct Snapshot {
     pub acks: Result<Acks, String>,
     /// Interruption and rebalance notices received since the last pass (queue and agents).
     pub notices: Vec<Notice>,
+    /// The worker Auto Scaling group, when the config names one.
+    pub group: Option<Result<Group, String>>,
+    /// When `dtctl resume` last asked to re-arm replacing failed workers.
+    pub resume_requested: Option<Millis>,
+}
+
+/// The worker Auto Scaling group as DescribeAutoScalingGroups and DescribeLifecycleHooks see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub min: usize,
+    pub desired: usize,
+    pub max: usize,
+    /// Instance id to its lifecycle state (`InService`, `Pending:Wait`, `Standby`, ...) and
+    /// whether it is protected from scale-in.
+    pub instances: BTreeMap<String, GroupMember>,
+    pub launching_hook: Option<String>,
+    pub terminating_hook: Option<Hook>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMember {
+    pub lifecycle_state: String,
+    pub protected: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hook {
+    pub name: String,
+    pub heartbeat_timeout_ms: Millis,
+}
+
+/// A lifecycle action to complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookAction {
+    pub instance: String,
+    pub hook: String,
+    /// `CONTINUE` or `ABANDON`.
+    pub result: &'static str,
 }
 
 /// Something AWS said about an instance's future, from the event queue or a worker's agent.
@@ -173,6 +212,28 @@ pub enum Cause {
     CapacityBlock,
     /// AWS takes the instance away: it left at once and is never terminated by us.
     Interrupted,
+    /// Its group is scaling in, or the group's desired capacity is below its protected workers.
+    ScaleIn,
+    /// Left its group's service (Standby, Detaching, Warmed): out of the job, kept running.
+    OutOfService,
+    /// Its prepare-data failed; a group worker is replaced.
+    PrepareFailed,
+}
+
+/// How a leaving worker's instance ends once the job has let it go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// TerminateInstances (launch-template workers).
+    #[default]
+    Terminate,
+    /// TerminateInstanceInAutoScalingGroup; `decrement` lowers the desired capacity with it
+    /// (a voluntary removal) or not (the group replaces it).
+    GroupTerminate { decrement: bool },
+    /// The group is terminating it and waits on our terminating hook: complete it (CONTINUE).
+    Hook { name: String },
+    /// Nothing: it stays running outside the job (Standby), or AWS takes it (interruption).
+    Keep,
 }
 
 /// A worker leaving: out of the host files, not yet terminated.
@@ -189,6 +250,11 @@ pub struct Removal {
     pub termination: Termination,
     #[serde(default)]
     pub cause: Cause,
+    #[serde(default)]
+    pub end: End,
+    /// When the last lifecycle heartbeat was sent for it.
+    #[serde(default)]
+    pub heartbeat_at: Option<Millis>,
 }
 
 /// A change of membership the job has not been told about yet.
@@ -221,6 +287,15 @@ pub struct State {
     /// Workers the job lost to interruptions and kept training without.
     #[serde(default)]
     pub interruptions: u64,
+    /// Group workers whose prepare-data failed in a row; replacing stops at the limit.
+    #[serde(default)]
+    pub prepare_failures: u32,
+    /// The last of those failures, for `dtctl status`.
+    #[serde(default)]
+    pub last_prepare_failure: Option<String>,
+    /// The `dtctl resume` request already honoured.
+    #[serde(default)]
+    pub resumed_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,6 +399,13 @@ pub struct Plan {
     /// Status tag value to the instances that need it.
     pub tags: BTreeMap<WorkerStatus, Vec<String>>,
     pub terminate: Vec<String>,
+    /// TerminateInstanceInAutoScalingGroup: (instance, decrement the desired capacity).
+    pub group_terminate: Vec<(String, bool)>,
+    pub complete_hooks: Vec<HookAction>,
+    /// RecordLifecycleActionHeartbeat: (instance, hook).
+    pub heartbeats: Vec<(String, String)>,
+    /// Group workers in the job to protect from scale-in.
+    pub protect: Vec<String>,
     pub notify: Option<Notification>,
     pub events: Vec<Event>,
     /// One row per worker for the status report, cheap to produce; `decide::worker_views`

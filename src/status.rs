@@ -30,6 +30,12 @@ pub struct StatusReport {
     pub acked_generation: Option<u64>,
     /// The generation the job has not been told about yet, if any.
     pub pending_notification: Option<u64>,
+    /// The worker Auto Scaling group min/desired/max come from, if any.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Why failed group workers are no longer replaced, if they are not.
+    #[serde(default)]
+    pub replacing_stopped: Option<String>,
     /// Workers the job lost to interruptions and kept training without.
     #[serde(default)]
     pub interruptions: u64,
@@ -60,11 +66,18 @@ impl StatusReport {
         if stale {
             let _ = writeln!(o, "WARNING:     no pass for {}: is dtd running?", ago(age));
         }
+        let from = self
+            .group
+            .as_ref()
+            .map_or(String::new(), |g| format!(", from group {g}"));
         let _ = writeln!(
             o,
-            "Workers:     {} in the job, desired {} (min {}, max {})",
+            "Workers:     {} in the job, desired {} (min {}, max {}{from})",
             self.current, self.desired, self.min, self.max
         );
+        if let Some(why) = &self.replacing_stopped {
+            let _ = writeln!(o, "Replacing:   {why}");
+        }
         let acked = self
             .acked_generation
             .map_or("none".to_string(), |g| g.to_string());

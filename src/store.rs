@@ -28,6 +28,10 @@ impl Paths {
     pub fn lock(&self) -> PathBuf {
         self.dir.join("dtd.lock")
     }
+    /// Written by `dtctl resume`: the time a person re-armed replacing failed workers.
+    pub fn resume(&self) -> PathBuf {
+        self.dir.join("resume")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -67,6 +67,7 @@ fn rules(min: usize, max: usize) -> Rules {
         slots: Slots::All(1),
         ack_timeout_ms: TIMEOUT,
         rebalance: dt::config::Rebalance::Drain,
+        max_prepare_failures: 5,
     }
 }
 
@@ -328,6 +329,8 @@ impl World {
             markers: fail(step.markers_err, "EFS").map(|_| self.markers.clone()),
             acks: fail(step.acks_err, "ack").map(|_| self.acks.clone()),
             notices: self.notices.clone(),
+            group: None,
+            resume_requested: None,
         }
     }
 
@@ -465,6 +468,8 @@ fn build(sc: &Scenario) -> (World, State) {
                 reason: "elastic tag deleted".into(),
                 termination: t,
                 cause: Cause::ElasticTag,
+                end: End::Terminate,
+                heartbeat_at: None,
             }),
             _ => {}
         }

@@ -32,6 +32,7 @@ fn rules() -> Rules {
         slots: Slots::All(1),
         ack_timeout_ms: TIMEOUT,
         rebalance: dt::config::Rebalance::Drain,
+        max_prepare_failures: 5,
     }
 }
 
@@ -80,6 +81,8 @@ impl World {
             markers: Ok(self.markers.clone()),
             acks: Ok(self.acks.clone()),
             notices: self.notices.clone(),
+            group: None,
+            resume_requested: None,
         }
     }
 

@@ -65,6 +65,19 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
+    /// Set the worker Auto Scaling group's desired capacity (within its min and max).
+    Scale {
+        #[arg(long)]
+        replicas: usize,
+        /// Show progress until the job trains on that many workers.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits.
+        #[arg(long, default_value = "30m")]
+        timeout: humantime::Duration,
+    },
+    /// Re-arm replacing workers whose prepare-data failed, after dtd stopped at the limit.
+    Resume,
     /// Acknowledge generation G on behalf of the job (writes the ack file).
     Ack { generation: u64 },
     /// Configuration file commands.
@@ -107,6 +120,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ack { generation } => ctl::local::ack(&cfg, generation),
         Command::Add { count } => ctl::ec2::add(&cfg, count).await,
         Command::Remove { targets } => ctl::ec2::remove(&cfg, &targets).await,
+        Command::Scale {
+            replicas,
+            wait,
+            timeout,
+        } => ctl::asg::scale(&cfg, replicas, wait.then(|| timeout.into())).await,
+        Command::Resume => ctl::asg::resume(&cfg),
         Command::Config { .. } => unreachable!("handled above"),
     }
 }

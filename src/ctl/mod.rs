@@ -1,4 +1,6 @@
-//! The commands behind `dtctl`: `local` reads and writes the daemon's files, `ec2` talks to AWS.
+//! The commands behind `dtctl`: `local` reads and writes the daemon's files, `ec2` and `asg`
+//! talk to AWS.
 
+pub mod asg;
 pub mod ec2;
 pub mod local;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 
+mod group;
 mod notices;
 
 use crate::config::{Config, Rebalance, Slots};
@@ -32,6 +33,7 @@ pub struct Rules {
     pub slots: Slots,
     pub ack_timeout_ms: u64,
     pub rebalance: Rebalance,
+    pub max_prepare_failures: u32,
 }
 
 impl Rules {
@@ -48,6 +50,7 @@ impl Rules {
             slots: cfg.workers.slots.clone(),
             ack_timeout_ms: cfg.job.ack.timeout.as_millis() as u64,
             rebalance: cfg.events.rebalance,
+            max_prepare_failures: cfg.workers.max_prepare_failures,
         }
     }
 
@@ -96,13 +99,14 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     let (joins, leaves) = d.classify();
     d.join(joins);
     d.leave(leaves);
+    d.scale_in();
     d.advance_removals();
     d.finish()
 }
 
 /// What the rules read from one instance's tags.
 #[derive(Debug, Clone, Copy, Default)]
-struct Facts {
+pub(super) struct Facts {
     cluster: bool,
     elastic: bool,
     status: Option<WorkerStatus>,
@@ -124,6 +128,10 @@ struct Decider<'a> {
     /// Position in `st.members` of each listed instance that is a member (valid in classify).
     member_of: Vec<Option<usize>>,
     ec2_ok: bool,
+    /// The worker group, when configured and read; `group_ok` is false when it could not be.
+    group: Option<&'a Group>,
+    group_ok: bool,
+    resume: Option<Millis>,
     markers: Option<&'a Markers>,
     acks: Option<&'a Acks>,
     st: State,
@@ -131,6 +139,9 @@ struct Decider<'a> {
     added: Vec<IpAddr>,
     removed: Vec<IpAddr>,
     terminate: Vec<String>,
+    group_terminate: Vec<(String, bool)>,
+    complete_hooks: Vec<HookAction>,
+    heartbeats: Vec<(String, String)>,
     events: Vec<Event>,
     holds: Vec<String>,
     deferred: Vec<String>,
@@ -147,8 +158,15 @@ impl<'a> Decider<'a> {
         note("EC2 instances", snap.instances.as_ref().map(|_| ()));
         note("prepare-data markers", snap.markers.as_ref().map(|_| ()));
         note("acknowledgements", snap.acks.as_ref().map(|_| ()));
+        if let Some(g) = &snap.group {
+            note("Auto Scaling group", g.as_ref().map(|_| ()));
+        }
+        let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
         let list: &[Instance] = snap.instances.as_deref().unwrap_or_default();
         let mut facts: Vec<Facts> = list.iter().map(|i| rules.facts(i)).collect();
+        if let Some(g) = group {
+            group::drop_terminating(g, list, &mut facts);
+        }
         let mut index = FxHashMap::default();
         index.reserve(list.len());
         for (at, i) in list.iter().enumerate() {
@@ -167,6 +185,9 @@ impl<'a> Decider<'a> {
             views: vec![None; list.len()],
             member_of: vec![None; list.len()],
             ec2_ok: snap.instances.is_ok(),
+            group,
+            group_ok: !matches!(snap.group, Some(Err(_))),
+            resume: snap.resume_requested,
             markers: snap.markers.as_ref().ok(),
             acks: snap.acks.as_ref().ok(),
             // Never reuse a generation the ack file already holds (state file lost, or a
@@ -177,6 +198,9 @@ impl<'a> Decider<'a> {
             added: Vec::new(),
             removed: Vec::new(),
             terminate: Vec::new(),
+            group_terminate: Vec::new(),
+            complete_hooks: Vec::new(),
+            heartbeats: Vec::new(),
             events: Vec::new(),
             holds,
             deferred: Vec::new(),
@@ -184,7 +208,7 @@ impl<'a> Decider<'a> {
     }
 
     fn can_join(&self) -> bool {
-        self.ec2_ok && self.markers.is_some()
+        self.ec2_ok && self.markers.is_some() && self.group_ok
     }
 
     /// Removing or terminating needs every source: a partial view never takes anything away.
@@ -255,8 +279,10 @@ impl<'a> Decider<'a> {
             if !self.facts[at].cluster {
                 continue;
             }
-            let staying =
-                self.facts[at].elastic && !leaving[at] && !self.rules.is_protected(list[at].ip);
+            let staying = self.facts[at].elastic
+                && !leaving[at]
+                && !self.rules.is_protected(list[at].ip)
+                && self.serving(at);
             match self.member_of[at] {
                 Some(pos) if staying => self.stay(pos, at),
                 _ => others.push(at),
@@ -274,7 +300,7 @@ impl<'a> Decider<'a> {
             } else if leaving[at] && self.reconsider_removal(inst, elastic) {
                 continue;
             } else if let Some(pos) = self.member_of[at] {
-                if elastic {
+                if elastic && self.serving(at) {
                     self.stay(pos, at);
                 } else {
                     leaves.push(at);
@@ -384,6 +410,7 @@ impl<'a> Decider<'a> {
         let mut r = self.new_removal(&inst.id, inst.ip, Cause::ElasticTag, reason);
         r.generation = generation;
         r.termination = t;
+        r.end = self.voluntary_end(at);
         self.queue_removal(r);
     }
 
@@ -399,6 +426,8 @@ impl<'a> Decider<'a> {
             reason: reason.to_string(),
             termination: Termination::Waiting,
             cause,
+            end: End::Terminate,
+            heartbeat_at: None,
         }
     }
 
@@ -428,8 +457,12 @@ impl<'a> Decider<'a> {
         let markers = self.markers;
         let success = markers.is_some_and(|m| m.success.contains(&ip));
         let failed = markers.and_then(|m| m.failed.get(&ip));
-        if success {
+        if !self.serving(at) {
+            self.outside_service(at, success, failed);
+        } else if success {
             joins.push(at);
+        } else if let (Some(why), true) = (failed, self.in_group(at)) {
+            self.replace_failed(at, why);
         } else if let Some(why) = failed {
             let why = format!("a person: prepare-data failed ({why})");
             self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
@@ -467,6 +500,10 @@ impl<'a> Decider<'a> {
                 acked: false,
             });
             self.added.push(inst.ip);
+            if self.in_group(at) {
+                self.st.prepare_failures = 0;
+            }
+            let inst = &self.list[at];
             let msg = format!(
                 "{} is ready (prepare-data marker) and joins the job",
                 inst.ip
@@ -489,7 +526,9 @@ impl<'a> Decider<'a> {
                 self.view(at, Some(WorkerStatus::Added), Some(why));
                 continue;
             }
-            if self.worker_count() - gone.len() <= self.rules.min {
+            let r = self.departure(at);
+            let voluntary = r.cause == Cause::ElasticTag;
+            if voluntary && self.worker_count() - gone.len() <= self.rules.min {
                 self.hold_at_min(at);
                 continue;
             }
@@ -497,12 +536,7 @@ impl<'a> Decider<'a> {
             self.st.held.remove(&inst.id);
             gone.insert(inst.id.as_str());
             self.removed.push(inst.ip);
-            self.push_removal(
-                at,
-                self.next_gen,
-                Termination::Waiting,
-                "elastic tag deleted",
-            );
+            self.queue_removal(r);
         }
         // One sweep for every leaver: a sweep each made leaving quadratic.
         if !gone.is_empty() {
@@ -563,10 +597,10 @@ impl<'a> Decider<'a> {
             return false;
         }
         match r.termination {
-            Termination::Waiting => self.wait_or_terminate(r),
+            Termination::Waiting => return self.wait_or_terminate(r),
             Termination::Requested => {
                 // The last request was never confirmed (call failed or daemon died): send it.
-                self.terminate.push(r.id.clone());
+                self.send_end(r);
                 self.view_id(&r.id, Some(WorkerStatus::Removed), None);
             }
             Termination::Sent => {
@@ -577,7 +611,8 @@ impl<'a> Decider<'a> {
         true
     }
 
-    fn wait_or_terminate(&mut self, r: &mut Removal) {
+    /// Returns false when the removal is finished and can be forgotten.
+    fn wait_or_terminate(&mut self, r: &mut Removal) -> bool {
         let acks = self.acks;
         let by_file = acks
             .and_then(|a| a.generation)
@@ -609,12 +644,18 @@ impl<'a> Decider<'a> {
                 r.generation
             );
             self.view_id(&r.id, Some(WorkerStatus::RemovalQueued), Some(why));
-            return;
+            self.heartbeat(r);
+            return true;
         };
         self.event(kind, Some((&r.id, r.ip)), Some(r.generation), msg);
+        if r.end == End::Keep {
+            // Out of the job and acknowledged; it stays running and may come back.
+            return false;
+        }
         r.termination = Termination::Requested;
-        self.terminate.push(r.id.clone());
+        self.send_end(r);
         self.view_id(&r.id, Some(WorkerStatus::Removed), None);
+        true
     }
 
     fn finish(mut self) -> Plan {
@@ -628,12 +669,17 @@ impl<'a> Decider<'a> {
         let tags = self.tags();
         let rows = self.rows();
         let hosts = self.hosts();
+        let protect = self.to_protect();
         Plan {
             notify: self.st.pending_notification.clone(),
             state: self.st,
             hosts,
             tags,
             terminate: self.terminate,
+            group_terminate: self.group_terminate,
+            complete_hooks: self.complete_hooks,
+            heartbeats: self.heartbeats,
+            protect,
             events: self.events,
             rows,
             holds: self.holds,

@@ -1,6 +1,7 @@
 //! Observe: one module per source, each returning plain data or saying why it is incomplete.
 
 pub mod acks;
+pub mod asg;
 pub mod ec2;
 pub mod eventbridge;
 pub mod markers;

@@ -1,0 +1,73 @@
+//! The worker group's actions: scale-in protection, terminating a drained worker, completing
+//! and heartbeating lifecycle actions.
+
+use aws_sdk_autoscaling::Client;
+
+use crate::aws::describe_error;
+use crate::model::HookAction;
+
+/// SetInstanceProtection takes at most 50 instances per call.
+const PROTECT_BATCH: usize = 50;
+
+pub async fn protect(client: &Client, group: &str, ids: &[String]) -> Result<(), String> {
+    for chunk in ids.chunks(PROTECT_BATCH) {
+        client
+            .set_instance_protection()
+            .auto_scaling_group_name(group)
+            .set_instance_ids(Some(chunk.to_vec()))
+            .protected_from_scale_in(true)
+            .send()
+            .await
+            .map_err(|e| format!("SetInstanceProtection: {}", describe_error(&e)))?;
+    }
+    Ok(())
+}
+
+pub async fn terminate(client: &Client, id: &str, decrement: bool) -> Result<(), String> {
+    client
+        .terminate_instance_in_auto_scaling_group()
+        .instance_id(id)
+        .should_decrement_desired_capacity(decrement)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "TerminateInstanceInAutoScalingGroup {id}: {}",
+                describe_error(&e)
+            )
+        })
+}
+
+pub async fn complete(client: &Client, group: &str, a: &HookAction) -> Result<(), String> {
+    client
+        .complete_lifecycle_action()
+        .auto_scaling_group_name(group)
+        .lifecycle_hook_name(&a.hook)
+        .instance_id(&a.instance)
+        .lifecycle_action_result(a.result)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            let why = describe_error(&e);
+            format!("CompleteLifecycleAction {} {}: {why}", a.instance, a.result)
+        })
+}
+
+pub async fn heartbeat(client: &Client, group: &str, id: &str, hook: &str) -> Result<(), String> {
+    client
+        .record_lifecycle_action_heartbeat()
+        .auto_scaling_group_name(group)
+        .lifecycle_hook_name(hook)
+        .instance_id(id)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "RecordLifecycleActionHeartbeat {id}: {}",
+                describe_error(&e)
+            )
+        })
+}

@@ -1,0 +1,73 @@
+//! The worker Auto Scaling group: capacity, each instance's lifecycle state and scale-in
+//! protection (DescribeAutoScalingGroups), and the hooks dtd completes (DescribeLifecycleHooks).
+
+use aws_sdk_autoscaling::Client;
+
+use crate::aws::describe_error;
+use crate::model::{Group, GroupMember, Hook};
+
+const LAUNCHING: &str = "autoscaling:EC2_INSTANCE_LAUNCHING";
+const TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
+/// AWS's default when a hook does not say.
+const DEFAULT_HEARTBEAT_S: i32 = 3600;
+
+pub async fn read_group(client: &Client, name: &str) -> Result<Group, String> {
+    let out = client
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(name)
+        .send()
+        .await
+        .map_err(|e| format!("DescribeAutoScalingGroups {name}: {}", describe_error(&e)))?;
+    let g = (out.auto_scaling_groups().first())
+        .ok_or_else(|| format!("Auto Scaling group {name} not found"))?;
+    let size = |n: Option<i32>| n.unwrap_or(0).max(0) as usize;
+    let mut group = Group {
+        name: name.to_string(),
+        min: size(g.min_size()),
+        desired: size(g.desired_capacity()),
+        max: size(g.max_size()),
+        ..Group::default()
+    };
+    for i in g.instances() {
+        let Some(id) = i.instance_id() else { continue };
+        let member = GroupMember {
+            lifecycle_state: i.lifecycle_state().map_or("", |s| s.as_str()).to_string(),
+            protected: i.protected_from_scale_in().unwrap_or(false),
+        };
+        group.instances.insert(id.to_string(), member);
+    }
+    read_hooks(client, &mut group).await?;
+    Ok(group)
+}
+
+async fn read_hooks(client: &Client, group: &mut Group) -> Result<(), String> {
+    let out = client
+        .describe_lifecycle_hooks()
+        .auto_scaling_group_name(&group.name)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "DescribeLifecycleHooks {}: {}",
+                group.name,
+                describe_error(&e)
+            )
+        })?;
+    for h in out.lifecycle_hooks() {
+        let Some(name) = h.lifecycle_hook_name() else {
+            continue;
+        };
+        match h.lifecycle_transition() {
+            Some(LAUNCHING) => group.launching_hook = Some(name.to_string()),
+            Some(TERMINATING) => {
+                let beat = h.heartbeat_timeout().unwrap_or(DEFAULT_HEARTBEAT_S).max(1);
+                group.terminating_hook = Some(Hook {
+                    name: name.to_string(),
+                    heartbeat_timeout_ms: beat as u64 * 1000,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
