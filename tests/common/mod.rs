@@ -2,6 +2,8 @@
 //! CLI as the person at the console, and the real `dtd` / `dtctl` binaries.
 #![allow(dead_code)]
 
+pub mod imds;
+
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
