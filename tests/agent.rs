@@ -315,7 +315,9 @@ fn a_missing_program_is_a_failure_with_a_clear_error() {
 
 #[test]
 fn a_restarted_agent_does_not_prepare_again() {
-    let mut w = Worker::new(&format!("{RECORD_RUN}echo ok\n"));
+    let mut w = Worker::new(&format!(
+        "{RECORD_RUN}if [ \"$2\" = --slow ]; then sleep 1; fi\necho ok\n"
+    ));
     w.start(&[]);
     w.wait_json("prepare_data_success");
     w.kill();
@@ -324,10 +326,21 @@ fn a_restarted_agent_does_not_prepare_again() {
     w.wait_polls(SPOT, 5);
     assert_eq!(w.runs(), 1);
 
-    // The same IP on a new instance (the old one terminated): its success is not this one's.
+    // The same IP on a new instance (the old one terminated): its success is not this one's, nor
+    // an old failure.
     w.kill();
+    std::fs::write(
+        w.marker("prepare_data_failed"),
+        format!("{{\"instance_id\": \"{ID}\", \"exit_code\": 1}}"),
+    )
+    .unwrap();
     w.imds.set("instance-id", "i-0newowner00000001");
+    w.configure("args", &format!("[{}, '--slow']", w.runs_file().display()));
     w.start(&[]);
+    // While this instance prepares (the script sleeps), neither old marker speaks for it.
+    wait_until("the old markers to be cleared", WAIT, || {
+        !w.marker("prepare_data_failed").exists() && !w.marker("prepare_data_success").exists()
+    });
     wait_until("a second run", WAIT, || w.runs() == 2);
     wait_until("the new owner's marker", WAIT, || {
         std::fs::read_to_string(w.marker("prepare_data_success"))

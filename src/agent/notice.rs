@@ -98,12 +98,15 @@ pub fn lifecycle(body: &str, instance_id: &str) -> Option<Notice> {
     })
 }
 
+/// Notices are a few dozen bytes; anything longer is cut, so a marker stays a marker.
+const MAX_DETAIL_CHARS: usize = 2048;
+
 fn notice(kind: NoticeKind, body: &str, time: Option<String>) -> Notice {
     let stamp = time.clone().unwrap_or_else(|| "unknown-time".to_string());
     Notice {
         kind,
         id: format!("imds:{}:{stamp}", kind.as_str()),
-        detail: body.trim().to_string(),
+        detail: body.trim().chars().take(MAX_DETAIL_CHARS).collect(),
         action_time: time,
     }
 }

@@ -109,30 +109,38 @@ struct FailureBody<'a> {
     error: Option<String>,
 }
 
-/// Whether this instance already prepared its data (the agent restarted). A marker that names
-/// another instance is left over from an earlier owner of this IP, and is removed.
+/// Whether this instance already prepared its data (the agent restarted). Markers that name
+/// another instance are left over from an earlier owner of this IP, and are removed: its success
+/// must not make this instance look ready, nor its failure make it look failed.
 pub fn already_prepared(spec: &Spec) -> bool {
+    let failed = spec.marker(FAILED_PREFIX);
+    if let Ok(Some(_)) = foreign_owner(&failed, &spec.identity.instance_id) {
+        super::remove_marker(&failed);
+    }
     let path = spec.marker(SUCCESS_PREFIX);
-    let body = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+    match foreign_owner(&path, &spec.identity.instance_id) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         Err(e) => {
             tracing::warn!(path = %path.display(), "cannot read the success marker ({e}): preparing again");
-            return false;
+            false
         }
-    };
-    let owner = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v.get("instance_id")?.as_str().map(str::to_string));
-    match owner {
-        Some(other) if other != spec.identity.instance_id => {
+        Ok(Some(other)) => {
             tracing::info!(path = %path.display(), other, "success marker belongs to another instance that had this IP: preparing again");
             super::remove_marker(&path);
             false
         }
         // A marker without an owner was written by something else (a 2018-style script): trusted.
-        _ => true,
+        Ok(None) => true,
     }
+}
+
+/// The instance a marker names, when it names one other than `mine`.
+fn foreign_owner(path: &Path, mine: &str) -> std::io::Result<Option<String>> {
+    let body = std::fs::read(path)?;
+    let owner = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("instance_id")?.as_str().map(str::to_string));
+    Ok(owner.filter(|o| o != mine))
 }
 
 /// Runs the attempts and writes the marker. Returns whether the data is ready.
