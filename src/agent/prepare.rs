@@ -363,3 +363,27 @@ impl Drop for GroupKill {
         self.kill();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marker_fits_the_masters_reader_and_keeps_the_last_line() {
+        // Quotes double in JSON: 20 such lines would be far over the reader's 16 KiB.
+        let tail: Vec<String> = (0..20)
+            .map(|i| format!("{i}{}", "\"".repeat(499)))
+            .collect();
+        let json = bounded_json(tail, |output_tail| SuccessBody {
+            instance_id: "i-1",
+            attempts: 1,
+            duration_s: 1.0,
+            output_tail,
+        });
+        assert!(json.len() <= MAX_MARKER_BYTES + 1, "{}", json.len());
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let lines = v["output_tail"].as_array().unwrap();
+        assert!(!lines.is_empty() && lines.len() < 20);
+        assert!(lines.last().unwrap().as_str().unwrap().starts_with("19"));
+    }
+}
