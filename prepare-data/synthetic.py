@@ -4,6 +4,8 @@ verifies it, and writes the readiness marker the daemon looks for. Standard libr
 
 Success: DIR/prepare_data_success_<ip> (JSON: ip, samples, sha256, duration_s).
 Failure: DIR/prepare_data_failed_<ip> (JSON: exit_code, attempts, duration_s, output_tail), exit 1.
+Run by `dtd agent` (DT_AGENT=1 in the environment), it writes no marker: the agent writes it from
+the exit status, after its retries. --shared-dir and --ip then default to DT_SHARED_DIR and DT_IP.
 """
 import argparse
 import collections
@@ -138,9 +140,11 @@ def number(kind, minimum):
 
 def parse_args(argv):
     p = Parser(description=__doc__.splitlines()[0])
-    p.add_argument("--shared-dir", required=True, metavar="DIR",
-                   help="shared directory (EFS) where data and markers go")
-    p.add_argument("--ip", required=True, type=ip_arg, help="this worker's private IP")
+    env_dir, env_ip = os.environ.get("DT_SHARED_DIR"), os.environ.get("DT_IP")
+    p.add_argument("--shared-dir", required=env_dir is None, default=env_dir, metavar="DIR",
+                   help="shared directory (EFS) where data and markers go (default $DT_SHARED_DIR)")
+    p.add_argument("--ip", required=env_ip is None, default=env_ip, type=ip_arg,
+                   help="this worker's private IP (default $DT_IP)")
     p.add_argument("--samples", type=number(int, 1), default=1024, help="rows (default 1024)")
     p.add_argument("--seed", type=int, help="data seed (default derived from the IP)")
     p.add_argument("--fail", action="store_true", help="simulate a failure: exit 1")
@@ -154,16 +158,25 @@ def parse_args(argv):
     return args
 
 
+def under_agent():
+    return os.environ.get("DT_AGENT") == "1"
+
+
 def main(argv=None):
     args = parse_args(argv)
     start = time.monotonic()
     try:
         info = prepare(args)
         info["duration_s"] = round(time.monotonic() - start, 3)
-        say(f"ready: {write_marker(args.shared_dir, args.ip, True, info)}")
+        if under_agent():
+            say("ready (dtd agent writes the marker)")
+        else:
+            say(f"ready: {write_marker(args.shared_dir, args.ip, True, info)}")
         return 0
     except Exception as e:  # any failure must leave a failure marker, not just a traceback
         say(f"error: {e}", sys.stderr)
+    if under_agent():
+        return 1
     body = {"exit_code": 1, "attempts": 1, "duration_s": round(time.monotonic() - start, 3),
             "output_tail": list(tail)}
     try:

@@ -4,6 +4,7 @@
 //! [`observe`] reads the world, [`decide`] is a pure function holding every rule, [`act`] applies.
 
 pub mod act;
+pub mod agent;
 pub mod aws;
 pub mod config;
 pub mod ctl;

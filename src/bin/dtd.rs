@@ -1,5 +1,6 @@
 //! `dtd`: the dynamic-training daemon.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -24,6 +25,18 @@ enum Command {
         #[arg(long, short, default_value = "/etc/dt/dtd.yaml")]
         config: PathBuf,
     },
+    /// Run on each worker: prepare its data, write its marker, watch for interruption notices.
+    Agent {
+        /// The YAML configuration file (the master's, on the shared directory, will do).
+        #[arg(long, short, default_value = "/etc/dt/dtd.yaml")]
+        config: PathBuf,
+        /// This worker's private IP (default: the instance metadata's local-ipv4).
+        #[arg(long)]
+        ip: Option<IpAddr>,
+        /// This worker's instance id (default: the instance metadata's instance-id).
+        #[arg(long)]
+        instance_id: Option<String>,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -31,6 +44,11 @@ async fn main() -> anyhow::Result<()> {
     dt::init_logging();
     match Cli::parse().command {
         Command::Run { config } => run(config).await,
+        Command::Agent {
+            config,
+            ip,
+            instance_id,
+        } => agent(config, dt::agent::Overrides { ip, instance_id }).await,
     }
 }
 
@@ -40,5 +58,11 @@ async fn run(config: PathBuf) -> anyhow::Result<()> {
     let clients = dt::aws::clients(&cfg).await;
     let daemon = Daemon::new(cfg, clients).context("starting dtd")?;
     daemon.run().await?;
+    Ok(())
+}
+
+async fn agent(config: PathBuf, overrides: dt::agent::Overrides) -> anyhow::Result<()> {
+    let cfg = Config::load(&config)?;
+    dt::agent::run(&cfg, overrides).await.context("dtd agent")?;
     Ok(())
 }

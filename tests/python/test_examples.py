@@ -69,11 +69,13 @@ class ScriptTest(unittest.TestCase):
         self.procs.append(p)
         return p
 
-    def run_script(self, script, args):
-        """Run to completion: (exit code, stdout, stderr)."""
+    def run_script(self, script, args, env=None):
+        """Run to completion: (exit code, stdout, stderr). `env` adds to a clean DT_* slate."""
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DT_")}
+        full_env.update(env or {})
         r = subprocess.run([sys.executable, str(script), *map(str, args)],
                            stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=TIMEOUT, cwd=self.root)
+                           timeout=TIMEOUT, cwd=self.root, env=full_env)
         return r.returncode, r.stdout, r.stderr
 
     def wait_for(self, predicate, what, proc=None):
@@ -431,6 +433,30 @@ class SyntheticTest(ScriptTest):
         self.assertTrue((self.shared / "data" / "synthetic-2001:db8::1.csv").exists())
         self.assertEqual(sorted(p.name for p in self.shared.iterdir()),
                          ["data", "prepare_data_success_2001:db8::1"])
+
+    def agent_env(self, ip="10.0.0.9"):
+        """What `dtd agent` puts in the environment of the prepare-data program it runs."""
+        return {"DT_AGENT": "1", "DT_IP": ip, "DT_SHARED_DIR": str(self.shared),
+                "DT_INSTANCE_ID": "i-0abc", "DT_CLUSTER": "demo", "DT_ATTEMPT": "1"}
+
+    def test_under_dtd_agent_the_agent_writes_the_markers(self):
+        code, out, err = self.run_script(SYNTHETIC, ["--samples", "10"], env=self.agent_env())
+        self.assertEqual(code, 0, err)
+        self.assertIn("[synthetic] ready (dtd agent writes the marker)", out)
+        self.assertEqual(sorted(p.name for p in self.shared.iterdir()), ["data"])
+        self.assertEqual(len((self.shared / "data" / "synthetic-10.0.0.9.csv")
+                             .read_bytes().splitlines()), 11)
+
+        code, out, err = self.run_script(SYNTHETIC, ["--fail"], env=self.agent_env())
+        self.assertEqual(code, 1)
+        self.assertIn("simulated failure", err)
+        self.assertEqual(sorted(p.name for p in self.shared.iterdir()), ["data"])
+
+    def test_under_dtd_agent_the_environment_ip_is_validated(self):
+        code, out, err = self.run_script(SYNTHETIC, [], env=self.agent_env(ip="../etc"))
+        self.assertEqual(code, 2, err)
+        self.assertIn("not an IPv4/IPv6 address", err)
+        self.assertEqual(list(self.shared.iterdir()), [])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,185 @@
+//! `dtd agent`, the worker side: learns the instance's identity from its metadata, runs the
+//! prepare-data program and writes its marker, and meanwhile watches the metadata for
+//! interruption notices (a Spot warning can come while data is still being prepared).
+
+pub mod imds;
+pub mod notice;
+mod output;
+pub mod prepare;
+pub mod watch;
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::config::Config;
+use imds::Imds;
+use watch::FailureLog;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot install the {0} handler: {1}")]
+    Signal(&'static str, std::io::Error),
+    #[error("instance id `{0}` is not one (expected letters, digits and '-', like i-0abc123)")]
+    InstanceId(String),
+}
+
+/// Identity given on the command line, which takes precedence over the metadata's.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub ip: Option<IpAddr>,
+    pub instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub ip: IpAddr,
+    pub instance_id: String,
+}
+
+/// Runs until SIGTERM or SIGINT; then stops at once (killing a running prepare-data program).
+pub async fn run(cfg: &Config, overrides: Overrides) -> Result<(), AgentError> {
+    if let Some(id) = &overrides.instance_id {
+        check_instance_id(id)?;
+    }
+    let mut term = signal(SignalKind::terminate()).map_err(|e| AgentError::Signal("SIGTERM", e))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| AgentError::Signal("SIGINT", e))?;
+    tokio::select! {
+        () = work(cfg, overrides) => {}
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    Ok(())
+}
+
+async fn work(cfg: &Config, overrides: Overrides) {
+    let imds = Imds::new();
+    let identity = identity(&imds, &overrides, cfg.agent.imds_interval).await;
+    tracing::info!(ip = %identity.ip, instance_id = %identity.instance_id, shared_dir = %cfg.shared_dir.display(), "dtd agent started");
+    let watcher = watch::Watcher::new(
+        imds,
+        identity.clone(),
+        cfg.shared_dir.clone(),
+        cfg.agent.imds_interval,
+    );
+    let spec = prepare::Spec::from_config(cfg, identity);
+    let prepare = async {
+        if prepare::already_prepared(&spec) {
+            tracing::info!(
+                "prepare-data: the success marker is already there; not running it again"
+            );
+        } else {
+            prepare::prepare(&spec).await;
+        }
+    };
+    tokio::join!(watcher.run(), prepare);
+}
+
+/// Waits until both the IP and the instance id are known; the metadata is retried for ever.
+async fn identity(imds: &Imds, overrides: &Overrides, interval: Duration) -> Identity {
+    let mut failures = FailureLog::default();
+    loop {
+        let ip = match overrides.ip {
+            Some(ip) => Some(ip),
+            None => read_ip(imds, &mut failures).await,
+        };
+        let id = match &overrides.instance_id {
+            Some(id) => Some(id.clone()),
+            None => read_instance_id(imds, &mut failures).await,
+        };
+        if let (Some(ip), Some(instance_id)) = (ip, id) {
+            return Identity { ip, instance_id };
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+async fn read_ip(imds: &Imds, failures: &mut FailureLog) -> Option<IpAddr> {
+    let text = read(imds, "local-ipv4", failures).await?;
+    match text.trim().parse() {
+        Ok(ip) => Some(ip),
+        Err(_) => {
+            failures.failed("local-ipv4", &invalid("local-ipv4", "is not an IP address"));
+            None
+        }
+    }
+}
+
+async fn read_instance_id(imds: &Imds, failures: &mut FailureLog) -> Option<String> {
+    let text = read(imds, "instance-id", failures).await?;
+    let id = text.trim();
+    match check_instance_id(id) {
+        Ok(()) => Some(id.to_string()),
+        Err(_) => {
+            failures.failed(
+                "instance-id",
+                &invalid("instance-id", "is not an instance id"),
+            );
+            None
+        }
+    }
+}
+
+async fn read(imds: &Imds, path: &'static str, failures: &mut FailureLog) -> Option<String> {
+    match imds.require(path).await {
+        Ok(v) => {
+            failures.ok(path);
+            Some(v)
+        }
+        Err(e) => {
+            failures.failed(path, &e);
+            None
+        }
+    }
+}
+
+fn invalid(path: &str, what: &str) -> imds::ImdsFailure {
+    imds::ImdsFailure {
+        path: format!("/latest/meta-data/{path}"),
+        class: "invalid".into(),
+        message: format!("the metadata's {path} {what}"),
+    }
+}
+
+/// The id reaches the environment of a program and JSON; keep it to what EC2 issues.
+fn check_instance_id(id: &str) -> Result<(), AgentError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(AgentError::InstanceId(id.to_string()))
+    }
+}
+
+/// Writes a marker atomically, retrying until it is on the shared directory (EFS may be briefly
+/// unavailable; the master must eventually see the outcome). Logged when the error changes.
+async fn write_marker(path: &Path, body: &[u8], delay: Duration) {
+    let mut last: Option<std::io::ErrorKind> = None;
+    loop {
+        match crate::fsutil::write_atomic(path, body) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "wrote marker");
+                return;
+            }
+            Err(e) => {
+                if last != Some(e.kind()) {
+                    tracing::error!(path = %path.display(), "cannot write the marker, retrying: {e}");
+                    last = Some(e.kind());
+                }
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+fn remove_marker(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(path = %path.display(), "removed stale marker"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), "cannot remove stale marker: {e}"),
+    }
+}
