@@ -169,6 +169,9 @@ pub enum NoticeKind {
     Rebalance,
     /// The Capacity Block ends soon: drain its workers gracefully before it does.
     CapacityBlockExpiring,
+    /// Its Auto Scaling group is terminating it (seen by its agent): with a terminating hook the
+    /// group waits and dtd drains it through the hook; without one it is an interruption.
+    GroupTerminating,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

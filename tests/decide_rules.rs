@@ -65,6 +65,8 @@ struct World {
     markers: Markers,
     acks: Acks,
     notices: Vec<Notice>,
+    group: Option<Result<Group, String>>,
+    resume: Option<Millis>,
 }
 
 impl World {
@@ -81,8 +83,8 @@ impl World {
             markers: Ok(self.markers.clone()),
             acks: Ok(self.acks.clone()),
             notices: self.notices.clone(),
-            group: None,
-            resume_requested: None,
+            group: self.group.clone(),
+            resume_requested: self.resume,
         }
     }
 
@@ -1067,4 +1069,231 @@ fn a_capacity_block_ending_drains_its_workers_below_min_and_before_the_end() {
     let mut terminated = deadline.terminate.clone();
     terminated.sort();
     assert_eq!(terminated, ["i-1", "i-2"]);
+}
+
+// ---- the worker Auto Scaling group ----
+
+const HEARTBEAT: u64 = 60_000;
+
+/// A group "grp" (min 0, desired 2, max 6) with both hooks; instances launched by it.
+fn group_rules() -> Rules {
+    Rules {
+        launch_template_id: None,
+        auto_scaling_group: Some("grp".into()),
+        ..rules()
+    }
+}
+
+fn group_instance(id: &str, addr: &str, launched_at: Millis) -> Instance {
+    let mut i = instance(id, addr, launched_at);
+    i.tags.remove("aws:ec2launchtemplate:id");
+    i.tags.insert("aws:autoscaling:groupName".into(), "grp".into());
+    i
+}
+
+fn group_of(w: &World, desired: usize) -> Group {
+    let members = w.instances.iter().map(|i| {
+        let m = GroupMember {
+            lifecycle_state: "InService".into(),
+            protected: false,
+        };
+        (i.id.clone(), m)
+    });
+    Group {
+        name: "grp".into(),
+        min: 0,
+        desired,
+        max: 6,
+        instances: members.collect(),
+        launching_hook: Some("grp-launching".into()),
+        terminating_hook: Some(Hook {
+            name: "grp-terminating".into(),
+            heartbeat_timeout_ms: HEARTBEAT,
+        }),
+    }
+}
+
+impl World {
+    fn lifecycle(&mut self, id: &str, state: &str) {
+        if let Some(Ok(g)) = &mut self.group {
+            g.instances.get_mut(id).unwrap().lifecycle_state = state.into();
+        }
+    }
+
+    fn group_mut(&mut self) -> &mut Group {
+        self.group.as_mut().unwrap().as_mut().unwrap()
+    }
+
+    /// What act does with the plan's protection list.
+    fn apply_protect(&mut self, plan: &Plan) {
+        for id in &plan.protect {
+            self.group_mut().instances.get_mut(id).unwrap().protected = true;
+        }
+    }
+}
+
+/// Two group workers in the job, acknowledged and protected.
+fn two_group_members() -> (Rules, World, State) {
+    let r = group_rules();
+    let mut w = World::with(vec![
+        group_instance("i-1", "10.0.1.1", 100),
+        group_instance("i-2", "10.0.1.2", 200),
+    ]);
+    w.group = Some(Ok(group_of(&w, 2)));
+    w.ready("10.0.1.1");
+    w.ready("10.0.1.2");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert_eq!(plan.protect, ["i-1", "i-2"], "members are protected from scale-in");
+    w.apply_protect(&plan);
+    w.acks.generation = Some(1);
+    let mut state = pass(&r, &mut w, &plan.state, 2_000).state;
+    state.pending_notification = None;
+    (r, w, state)
+}
+
+fn hook(plan: &Plan) -> Vec<(String, String, &'static str)> {
+    (plan.complete_hooks.iter())
+        .map(|a| (a.instance.clone(), a.hook.clone(), a.result))
+        .collect()
+}
+
+#[test]
+fn a_new_group_worker_is_held_by_the_launching_hook_until_its_marker_appears() {
+    let r = group_rules();
+    let mut w = World::with(vec![group_instance("i-1", "10.0.1.1", 100)]);
+    w.group = Some(Ok(group_of(&w, 1)));
+    w.lifecycle("i-1", "Pending:Wait");
+    let waiting = pass(&r, &mut w, &State::default(), 1_000);
+    assert!(waiting.complete_hooks.is_empty());
+    assert_eq!(worker(&waiting, &w, "i-1").label(), "PREPARING");
+    w.ready("10.0.1.1");
+    let ready = pass(&r, &mut w, &waiting.state, 2_000);
+    assert_eq!(hook(&ready), [("i-1".into(), "grp-launching".into(), "CONTINUE")]);
+    assert_eq!(hosts(&ready), with_base(&[]), "not in the job before InService");
+    w.lifecycle("i-1", "InService");
+    let joined = pass(&r, &mut w, &ready.state, 3_000);
+    assert_eq!(hosts(&joined), with_base(&["10.0.1.1"]));
+}
+
+#[test]
+fn a_new_group_worker_whose_prepare_data_failed_is_abandoned_and_counted() {
+    let r = group_rules();
+    let mut w = World::with(vec![group_instance("i-1", "10.0.1.1", 100)]);
+    w.group = Some(Ok(group_of(&w, 1)));
+    w.lifecycle("i-1", "Pending:Wait");
+    w.markers.failed.insert(ip("10.0.1.1"), "exit 3 after 3 attempt(s): no space".into());
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hook(&plan), [("i-1".into(), "grp-launching".into(), "ABANDON")]);
+    assert_eq!(plan.state.prepare_failures, 1);
+    assert!(plan.state.last_prepare_failure.as_deref().unwrap().contains("no space"));
+}
+
+#[test]
+fn instances_outside_service_are_never_in_the_host_files() {
+    let (r, mut w, state) = two_group_members();
+    w.lifecycle("i-2", "Standby");
+    w.instances.push(group_instance("i-3", "10.0.1.3", 300));
+    w.group_mut().instances.insert(
+        "i-3".into(),
+        GroupMember {
+            lifecycle_state: "Warmed:Stopped".into(),
+            protected: false,
+        },
+    );
+    w.ready("10.0.1.3");
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert!(waiting_for(&plan, &w, "i-3").contains("Warmed:Stopped"));
+    // Standby is a person's choice: drained, acknowledged, then left running.
+    w.acks.generation = Some(2);
+    let acked = pass(&r, &mut w, &plan.state, 4_000);
+    assert!(acked.terminate.is_empty() && acked.group_terminate.is_empty());
+    assert!(acked.state.removals.is_empty());
+    // Back in service, it joins again.
+    w.lifecycle("i-2", "InService");
+    let back = pass(&r, &mut w, &acked.state, 5_000);
+    assert_eq!(hosts(&back), with_base(&["10.0.1.1", "10.0.1.2"]));
+}
+
+#[test]
+fn a_scale_in_by_the_group_drains_through_the_terminating_hook_with_heartbeats() {
+    let (r, mut w, state) = two_group_members();
+    w.lifecycle("i-2", "Terminating:Wait");
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert!(plan.complete_hooks.is_empty(), "held until the job lets it go");
+    let beat = pass(&r, &mut w, &plan.state, 3_000 + HEARTBEAT / 2);
+    assert_eq!(beat.heartbeats, [("i-2".to_string(), "grp-terminating".to_string())]);
+    let quiet = pass(&r, &mut w, &beat.state, 3_000 + HEARTBEAT / 2 + 1_000);
+    assert!(quiet.heartbeats.is_empty(), "one heartbeat per half timeout");
+    w.acks.generation = Some(2);
+    let acked = pass(&r, &mut w, &quiet.state, 3_000 + HEARTBEAT);
+    assert_eq!(hook(&acked), [("i-2".into(), "grp-terminating".into(), "CONTINUE")]);
+    assert!(acked.terminate.is_empty() && acked.group_terminate.is_empty());
+}
+
+#[test]
+fn a_lower_desired_capacity_drains_the_newest_protected_worker_first() {
+    let (r, mut w, state) = two_group_members();
+    w.group_mut().desired = 1;
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]), "i-2 launched last");
+    assert!(plan.group_terminate.is_empty());
+    let again = pass(&r, &mut w, &plan.state, 3_500);
+    assert_eq!(hosts(&again), with_base(&["10.0.1.1"]), "drained once, not twice");
+    w.acks.generation = Some(2);
+    let acked = pass(&r, &mut w, &again.state, 4_000);
+    assert_eq!(acked.group_terminate, [("i-2".to_string(), false)]);
+}
+
+#[test]
+fn a_removed_group_worker_shrinks_its_group() {
+    let (r, mut w, state) = two_group_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 3_000);
+    w.acks.generation = Some(2);
+    let acked = pass(&r, &mut w, &plan.state, 4_000);
+    assert_eq!(acked.group_terminate, [("i-1".to_string(), true)]);
+    assert!(acked.terminate.is_empty());
+}
+
+#[test]
+fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
+    let r = Rules {
+        max_prepare_failures: 2,
+        ..group_rules()
+    };
+    let mut w = World::with(vec![]);
+    w.group = Some(Ok(group_of(&w, 3)));
+    let mut state = State::default();
+    let mut now = 1_000;
+    for n in 1..=3 {
+        let (id, addr) = (format!("i-{n}"), format!("10.0.1.{n}"));
+        w.instances.push(group_instance(&id, &addr, now));
+        w.group = Some(Ok(group_of(&w, 3)));
+        w.markers.failed.insert(ip(&addr), format!("exit {n}"));
+        let plan = pass(&r, &mut w, &state, now);
+        let replaced = plan.group_terminate.iter().any(|(i, d)| i == &id && !d);
+        assert_eq!(replaced, n <= 2, "failure {n}: {:?}", plan.group_terminate);
+        state = plan.state;
+        now += 1_000;
+    }
+    assert_eq!(state.prepare_failures, 2);
+    assert!(waiting_for(&pass(&r, &mut w, &state, now), &w, "i-3").contains("dtctl resume"));
+    w.resume = Some(now);
+    let resumed = pass(&r, &mut w, &state, now + 1_000);
+    assert!(resumed.group_terminate.contains(&("i-3".to_string(), false)));
+    assert!(kinds(&resumed).contains(&"resumed"));
+    assert_eq!(resumed.state.prepare_failures, 1);
+}
+
+#[test]
+fn an_unreadable_group_holds_every_removal() {
+    let (r, mut w, state) = two_group_members();
+    w.delete_elastic_tag("i-1");
+    w.group = Some(Err("throttled".into()));
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert!(plan.holds.iter().any(|h| h.contains("throttled")));
 }

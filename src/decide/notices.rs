@@ -24,7 +24,8 @@ impl Decider<'_> {
             if self.st.noticed.contains_key(&n.id) {
                 continue;
             }
-            if n.kind != NoticeKind::Interruption && !self.can_remove() {
+            let drain = matches!(n.kind, NoticeKind::Rebalance | NoticeKind::CapacityBlockExpiring);
+            if drain && !self.can_remove() {
                 // A drain is voluntary: never on a partial view. The daemon keeps the notice.
                 self.deferred.push(n.id.clone());
                 continue;
@@ -54,6 +55,8 @@ impl Decider<'_> {
         }
         match n.kind {
             NoticeKind::Interruption => self.interrupt(n, t),
+            NoticeKind::GroupTerminating if self.held_by_hook(&t.id) => {}
+            NoticeKind::GroupTerminating => self.interrupt(n, t),
             NoticeKind::Rebalance if self.rules.rebalance == Rebalance::Report => {
                 let msg = format!(
                     "rebalance recommendation for {} from the {} (reported only: events.rebalance is report)",
@@ -168,6 +171,11 @@ impl Decider<'_> {
             .collect()
     }
 
+    /// The group waits on our terminating hook for this instance: the hook path drains it.
+    fn held_by_hook(&self, id: &str) -> bool {
+        self.group.is_some_and(|g| g.terminating_hook.is_some() && g.instances.contains_key(id))
+    }
+
     /// Interrupted workers stay shown as INTERRUPTED until AWS has taken them.
     pub(super) fn await_reclaim(&mut self, r: &Removal) -> bool {
         if self.ec2_ok && !self.index.contains_key(r.id.as_str()) {
@@ -184,5 +192,6 @@ fn describe(kind: NoticeKind) -> &'static str {
         NoticeKind::Interruption => "interruption warning",
         NoticeKind::Rebalance => "rebalance recommendation",
         NoticeKind::CapacityBlockExpiring => "Capacity Block expiration warning",
+        NoticeKind::GroupTerminating => "Auto Scaling termination",
     }
 }

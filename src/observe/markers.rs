@@ -10,12 +10,11 @@ use std::io::Read;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use crate::agent::notice::{InterruptionMarker, NoticeKind as AgentKind, INTERRUPTION_PREFIX};
 use crate::model::{Markers, Notice, NoticeKind, NoticeTarget};
 
 pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
 pub const FAILED_PREFIX: &str = "prepare_data_failed_";
-/// Written by `dtd agent` when the instance's metadata announces an interruption.
-pub const INTERRUPTION_PREFIX: &str = "interruption_";
 
 /// A failure report is small; more than this is not read (a marker is not a log file).
 const MAX_REPORT_BYTES: u64 = 16 * 1024;
@@ -108,45 +107,35 @@ enum Kind {
     Interruption,
 }
 
-/// The fields of an agent's interruption marker that the master needs; others are ignored.
-#[derive(serde::Deserialize)]
-struct AgentNotice {
-    id: String,
-    kind: String,
-    #[serde(default)]
-    instance_id: Option<String>,
-    #[serde(default)]
-    action_time: Option<String>,
-}
-
-/// An agent's notice targets its instance id when it gives one: an IP can be reused by a new
-/// instance while an old marker is still on disk.
+/// An agent's notice targets its instance id: an IP can be reused by a new instance while an
+/// old marker is still on disk.
 fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
     let mut body = String::new();
     fs::File::open(path)
         .and_then(|f| f.take(MAX_REPORT_BYTES).read_to_string(&mut body))
         .map_err(|e| format!("cannot read interruption marker: {e}"))?;
-    let n: AgentNotice = serde_json::from_str(&body)
+    let m: InterruptionMarker = serde_json::from_str(&body)
         .map_err(|e| format!("interruption marker is not the agent's JSON: {e}"))?;
-    let kind = match n.kind.as_str() {
-        "spot-interruption" | "lifecycle-terminate" => NoticeKind::Interruption,
-        "rebalance-recommendation" => NoticeKind::Rebalance,
-        other => return Err(format!("unknown interruption kind `{other}`")),
+    if m.ip != ip {
+        return Err(format!("names {} in a file for {ip}", m.ip));
+    }
+    let kind = match m.kind {
+        AgentKind::SpotInterruption => NoticeKind::Interruption,
+        AgentKind::LifecycleTerminate => NoticeKind::GroupTerminating,
+        AgentKind::RebalanceRecommendation => NoticeKind::Rebalance,
     };
-    let valid_id = |id: &&String| {
-        id.starts_with("i-") && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    let valid_id = m.instance_id.starts_with("i-")
+        && (m.instance_id.chars()).all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let target = match valid_id {
+        true => NoticeTarget::Instance(m.instance_id.clone()),
+        false => NoticeTarget::Ip(ip),
     };
-    let target = match n.instance_id.as_ref().filter(valid_id) {
-        Some(id) => NoticeTarget::Instance(id.clone()),
-        None => NoticeTarget::Ip(ip),
-    };
-    let deadline = n.action_time.as_deref().and_then(|t| {
+    let deadline = m.action_time.as_deref().and_then(|t| {
         let t = humantime::parse_rfc3339_weak(t).ok()?;
         Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64)
     });
-    let who = n.instance_id.unwrap_or_else(|| ip.to_string());
     Ok(Notice {
-        id: format!("agent:{who}:{}", n.id),
+        id: format!("agent:{}:{}", m.instance_id, m.id),
         kind,
         target,
         deadline,
