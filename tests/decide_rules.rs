@@ -1087,7 +1087,8 @@ fn group_rules() -> Rules {
 fn group_instance(id: &str, addr: &str, launched_at: Millis) -> Instance {
     let mut i = instance(id, addr, launched_at);
     i.tags.remove("aws:ec2launchtemplate:id");
-    i.tags.insert("aws:autoscaling:groupName".into(), "grp".into());
+    i.tags
+        .insert("aws:autoscaling:groupName".into(), "grp".into());
     i
 }
 
@@ -1144,7 +1145,11 @@ fn two_group_members() -> (Rules, World, State) {
     w.ready("10.0.1.2");
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
-    assert_eq!(plan.protect, ["i-1", "i-2"], "members are protected from scale-in");
+    assert_eq!(
+        plan.protect,
+        ["i-1", "i-2"],
+        "members are protected from scale-in"
+    );
     w.apply_protect(&plan);
     w.acks.generation = Some(1);
     let mut state = pass(&r, &mut w, &plan.state, 2_000).state;
@@ -1169,8 +1174,15 @@ fn a_new_group_worker_is_held_by_the_launching_hook_until_its_marker_appears() {
     assert_eq!(worker(&waiting, &w, "i-1").label(), "PREPARING");
     w.ready("10.0.1.1");
     let ready = pass(&r, &mut w, &waiting.state, 2_000);
-    assert_eq!(hook(&ready), [("i-1".into(), "grp-launching".into(), "CONTINUE")]);
-    assert_eq!(hosts(&ready), with_base(&[]), "not in the job before InService");
+    assert_eq!(
+        hook(&ready),
+        [("i-1".into(), "grp-launching".into(), "CONTINUE")]
+    );
+    assert_eq!(
+        hosts(&ready),
+        with_base(&[]),
+        "not in the job before InService"
+    );
     w.lifecycle("i-1", "InService");
     let joined = pass(&r, &mut w, &ready.state, 3_000);
     assert_eq!(hosts(&joined), with_base(&["10.0.1.1"]));
@@ -1182,11 +1194,21 @@ fn a_new_group_worker_whose_prepare_data_failed_is_abandoned_and_counted() {
     let mut w = World::with(vec![group_instance("i-1", "10.0.1.1", 100)]);
     w.group = Some(Ok(group_of(&w, 1)));
     w.lifecycle("i-1", "Pending:Wait");
-    w.markers.failed.insert(ip("10.0.1.1"), "exit 3 after 3 attempt(s): no space".into());
+    w.markers
+        .failed
+        .insert(ip("10.0.1.1"), "exit 3 after 3 attempt(s): no space".into());
     let plan = pass(&r, &mut w, &State::default(), 1_000);
-    assert_eq!(hook(&plan), [("i-1".into(), "grp-launching".into(), "ABANDON")]);
+    assert_eq!(
+        hook(&plan),
+        [("i-1".into(), "grp-launching".into(), "ABANDON")]
+    );
     assert_eq!(plan.state.prepare_failures, 1);
-    assert!(plan.state.last_prepare_failure.as_deref().unwrap().contains("no space"));
+    assert!(plan
+        .state
+        .last_prepare_failure
+        .as_deref()
+        .unwrap()
+        .contains("no space"));
 }
 
 #[test]
@@ -1222,14 +1244,26 @@ fn a_scale_in_by_the_group_drains_through_the_terminating_hook_with_heartbeats()
     w.lifecycle("i-2", "Terminating:Wait");
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
-    assert!(plan.complete_hooks.is_empty(), "held until the job lets it go");
+    assert!(
+        plan.complete_hooks.is_empty(),
+        "held until the job lets it go"
+    );
     let beat = pass(&r, &mut w, &plan.state, 3_000 + HEARTBEAT / 2);
-    assert_eq!(beat.heartbeats, [("i-2".to_string(), "grp-terminating".to_string())]);
+    assert_eq!(
+        beat.heartbeats,
+        [("i-2".to_string(), "grp-terminating".to_string())]
+    );
     let quiet = pass(&r, &mut w, &beat.state, 3_000 + HEARTBEAT / 2 + 1_000);
-    assert!(quiet.heartbeats.is_empty(), "one heartbeat per half timeout");
+    assert!(
+        quiet.heartbeats.is_empty(),
+        "one heartbeat per half timeout"
+    );
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &quiet.state, 3_000 + HEARTBEAT);
-    assert_eq!(hook(&acked), [("i-2".into(), "grp-terminating".into(), "CONTINUE")]);
+    assert_eq!(
+        hook(&acked),
+        [("i-2".into(), "grp-terminating".into(), "CONTINUE")]
+    );
     assert!(acked.terminate.is_empty() && acked.group_terminate.is_empty());
 }
 
@@ -1241,7 +1275,11 @@ fn a_lower_desired_capacity_drains_the_newest_protected_worker_first() {
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]), "i-2 launched last");
     assert!(plan.group_terminate.is_empty());
     let again = pass(&r, &mut w, &plan.state, 3_500);
-    assert_eq!(hosts(&again), with_base(&["10.0.1.1"]), "drained once, not twice");
+    assert_eq!(
+        hosts(&again),
+        with_base(&["10.0.1.1"]),
+        "drained once, not twice"
+    );
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &again.state, 4_000);
     assert_eq!(acked.group_terminate, [("i-2".to_string(), false)]);
@@ -1283,7 +1321,9 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
     assert!(waiting_for(&pass(&r, &mut w, &state, now), &w, "i-3").contains("dtctl resume"));
     w.resume = Some(now);
     let resumed = pass(&r, &mut w, &state, now + 1_000);
-    assert!(resumed.group_terminate.contains(&("i-3".to_string(), false)));
+    assert!(resumed
+        .group_terminate
+        .contains(&("i-3".to_string(), false)));
     assert!(kinds(&resumed).contains(&"resumed"));
     assert_eq!(resumed.state.prepare_failures, 1);
 }

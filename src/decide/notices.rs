@@ -24,7 +24,10 @@ impl Decider<'_> {
             if self.st.noticed.contains_key(&n.id) {
                 continue;
             }
-            let drain = matches!(n.kind, NoticeKind::Rebalance | NoticeKind::CapacityBlockExpiring);
+            let drain = matches!(
+                n.kind,
+                NoticeKind::Rebalance | NoticeKind::CapacityBlockExpiring
+            );
             if drain && !self.can_remove() {
                 // A drain is voluntary: never on a partial view. The daemon keeps the notice.
                 self.deferred.push(n.id.clone());
@@ -173,7 +176,8 @@ impl Decider<'_> {
 
     /// The group waits on our terminating hook for this instance: the hook path drains it.
     fn held_by_hook(&self, id: &str) -> bool {
-        self.group.is_some_and(|g| g.terminating_hook.is_some() && g.instances.contains_key(id))
+        self.group
+            .is_some_and(|g| g.terminating_hook.is_some() && g.instances.contains_key(id))
     }
 
     /// Interrupted workers stay shown as INTERRUPTED until AWS has taken them.
