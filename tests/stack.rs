@@ -627,7 +627,22 @@ fn decode_base64(text: &str) -> String {
 fn write_config(out: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
     let efs = dir.join("efs");
     std::fs::create_dir_all(&efs).unwrap();
-    let config = out["DtdConfig"].replace("/myEFSvolume", &efs.display().to_string());
+    let mut config = out["DtdConfig"].replace("/myEFSvolume", &efs.display().to_string());
+    // A third host file in a format of the user's own, from the shipped template.
+    let horovod_line = format!(
+        "  - {{ path: {}/hosts.horovod, format: horovod }}\n",
+        efs.display()
+    );
+    assert!(config.contains(&horovod_line), "{config}");
+    let template = repo().join("templates/hostfiles/openmpi.tmpl");
+    config = config.replace(
+        &horovod_line,
+        &format!(
+            "{horovod_line}  - {{ path: {}/hosts.openmpi, template: {} }}\n",
+            efs.display(),
+            template.display()
+        ),
+    );
     let path = dir.join("dtd.yaml");
     std::fs::write(&path, config).unwrap();
     path
@@ -755,6 +770,17 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
     });
     let horovod = std::fs::read_to_string(efs.join("hosts.horovod")).unwrap();
     assert!(horovod.lines().any(|l| l == format!("{ip}:1")), "{horovod}");
+    let openmpi = std::fs::read_to_string(efs.join("hosts.openmpi")).unwrap();
+    assert!(
+        openmpi.starts_with("# Open MPI hostfile written by dtd"),
+        "{openmpi}"
+    );
+    assert!(
+        openmpi
+            .lines()
+            .any(|l| l == format!("{ip} slots=1 max_slots=1")),
+        "{openmpi}"
+    );
     // The job acknowledges in the 2018 form, in the log the generated config names.
     std::fs::write(
         efs.join("host_worker_log"),
