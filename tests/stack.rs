@@ -420,6 +420,8 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
         ]
     );
 
+    check_delivery(moto, out);
+
     // Not created by moto's CloudFormation: the queue policy, read from the template. Only
     // EventBridge may send, and only on behalf of this stack's two rules.
     let t = template();
@@ -440,6 +442,130 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
         sources,
         ["InstanceEventsRule.Arn", "LifecycleEventsRule.Arn"]
     );
+}
+
+/// Events as AWS would send them go through the rules to the queue; others do not.
+fn check_delivery(moto: &Moto, out: &BTreeMap<String, String>) {
+    let group = out["WorkerGroup"].as_str();
+    let entry = |source: &str, detail_type: &str, detail: Json| {
+        serde_json::json!({
+            "Source": source,
+            "DetailType": detail_type,
+            "Detail": detail.to_string(),
+        })
+    };
+    let instance = serde_json::json!({ "instance-id": "i-0123456789abcdef0" });
+    let lifecycle = |g: &str| serde_json::json!({ "AutoScalingGroupName": g });
+    let mut entries = vec![
+        entry(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            instance.clone(),
+        ),
+        entry(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            instance.clone(),
+        ),
+        entry(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            instance.clone(),
+        ),
+        entry(
+            "aws.ec2",
+            "Capacity Block Expiration Warning",
+            instance.clone(),
+        ),
+        entry(
+            "aws.autoscaling",
+            "EC2 Instance-launch Lifecycle Action",
+            lifecycle(group),
+        ),
+        entry(
+            "aws.autoscaling",
+            "EC2 Instance-terminate Lifecycle Action",
+            lifecycle(group),
+        ),
+    ];
+    // Not for dtd: another group's lifecycle action, and an event type it does not handle.
+    let others = [
+        entry(
+            "aws.autoscaling",
+            "EC2 Instance-launch Lifecycle Action",
+            lifecycle("other"),
+        ),
+        entry("aws.ec2", "EC2 AMI State Change", instance),
+    ];
+    let expected: Vec<String> = entries
+        .iter()
+        .map(|e| e["DetailType"].as_str().unwrap().to_string())
+        .collect();
+    entries.extend(others);
+    // PutEvents takes at most ten entries per call.
+    for chunk in entries.chunks(10) {
+        let put = aws_json(
+            moto,
+            &[
+                "events",
+                "put-events",
+                "--entries",
+                &Json::from(chunk.to_vec()).to_string(),
+            ],
+        );
+        assert_eq!(put["FailedEntryCount"], 0, "{put}");
+    }
+    let endpoint = moto.endpoint();
+    let mut delivered = Vec::new();
+    loop {
+        // An empty receive prints nothing at all.
+        let text = aws(
+            moto,
+            &[
+                "--endpoint-url",
+                &endpoint,
+                "sqs",
+                "receive-message",
+                "--queue-url",
+                &out["EventQueueUrl"],
+                "--max-number-of-messages",
+                "10",
+                "--wait-time-seconds",
+                "1",
+                "--output",
+                "json",
+            ],
+        );
+        if text.trim().is_empty() {
+            break;
+        }
+        let got: Json = serde_json::from_str(&text).unwrap();
+        let Some(messages) = got["Messages"].as_array().filter(|m| !m.is_empty()) else {
+            break;
+        };
+        for m in messages {
+            let body: Json = serde_json::from_str(m["Body"].as_str().unwrap()).unwrap();
+            delivered.push(body["detail-type"].as_str().unwrap().to_string());
+            let receipt = m["ReceiptHandle"].as_str().unwrap();
+            aws(
+                moto,
+                &[
+                    "--endpoint-url",
+                    &endpoint,
+                    "sqs",
+                    "delete-message",
+                    "--queue-url",
+                    &out["EventQueueUrl"],
+                    "--receipt-handle",
+                    receipt,
+                ],
+            );
+        }
+    }
+    delivered.sort();
+    let mut expected = expected;
+    expected.sort();
+    assert_eq!(delivered, expected);
 }
 
 /// The inline policy of the role behind an instance profile ARN, from IAM.
@@ -764,10 +890,12 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
         .unwrap();
     assert!(prep.status.success(), "{}", stderr(&prep));
 
-    let host_worker = efs.join("host_worker");
-    wait_until("the worker in host_worker", Duration::from_secs(30), || {
-        std::fs::read_to_string(&host_worker).is_ok_and(|h| h.lines().any(|l| l == ip))
+    // dtd writes the generation file after every host file.
+    wait_until("generation 1", Duration::from_secs(30), || {
+        std::fs::read_to_string(efs.join("generation")).is_ok_and(|g| g == "1\n")
     });
+    let host_worker = std::fs::read_to_string(efs.join("host_worker")).unwrap();
+    assert!(host_worker.lines().any(|l| l == ip), "{host_worker}");
     let horovod = std::fs::read_to_string(efs.join("hosts.horovod")).unwrap();
     assert!(horovod.lines().any(|l| l == format!("{ip}:1")), "{horovod}");
     let openmpi = std::fs::read_to_string(efs.join("hosts.openmpi")).unwrap();
