@@ -225,6 +225,26 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
         "the config in the user data is the output"
     );
     assert!(!user_data.contains("${"), "every variable is substituted");
+    bash_syntax_ok(&user_data);
+}
+
+/// `bash -n`: the rendered user data parses as the script it claims to be.
+fn bash_syntax_ok(script: &str) {
+    use std::io::Write;
+    let mut child = Command::new("bash")
+        .args(["-n", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bash");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "user data: {}", stderr(&out));
 }
 
 fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
@@ -258,6 +278,7 @@ fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
     let user_data = decode_base64(data["UserData"].as_str().unwrap());
     assert!(user_data.contains("ExecStart=/usr/local/bin/dtd run --config /etc/dt/dtd.yaml"));
     assert!(user_data.contains(&out["DtdConfig"]));
+    bash_syntax_ok(&user_data);
 }
 
 fn check_worker_group(moto: &Moto, out: &BTreeMap<String, String>) {
