@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::hostfile::Format;
+use crate::hostfile::{Format, HostTemplate};
 
 /// Where the elastic tag key defaults from: `<cluster>-aws-dl-cfn-elastic-worker` (2018 protocol).
 pub const ELASTIC_TAG_SUFFIX: &str = "-aws-dl-cfn-elastic-worker";
@@ -175,11 +175,51 @@ impl Slots {
     }
 }
 
+/// One host file: a built-in `format`, or a `template` file of the user's own.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, try_from = "RawHostfileSpec")]
 pub struct HostfileSpec {
     pub path: PathBuf,
+    /// The built-in format; for a template host file, the form `dtctl hosts` prints (mxnet).
     pub format: Format,
+    /// Path of the template file; `template` holds it once the config is loaded.
+    pub template_path: Option<PathBuf>,
+    pub template: Option<HostTemplate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHostfileSpec {
+    path: PathBuf,
+    #[serde(default)]
+    format: Option<Format>,
+    #[serde(default)]
+    template: Option<PathBuf>,
+}
+
+impl TryFrom<RawHostfileSpec> for HostfileSpec {
+    type Error = String;
+
+    fn try_from(r: RawHostfileSpec) -> Result<Self, String> {
+        match (r.format, r.template) {
+            (Some(format), None) => Ok(HostfileSpec {
+                path: r.path,
+                format,
+                template_path: None,
+                template: None,
+            }),
+            (None, Some(template)) => Ok(HostfileSpec {
+                path: r.path,
+                format: Format::Mxnet,
+                template_path: Some(template),
+                template: None,
+            }),
+            _ => Err(
+                "a host file needs exactly one of format (mxnet, mpi, deepspeed, horovod) or template (a file)"
+                    .into(),
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -445,6 +485,7 @@ impl Config {
         let mut cfg: Config =
             serde_path_to_error::deserialize(de).map_err(|e| describe(text, e))?;
         cfg.validate(text)?;
+        cfg.load_templates(text)?;
         cfg.resolve_defaults();
         Ok(cfg)
     }
@@ -495,11 +536,39 @@ impl Config {
         Ok(())
     }
 
+    /// Reads every host-file template now, so a bad one stops `dtd` at start, not mid-run.
+    fn load_templates(&mut self, text: &str) -> Result<(), String> {
+        for (i, spec) in self.hostfiles.iter_mut().enumerate() {
+            let Some(path) = &spec.template_path else {
+                continue;
+            };
+            // The key usually sits inside a flow mapping (`- { path: .., template: .. }`), where
+            // at_key's search for a line starting with the key would miss it.
+            let shown = path.display().to_string();
+            let line = text
+                .lines()
+                .position(|l| l.contains("template:") && l.contains(&shown))
+                .map(|n| format!(" at line {}", n + 1))
+                .unwrap_or_default();
+            let fail = |message: String| format!("hostfiles[{i}].template: {message}{line}");
+            if !path.is_absolute() {
+                return Err(fail(format!("{shown} must be an absolute path")));
+            }
+            let body = std::fs::read_to_string(path)
+                .map_err(|e| fail(format!("cannot read {shown}: {e}")))?;
+            let template = HostTemplate::parse(&body).map_err(|e| fail(format!("{shown} {e}")))?;
+            spec.template = Some(template);
+        }
+        Ok(())
+    }
+
     fn resolve_defaults(&mut self) {
         if self.hostfiles.is_empty() {
             self.hostfiles.push(HostfileSpec {
                 path: self.shared_dir.join("host_worker"),
                 format: Format::Mxnet,
+                template_path: None,
+                template: None,
             });
         }
         if self.job.ack.file.is_none() {
@@ -643,6 +712,46 @@ interval: 1s
         assert_eq!(cfg.job.notify, Notify::None);
         let e = error_of(&GOOD.replace("pidfile: /efs/job.pid", "command: [x]"));
         assert!(e.contains("exactly"), "{e}");
+    }
+
+    #[test]
+    fn hostfile_templates_are_read_and_checked_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.tmpl");
+        std::fs::write(&good, "# workers\n{ip} slots={slots}\n").unwrap();
+        let with = |t: &Path| {
+            GOOD.replace(
+                "interval: 1s",
+                &format!(
+                    "interval: 1s\nhostfiles:\n  - {{ path: /efs/h, template: {} }}",
+                    t.display()
+                ),
+            )
+        };
+        let cfg = Config::parse(&with(&good)).unwrap();
+        let hosts = [crate::hostfile::Host {
+            ip: "10.0.0.9".parse().unwrap(),
+            slots: 4,
+        }];
+        let t = cfg.hostfiles[0].template.as_ref().unwrap();
+        assert_eq!(t.render(&hosts), "# workers\n10.0.0.9 slots=4\n");
+
+        let bad = dir.path().join("bad.tmpl");
+        std::fs::write(&bad, "# workers\n{ip} slots={slot}\n").unwrap();
+        let e = error_of(&with(&bad));
+        assert!(
+            e.contains("hostfiles[0].template")
+                && e.contains("bad.tmpl line 2")
+                && e.contains("line 13"),
+            "{e}"
+        );
+        let e = error_of(&with(&dir.path().join("missing.tmpl")));
+        assert!(e.contains("cannot read"), "{e}");
+        let e = error_of(&GOOD.replace(
+            "interval: 1s",
+            "interval: 1s\nhostfiles:\n  - { path: /efs/h, format: mpi, template: /x }",
+        ));
+        assert!(e.contains("exactly one of format"), "{e}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Rendering the job's worker host files in the built-in formats (DESIGN.md, "Host files").
+//! Rendering the job's worker host files: the built-in formats, and templates for any other
+//! (DESIGN.md, "Host files").
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -38,6 +39,103 @@ pub fn render(format: Format, hosts: &[Host]) -> String {
     out
 }
 
+/// A host-file format of the user's own: the one line holding `{ip}` is repeated for every host
+/// with `{ip}`, `{slots}` and `{index}` (0-based) filled in; the lines before and after it are a
+/// header and a footer, copied as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostTemplate {
+    header: String,
+    host_line: String,
+    footer: String,
+}
+
+const PLACEHOLDERS: [&str; 3] = ["{ip}", "{slots}", "{index}"];
+
+/// Why a template was refused, and on which of its lines (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct TemplateError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl HostTemplate {
+    pub fn parse(text: &str) -> Result<HostTemplate, TemplateError> {
+        let lines: Vec<&str> = text.lines().collect();
+        let host_lines: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].contains("{ip}"))
+            .collect();
+        let at = match host_lines.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(TemplateError {
+                    line: lines.len().max(1),
+                    message: "no line contains {ip}: one line, repeated per host, must".into(),
+                })
+            }
+            [_, second, ..] => {
+                return Err(TemplateError {
+                    line: second + 1,
+                    message: "a second line contains {ip}: only one line is repeated per host"
+                        .into(),
+                })
+            }
+        };
+        check_host_line(lines[at]).map_err(|message| TemplateError {
+            line: at + 1,
+            message,
+        })?;
+        for (i, line) in lines.iter().enumerate().filter(|(i, _)| *i != at) {
+            if let Some(p) = PLACEHOLDERS.iter().find(|p| line.contains(*p)) {
+                return Err(TemplateError {
+                    line: i + 1,
+                    message: format!("{p} outside the line with {{ip}} has no host to fill it"),
+                });
+            }
+        }
+        let joined = |part: &[&str]| part.iter().map(|l| format!("{l}\n")).collect::<String>();
+        Ok(HostTemplate {
+            header: joined(&lines[..at]),
+            host_line: lines[at].to_string(),
+            footer: joined(&lines[at + 1..]),
+        })
+    }
+
+    pub fn render(&self, hosts: &[Host]) -> String {
+        let mut out = String::with_capacity(self.header.len() + hosts.len() * 32);
+        out.push_str(&self.header);
+        for (index, h) in hosts.iter().enumerate() {
+            let line = self
+                .host_line
+                .replace("{ip}", &h.ip.to_string())
+                .replace("{slots}", &h.slots.to_string())
+                .replace("{index}", &index.to_string());
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out.push_str(&self.footer);
+        out
+    }
+}
+
+/// A `{word}` on the host line that is not a placeholder is most likely a typo (`{slot}`).
+fn check_host_line(line: &str) -> Result<(), String> {
+    let mut rest = line;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let word = &after[..close];
+        let is_word = !word.is_empty() && word.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+        if is_word && !PLACEHOLDERS.contains(&format!("{{{word}}}").as_str()) {
+            return Err(format!(
+                "unknown placeholder {{{word}}}: use {{ip}}, {{slots}} or {{index}}"
+            ));
+        }
+        rest = &after[close + 1..];
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +169,49 @@ mod tests {
             "10.0.0.5:1\n10.0.1.7:8\n"
         );
         assert_eq!(render(Format::Horovod, &[]), "");
+    }
+
+    #[test]
+    fn a_template_repeats_its_host_line() {
+        let t =
+            HostTemplate::parse("# workers\n{ip} slots={slots} # rank {index}\n# end\n").unwrap();
+        assert_eq!(
+            t.render(&hosts()),
+            "# workers\n10.0.0.5 slots=1 # rank 0\n10.0.1.7 slots=8 # rank 1\n# end\n"
+        );
+        assert_eq!(t.render(&[]), "# workers\n# end\n");
+        let bare = HostTemplate::parse("{ip}").unwrap();
+        assert_eq!(bare.render(&hosts()), render(Format::Mxnet, &hosts()));
+    }
+
+    #[test]
+    fn template_errors_name_the_line() {
+        let e = HostTemplate::parse("# header\n").unwrap_err();
+        assert!(e.message.contains("no line contains {ip}"), "{e}");
+        let e = HostTemplate::parse("{ip}\n{ip}:{slots}\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        let e = HostTemplate::parse("# n\n{ip} slots={slot}\n").unwrap_err();
+        assert_eq!((e.line, e.message.contains("{slot}")), (2, true), "{e}");
+        let e = HostTemplate::parse("np={slots}\n{ip}\n").unwrap_err();
+        assert_eq!(e.line, 1, "{e}");
+        // Braces that are not a lowercase word are text (JSON, shell).
+        assert!(HostTemplate::parse("{\"hosts\": [\n\"{ip}\", {\"n\": {slots}}\n]}\n").is_ok());
+    }
+
+    /// The examples shipped in templates/hostfiles/ parse and render as their comments say.
+    #[test]
+    fn shipped_templates() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/hostfiles");
+        let load = |name: &str| {
+            HostTemplate::parse(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+        };
+        let openmpi = load("openmpi.tmpl").render(&hosts());
+        assert!(openmpi.starts_with("# Open MPI"), "{openmpi}");
+        assert!(openmpi.ends_with("\n10.0.0.5 slots=1 max_slots=1\n10.0.1.7 slots=8 max_slots=8\n"));
+        let etc_hosts = load("hosts.tmpl").render(&hosts());
+        assert!(
+            etc_hosts.ends_with("\n10.0.0.5 dt-worker-0\n10.0.1.7 dt-worker-1\n"),
+            "{etc_hosts}"
+        );
     }
 }

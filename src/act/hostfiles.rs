@@ -10,7 +10,10 @@ use crate::hostfile::{render, Host};
 pub fn ensure(specs: &[HostfileSpec], hosts: &[Host]) -> Result<bool, String> {
     let mut changed = false;
     for spec in specs {
-        let content = render(spec.format, hosts);
+        let content = match &spec.template {
+            Some(template) => template.render(hosts),
+            None => render(spec.format, hosts),
+        };
         changed |= write_if_changed(&spec.path, content.as_bytes())
             .map_err(|e| format!("writing host file {}: {e}", spec.path.display()))?;
     }

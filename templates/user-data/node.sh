@@ -1,0 +1,65 @@
+#!/bin/bash
+# dynamic-training node bootstrap, rendered by the CloudFormation stack ${AWS::StackName}
+# (source: templates/user-data/node.sh; scripts/sync-stack copies it into the stack).
+# Mounts the shared EFS file system with TLS at /myEFSvolume, installs dtd and dtctl from the
+# release the stack names, writes dtd's configuration and runs `dtd ${DtdRole}` as a systemd service.
+set -euo pipefail
+exec > >(tee -a /var/log/dt-bootstrap.log) 2>&1
+echo "dt-bootstrap: role ${DtdRole}, stack ${AWS::StackName}, $(date -u +%FT%TZ)"
+
+retry() {
+    local n
+    for n in 1 2 3 4 5 6 7 8; do
+        "$@" && return 0
+        echo "dt-bootstrap: attempt $n of $* failed; retrying in $((n * 5))s"
+        sleep $((n * 5))
+    done
+    return 1
+}
+
+# EFS over TLS (amazon-efs-utils' stunnel), authorized by the instance role.
+retry dnf install -y amazon-efs-utils
+mkdir -p /myEFSvolume
+if ! grep -q ' /myEFSvolume ' /etc/fstab; then
+    echo "${FileSystemId}:/ /myEFSvolume efs _netdev,noresvport,tls,iam 0 0" >>/etc/fstab
+fi
+# The mount target's DNS name can take a minute to resolve after the stack creates it.
+retry mount /myEFSvolume
+
+# dtd and dtctl from the release archive, checked against the stack's SHA-256 before use.
+workdir=$(mktemp -d)
+retry curl -fsSL --proto '=https' -o "$workdir/dt.tar.gz" "${DtdReleaseUrl}"
+echo "${DtdReleaseSha256}  $workdir/dt.tar.gz" | sha256sum -c -
+tar -xzf "$workdir/dt.tar.gz" -C "$workdir" dtd dtctl
+install -m 0755 "$workdir/dtd" "$workdir/dtctl" /usr/local/bin/
+rm -rf "$workdir"
+
+mkdir -p /etc/dt
+cat >/etc/dt/dtd.yaml.new <<'DT_CONFIG_END'
+${DtdConfig}
+DT_CONFIG_END
+/usr/local/bin/dtctl config check /etc/dt/dtd.yaml.new
+mv /etc/dt/dtd.yaml.new /etc/dt/dtd.yaml
+echo 'DT_CONFIG=/etc/dt/dtd.yaml' >/etc/profile.d/dt.sh
+
+cat >/etc/systemd/system/dtd.service <<'DT_UNIT_END'
+[Unit]
+Description=dynamic-training: dtd ${DtdRole}
+Documentation=file:///etc/dt/dtd.yaml
+Wants=network-online.target
+After=network-online.target remote-fs.target
+RequiresMountsFor=/myEFSvolume
+
+[Service]
+Environment=AWS_REGION=${AWS::Region}
+ExecStart=/usr/local/bin/dtd ${DtdRole} --config /etc/dt/dtd.yaml
+Restart=always
+RestartSec=5s
+NoNewPrivileges=yes
+
+[Install]
+WantedBy=multi-user.target
+DT_UNIT_END
+systemctl daemon-reload
+systemctl enable --now dtd.service
+echo "dt-bootstrap: dtd ${DtdRole} started"

@@ -1,0 +1,74 @@
+"""The CloudFormation stack embeds templates/ (it cannot read files); scripts/sync-stack copies
+them in. These tests keep the two in sync and check that the script notices drift.
+
+Run from the repository root: python3 -m unittest discover -s tests/python -v
+"""
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SYNC = ROOT / "scripts" / "sync-stack"
+
+
+def sync(*args):
+    r = subprocess.run([sys.executable, str(SYNC), *map(str, args)], capture_output=True,
+                       text=True, timeout=30)
+    return r.returncode, r.stdout, r.stderr
+
+
+class StackSyncTest(unittest.TestCase):
+    def test_the_stack_holds_the_current_templates(self):
+        code, _, err = sync("--check")
+        self.assertEqual(code, 0, err)
+
+    def test_every_embedded_template_is_a_file(self):
+        stack = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
+        embedded = [line.split("# from ")[1].strip() for line in stack.splitlines()
+                    if "|  # from templates/" in line]
+        self.assertIn("templates/user-data/node.sh", embedded)
+        self.assertIn("templates/dtd.yaml", embedded)
+        self.assertEqual(embedded.count("templates/dtd.yaml"), 3, "master, worker, output")
+        for name in embedded:
+            self.assertTrue((ROOT / name).is_file(), name)
+
+    def test_drift_is_reported_and_fixed(self):
+        with tempfile.TemporaryDirectory(prefix="dt-sync-test.") as tmp:
+            root = Path(tmp)
+            shutil.copytree(ROOT / "cloudformation", root / "cloudformation")
+            shutil.copytree(ROOT / "templates", root / "templates")
+            config = root / "templates" / "dtd.yaml"
+            config.write_text(config.read_text().replace("interval: 2s", "interval: 3s"))
+
+            code, _, err = sync("--check", "--root", root)
+            self.assertEqual(code, 1)
+            self.assertIn("out of sync with templates/: cloudformation/dynamic-training.yaml", err)
+
+            code, out, _ = sync("--root", root)
+            self.assertEqual(code, 0)
+            self.assertIn("updated cloudformation/dynamic-training.yaml", out)
+            stack = (root / "cloudformation" / "dynamic-training.yaml").read_text()
+            self.assertEqual(stack.count("interval: 3s"), 3)
+            self.assertNotIn("interval: 2s", stack)
+            # Only the embedded blocks changed.
+            original = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
+            self.assertEqual(stack.replace("interval: 3s", "interval: 2s"), original)
+            self.assertEqual(sync("--check", "--root", root)[0], 0)
+
+    def test_a_template_must_end_with_one_newline(self):
+        with tempfile.TemporaryDirectory(prefix="dt-sync-test.") as tmp:
+            root = Path(tmp)
+            shutil.copytree(ROOT / "cloudformation", root / "cloudformation")
+            shutil.copytree(ROOT / "templates", root / "templates")
+            node = root / "templates" / "user-data" / "node.sh"
+            node.write_text(node.read_text() + "\n")
+            code, _, err = sync("--check", "--root", root)
+            self.assertEqual(code, 1)
+            self.assertIn("must end with exactly one newline", err)
+
+
+if __name__ == "__main__":
+    unittest.main()

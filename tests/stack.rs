@@ -1,0 +1,948 @@
+//! The CloudFormation stack, deployed into the emulator's CloudFormation (moto) with
+//! `aws cloudformation deploy`, checked resource by resource, and then used: `dtd run` with the
+//! config the stack generates, a worker launched from the stack's launch template with the AWS
+//! CLI, its prepare-data step, and the worker joining.
+//!
+//! Stand-ins, each named where it is used: moto's CloudFormation does not create
+//! `AWS::SQS::QueuePolicy`, ignores the group's `LifecycleHookSpecificationList` and
+//! `CapacityRebalance`, and leaves a change-set-created stack without outputs; EC2's
+//! `resolve:ssm:` AMI lookup does not exist in moto, so the stack's own `ImageId` parameter pins
+//! an emulator AMI.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
+
+const STACK: &str = "dtstack";
+const ELASTIC_KEY: &str = "dtstack-aws-dl-cfn-elastic-worker";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn template_path() -> PathBuf {
+    repo().join("cloudformation/dynamic-training.yaml")
+}
+
+fn aws_cli() -> PathBuf {
+    std::env::var_os("DT_AWS_CLI")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/aws"))
+}
+
+/// The AWS CLI against the emulator; stdout, or a panic with stderr.
+fn aws(moto: &Moto, args: &[&str]) -> String {
+    let out = Command::new(aws_cli())
+        .args(args)
+        .envs(aws_env(&moto.endpoint()))
+        .output()
+        .expect("running the AWS CLI");
+    assert!(
+        out.status.success(),
+        "aws {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn aws_json(moto: &Moto, args: &[&str]) -> Json {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--output", "json"]);
+    let text = aws(moto, &all);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("aws {args:?}: {e}: {text}"))
+}
+
+/// Every stack parameter the test sets: the README's command plus the emulator's AMI.
+fn parameter_overrides() -> Vec<String> {
+    vec![
+        // Stand-in: moto has neither the public Deep Learning AMI parameter nor EC2's
+        // `resolve:ssm:` lookup, so the stack's ImageId parameter pins one of moto's AMIs.
+        "ImageId=ami-12c6146b".into(),
+        "DtdReleaseUrl=https://releases.example.invalid/dynamic-training.tar.gz".into(),
+        format!("DtdReleaseSha256={}", "ab".repeat(32)),
+        "WorkerInitial=1".into(),
+        "WorkerMin=0".into(),
+        "WorkerMax=4".into(),
+    ]
+}
+
+fn deploy(moto: &Moto) {
+    let template = template_path().display().to_string();
+    let overrides = parameter_overrides();
+    let mut args = vec![
+        "cloudformation",
+        "deploy",
+        "--stack-name",
+        STACK,
+        "--template-file",
+        &template,
+        "--capabilities",
+        "CAPABILITY_IAM",
+        "--parameter-overrides",
+    ];
+    args.extend(overrides.iter().map(String::as_str));
+    aws(moto, &args);
+
+    // Stand-in: moto builds a change-set stack's outputs from the empty template it starts
+    // with and never rebuilds them; an update with the same template and parameters (which
+    // changes no resource in moto) makes it evaluate them. AWS fills them in on deploy.
+    let body = format!("file://{template}");
+    let params: Vec<String> = overrides
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("KEY=VALUE");
+            format!("ParameterKey={k},ParameterValue={v}")
+        })
+        .collect();
+    let mut args = vec![
+        "cloudformation",
+        "update-stack",
+        "--stack-name",
+        STACK,
+        "--template-body",
+        &body,
+        "--capabilities",
+        "CAPABILITY_IAM",
+        "--parameters",
+    ];
+    args.extend(params.iter().map(String::as_str));
+    aws(moto, &args);
+}
+
+fn outputs(moto: &Moto) -> BTreeMap<String, String> {
+    let stacks = aws_json(
+        moto,
+        &["cloudformation", "describe-stacks", "--stack-name", STACK],
+    );
+    let stack = &stacks["Stacks"][0];
+    assert!(
+        stack["StackStatus"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("_COMPLETE") && !s.contains("ROLLBACK")),
+        "{stack}"
+    );
+    stack["Outputs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no outputs: an Fn::GetAtt moto lacks drops them all: {stack}"))
+        .iter()
+        .map(|o| {
+            (
+                o["OutputKey"].as_str().unwrap().to_string(),
+                o["OutputValue"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn tags_of(list: &Json) -> BTreeMap<String, String> {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| {
+                    (
+                        t["Key"].as_str().unwrap_or_default().to_string(),
+                        t["Value"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The template itself, for what moto's CloudFormation does not create (`!Tags` become
+/// `Yaml::Tagged`).
+fn template() -> Yaml {
+    let text = std::fs::read_to_string(template_path()).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+fn untag(v: &Yaml) -> &Yaml {
+    match v {
+        Yaml::Tagged(t) => &t.value,
+        other => other,
+    }
+}
+
+fn resource<'a>(t: &'a Yaml, name: &str) -> &'a Yaml {
+    &t["Resources"][name]["Properties"]
+}
+
+fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
+    let lt_id = &out["WorkerLaunchTemplateId"];
+    let versions = aws_json(
+        moto,
+        &[
+            "ec2",
+            "describe-launch-template-versions",
+            "--launch-template-id",
+            lt_id,
+        ],
+    );
+    let version = &versions["LaunchTemplateVersions"][0];
+    assert_eq!(
+        version["LaunchTemplateName"],
+        out["WorkerLaunchTemplateName"].as_str()
+    );
+    let data = &version["LaunchTemplateData"];
+    assert_eq!(data["MetadataOptions"]["HttpTokens"], "required", "IMDSv2");
+    assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "enabled");
+    let specs = data["TagSpecifications"].as_array().expect("tag specs");
+    for kind in ["instance", "volume"] {
+        let spec = specs
+            .iter()
+            .find(|s| s["ResourceType"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} tags: {data}"));
+        let tags = tags_of(&spec["Tags"]);
+        assert_eq!(tags["NodeType"], "Worker", "{kind}");
+        assert_eq!(tags["dt:cluster"], STACK, "{kind}");
+    }
+    let instance = specs
+        .iter()
+        .find(|s| s["ResourceType"] == "instance")
+        .unwrap();
+    assert!(tags_of(&instance["Tags"]).contains_key(ELASTIC_KEY));
+
+    // The user data is templates/user-data/node.sh, rendered for the worker role.
+    let user_data = decode_base64(data["UserData"].as_str().expect("user data"));
+    let source = std::fs::read_to_string(repo().join("templates/user-data/node.sh")).unwrap();
+    for line in source.lines().filter(|l| !l.contains("${")) {
+        assert!(user_data.contains(line), "user data lacks {line:?}");
+    }
+    assert!(user_data.contains("ExecStart=/usr/local/bin/dtd agent --config /etc/dt/dtd.yaml"));
+    assert!(user_data.contains(&format!(
+        "{}:/ /myEFSvolume efs _netdev,noresvport,tls,iam 0 0",
+        out["FileSystemId"]
+    )));
+    assert!(
+        user_data.contains(&out["DtdConfig"]),
+        "the config in the user data is the output"
+    );
+    assert!(!user_data.contains("${"), "every variable is substituted");
+    bash_syntax_ok(&user_data);
+}
+
+/// `bash -n`: the rendered user data parses as the script it claims to be.
+fn bash_syntax_ok(script: &str) {
+    use std::io::Write;
+    let mut child = Command::new("bash")
+        .args(["-n", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bash");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "user data: {}", stderr(&out));
+}
+
+fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
+    let groups = aws_json(
+        moto,
+        &[
+            "autoscaling",
+            "describe-auto-scaling-groups",
+            "--auto-scaling-group-names",
+            &out["MasterGroup"],
+        ],
+    );
+    let g = &groups["AutoScalingGroups"][0];
+    assert_eq!(
+        (g["MinSize"].as_i64(), g["MaxSize"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(g["Instances"].as_array().map(Vec::len), Some(1), "{g}");
+    let lt = &g["LaunchTemplate"]["LaunchTemplateId"];
+    let versions = aws_json(
+        moto,
+        &[
+            "ec2",
+            "describe-launch-template-versions",
+            "--launch-template-id",
+            lt.as_str().unwrap(),
+        ],
+    );
+    let data = &versions["LaunchTemplateVersions"][0]["LaunchTemplateData"];
+    assert_eq!(data["MetadataOptions"]["HttpTokens"], "required");
+    let user_data = decode_base64(data["UserData"].as_str().unwrap());
+    assert!(user_data.contains("ExecStart=/usr/local/bin/dtd run --config /etc/dt/dtd.yaml"));
+    assert!(user_data.contains(&out["DtdConfig"]));
+    bash_syntax_ok(&user_data);
+}
+
+fn check_worker_group(moto: &Moto, out: &BTreeMap<String, String>) {
+    let groups = aws_json(
+        moto,
+        &[
+            "autoscaling",
+            "describe-auto-scaling-groups",
+            "--auto-scaling-group-names",
+            &out["WorkerGroup"],
+        ],
+    );
+    let g = &groups["AutoScalingGroups"][0];
+    assert_eq!(g["AutoScalingGroupName"], format!("{STACK}-workers"));
+    assert_eq!(
+        (g["MinSize"].as_i64(), g["MaxSize"].as_i64()),
+        (Some(0), Some(4))
+    );
+    let policy = &g["MixedInstancesPolicy"];
+    assert_eq!(
+        policy["InstancesDistribution"]["SpotAllocationStrategy"], "price-capacity-optimized",
+        "{g}"
+    );
+    let lt = &policy["LaunchTemplate"]["LaunchTemplateSpecification"]["LaunchTemplateId"];
+    assert_eq!(lt, out["WorkerLaunchTemplateId"].as_str());
+    let types: Vec<&str> = policy["LaunchTemplate"]["Overrides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["InstanceType"].as_str())
+        .collect();
+    assert_eq!(types, ["g5.xlarge", "g6.xlarge", "g4dn.xlarge"]);
+    assert_eq!(
+        tags_of(&g["Tags"]).get("dt:cluster").map(String::as_str),
+        Some(STACK)
+    );
+
+    // Not created by moto's CloudFormation (it ignores these properties): read from the template.
+    let t = template();
+    let props = resource(&t, "WorkerGroup");
+    assert_eq!(props["CapacityRebalance"], Yaml::Bool(true));
+    let hooks = props["LifecycleHookSpecificationList"]
+        .as_sequence()
+        .unwrap();
+    let spec: Vec<(String, &str, &str)> = hooks
+        .iter()
+        .map(|h| {
+            (
+                untag(&h["LifecycleHookName"])
+                    .as_str()
+                    .unwrap()
+                    .replace("${AWS::StackName}", STACK),
+                h["LifecycleTransition"].as_str().unwrap(),
+                h["DefaultResult"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        spec,
+        [
+            (
+                format!("{STACK}-launching"),
+                "autoscaling:EC2_INSTANCE_LAUNCHING",
+                "ABANDON"
+            ),
+            (
+                format!("{STACK}-terminating"),
+                "autoscaling:EC2_INSTANCE_TERMINATING",
+                "CONTINUE"
+            ),
+        ]
+    );
+    // Stand-in for CloudFormation: the hooks as the template declares them, so the group
+    // looks as it does on AWS to dtd (which finds them with DescribeLifecycleHooks).
+    for (name, transition, result) in &spec {
+        aws(
+            moto,
+            &[
+                "autoscaling",
+                "put-lifecycle-hook",
+                "--auto-scaling-group-name",
+                &out["WorkerGroup"],
+                "--lifecycle-hook-name",
+                name,
+                "--lifecycle-transition",
+                transition,
+                "--default-result",
+                result,
+            ],
+        );
+    }
+    let hooks = aws_json(
+        moto,
+        &[
+            "autoscaling",
+            "describe-lifecycle-hooks",
+            "--auto-scaling-group-name",
+            &out["WorkerGroup"],
+        ],
+    );
+    assert_eq!(hooks["LifecycleHooks"].as_array().map(Vec::len), Some(2));
+}
+
+fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
+    // The CLI sends SQS calls to the queue URL's host unless told otherwise.
+    let endpoint = moto.endpoint();
+    let queue_arn = aws_json(
+        moto,
+        &[
+            "--endpoint-url",
+            &endpoint,
+            "sqs",
+            "get-queue-attributes",
+            "--queue-url",
+            &out["EventQueueUrl"],
+            "--attribute-names",
+            "QueueArn",
+        ],
+    )["Attributes"]["QueueArn"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut detail_types = Vec::new();
+    for (rule, source) in [
+        ("instance-events", "aws.ec2"),
+        ("lifecycle-events", "aws.autoscaling"),
+    ] {
+        let name = format!("{STACK}-{rule}");
+        let described = aws_json(moto, &["events", "describe-rule", "--name", &name]);
+        assert_eq!(described["State"], "ENABLED");
+        let pattern: Json =
+            serde_json::from_str(described["EventPattern"].as_str().unwrap()).unwrap();
+        assert_eq!(pattern["source"], serde_json::json!([source]));
+        detail_types.extend(
+            pattern["detail-type"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_str().unwrap().to_string()),
+        );
+        if source == "aws.autoscaling" {
+            assert_eq!(
+                pattern["detail"]["AutoScalingGroupName"],
+                serde_json::json!([out["WorkerGroup"]])
+            );
+        }
+        let targets = aws_json(moto, &["events", "list-targets-by-rule", "--rule", &name]);
+        assert_eq!(targets["Targets"][0]["Arn"], queue_arn.as_str(), "{name}");
+    }
+    detail_types.sort();
+    assert_eq!(
+        detail_types,
+        [
+            "Capacity Block Expiration Warning",
+            "EC2 Instance Rebalance Recommendation",
+            "EC2 Instance State-change Notification",
+            "EC2 Instance-launch Lifecycle Action",
+            "EC2 Instance-terminate Lifecycle Action",
+            "EC2 Spot Instance Interruption Warning",
+        ]
+    );
+
+    check_delivery(moto, out);
+
+    // Not created by moto's CloudFormation: the queue policy, read from the template. Only
+    // EventBridge may send, and only on behalf of this stack's two rules.
+    let t = template();
+    let policy = resource(&t, "EventQueuePolicy");
+    let statement = &policy["PolicyDocument"]["Statement"][0];
+    assert_eq!(
+        statement["Principal"]["Service"].as_str(),
+        Some("events.amazonaws.com")
+    );
+    assert_eq!(statement["Action"].as_str(), Some("sqs:SendMessage"));
+    let sources: Vec<&str> = statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|s| untag(s).as_str().unwrap())
+        .collect();
+    assert_eq!(
+        sources,
+        ["InstanceEventsRule.Arn", "LifecycleEventsRule.Arn"]
+    );
+}
+
+/// Events as AWS would send them go through the rules to the queue; others do not.
+fn check_delivery(moto: &Moto, out: &BTreeMap<String, String>) {
+    let group = out["WorkerGroup"].as_str();
+    let entry = |source: &str, detail_type: &str, detail: Json| {
+        serde_json::json!({
+            "Source": source,
+            "DetailType": detail_type,
+            "Detail": detail.to_string(),
+        })
+    };
+    let instance = serde_json::json!({ "instance-id": "i-0123456789abcdef0" });
+    let lifecycle = |g: &str| serde_json::json!({ "AutoScalingGroupName": g });
+    let mut entries = vec![
+        entry(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            instance.clone(),
+        ),
+        entry(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            instance.clone(),
+        ),
+        entry(
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            instance.clone(),
+        ),
+        entry(
+            "aws.ec2",
+            "Capacity Block Expiration Warning",
+            instance.clone(),
+        ),
+        entry(
+            "aws.autoscaling",
+            "EC2 Instance-launch Lifecycle Action",
+            lifecycle(group),
+        ),
+        entry(
+            "aws.autoscaling",
+            "EC2 Instance-terminate Lifecycle Action",
+            lifecycle(group),
+        ),
+    ];
+    // Not for dtd: another group's lifecycle action, and an event type it does not handle.
+    let others = [
+        entry(
+            "aws.autoscaling",
+            "EC2 Instance-launch Lifecycle Action",
+            lifecycle("other"),
+        ),
+        entry("aws.ec2", "EC2 AMI State Change", instance),
+    ];
+    let expected: Vec<String> = entries
+        .iter()
+        .map(|e| e["DetailType"].as_str().unwrap().to_string())
+        .collect();
+    entries.extend(others);
+    // PutEvents takes at most ten entries per call.
+    for chunk in entries.chunks(10) {
+        let put = aws_json(
+            moto,
+            &[
+                "events",
+                "put-events",
+                "--entries",
+                &Json::from(chunk.to_vec()).to_string(),
+            ],
+        );
+        assert_eq!(put["FailedEntryCount"], 0, "{put}");
+    }
+    let endpoint = moto.endpoint();
+    let mut delivered = Vec::new();
+    loop {
+        // An empty receive prints nothing at all.
+        let text = aws(
+            moto,
+            &[
+                "--endpoint-url",
+                &endpoint,
+                "sqs",
+                "receive-message",
+                "--queue-url",
+                &out["EventQueueUrl"],
+                "--max-number-of-messages",
+                "10",
+                "--wait-time-seconds",
+                "1",
+                "--output",
+                "json",
+            ],
+        );
+        if text.trim().is_empty() {
+            break;
+        }
+        let got: Json = serde_json::from_str(&text).unwrap();
+        let Some(messages) = got["Messages"].as_array().filter(|m| !m.is_empty()) else {
+            break;
+        };
+        for m in messages {
+            let body: Json = serde_json::from_str(m["Body"].as_str().unwrap()).unwrap();
+            delivered.push(body["detail-type"].as_str().unwrap().to_string());
+            let receipt = m["ReceiptHandle"].as_str().unwrap();
+            aws(
+                moto,
+                &[
+                    "--endpoint-url",
+                    &endpoint,
+                    "sqs",
+                    "delete-message",
+                    "--queue-url",
+                    &out["EventQueueUrl"],
+                    "--receipt-handle",
+                    receipt,
+                ],
+            );
+        }
+    }
+    delivered.sort();
+    let mut expected = expected;
+    expected.sort();
+    assert_eq!(delivered, expected);
+}
+
+/// The inline policy of the role behind an instance profile ARN, from IAM.
+fn role_policy(moto: &Moto, profile_arn: &str) -> Json {
+    let profile_name = profile_arn.rsplit('/').next().unwrap();
+    let profile = aws_json(
+        moto,
+        &[
+            "iam",
+            "get-instance-profile",
+            "--instance-profile-name",
+            profile_name,
+        ],
+    );
+    let role = profile["InstanceProfile"]["Roles"][0]["RoleName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let names = aws_json(moto, &["iam", "list-role-policies", "--role-name", &role]);
+    let name = names["PolicyNames"][0].as_str().unwrap().to_string();
+    let doc = aws_json(
+        moto,
+        &[
+            "iam",
+            "get-role-policy",
+            "--role-name",
+            &role,
+            "--policy-name",
+            &name,
+        ],
+    );
+    match &doc["PolicyDocument"] {
+        // moto keeps a policy that CloudFormation created as Python's repr of the document
+        // (single quotes); this one has no quote inside a value, so swapping them gives JSON.
+        Json::String(s) => serde_json::from_str(s)
+            .or_else(|_| serde_json::from_str(&s.replace('\'', "\"")))
+            .unwrap_or_else(|e| panic!("policy of {role}: {e}: {s}")),
+        other => other.clone(),
+    }
+}
+
+fn statement<'a>(policy: &'a Json, sid: &str) -> &'a Json {
+    policy["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Sid"] == sid)
+        .unwrap_or_else(|| panic!("no statement {sid}: {policy}"))
+}
+
+fn actions(s: &Json) -> Vec<String> {
+    match &s["Action"] {
+        Json::String(a) => vec![a.clone()],
+        Json::Array(a) => a.iter().map(|x| x.as_str().unwrap().to_string()).collect(),
+        _ => vec![],
+    }
+}
+
+fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
+    let lt = |id: &str| {
+        aws_json(
+            moto,
+            &[
+                "ec2",
+                "describe-launch-template-versions",
+                "--launch-template-id",
+                id,
+            ],
+        )["LaunchTemplateVersions"][0]["LaunchTemplateData"]["IamInstanceProfile"]["Arn"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let worker = role_policy(moto, &lt(&out["WorkerLaunchTemplateId"]));
+    let all: Vec<String> = worker["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(actions)
+        .collect();
+    assert!(
+        all.iter()
+            .all(|a| a.starts_with("elasticfilesystem:Client")),
+        "{all:?}"
+    );
+
+    let master_group = aws_json(
+        moto,
+        &[
+            "autoscaling",
+            "describe-auto-scaling-groups",
+            "--auto-scaling-group-names",
+            &out["MasterGroup"],
+        ],
+    );
+    let master_lt = master_group["AutoScalingGroups"][0]["LaunchTemplate"]["LaunchTemplateId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let master = role_policy(moto, &lt(&master_lt));
+    for sid in [
+        "StatusTagOnClusterInstances",
+        "ElasticTagRemovalOnClusterInstances",
+        "TerminateClusterInstances",
+        "ClusterWorkerGroup",
+    ] {
+        let s = statement(&master, sid);
+        assert_eq!(
+            s["Condition"]["StringEquals"]["aws:ResourceTag/dt:cluster"], STACK,
+            "{sid} is limited to this cluster's resources"
+        );
+    }
+    assert_eq!(
+        statement(&master, "StatusTagOnClusterInstances")["Condition"]["ForAllValues:StringEquals"]
+            ["aws:TagKeys"],
+        serde_json::json!(["elastic_worker_status"])
+    );
+    assert_eq!(
+        statement(&master, "ElasticTagRemovalOnClusterInstances")["Condition"]
+            ["ForAllValues:StringEquals"]["aws:TagKeys"],
+        serde_json::json!([ELASTIC_KEY])
+    );
+    let read = statement(&master, "ReadEventQueue");
+    assert!(read["Resource"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!(":{STACK}-events")));
+    assert!(actions(read).contains(&"sqs:ReceiveMessage".to_string()));
+    for s in master["Statement"].as_array().unwrap() {
+        if s["Resource"] == "*" && s["Condition"].is_null() {
+            assert!(
+                actions(s).iter().all(|a| a.contains(":Describe")),
+                "only Describe calls are unconditional: {s}"
+            );
+        }
+    }
+}
+
+fn check_file_system(moto: &Moto, out: &BTreeMap<String, String>) {
+    let fs = aws_json(
+        moto,
+        &[
+            "efs",
+            "describe-file-systems",
+            "--file-system-id",
+            &out["FileSystemId"],
+        ],
+    );
+    assert_eq!(fs["FileSystems"][0]["Encrypted"], true);
+    let targets = aws_json(
+        moto,
+        &[
+            "efs",
+            "describe-mount-targets",
+            "--file-system-id",
+            &out["FileSystemId"],
+        ],
+    );
+    let mut azs: Vec<&str> = targets["MountTargets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["AvailabilityZoneName"].as_str())
+        .collect();
+    azs.sort();
+    azs.dedup();
+    assert_eq!(azs.len(), 2, "a mount target in each worker AZ: {targets}");
+}
+
+fn decode_base64(text: &str) -> String {
+    let out = Command::new("base64")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(text.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("base64 -d");
+    String::from_utf8(out.stdout).expect("UTF-8 user data")
+}
+
+fn write_config(out: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
+    let efs = dir.join("efs");
+    std::fs::create_dir_all(&efs).unwrap();
+    let mut config = out["DtdConfig"].replace("/myEFSvolume", &efs.display().to_string());
+    // A third host file in a format of the user's own, from the shipped template.
+    let horovod_line = format!(
+        "  - {{ path: {}/hosts.horovod, format: horovod }}\n",
+        efs.display()
+    );
+    assert!(config.contains(&horovod_line), "{config}");
+    let template = repo().join("templates/hostfiles/openmpi.tmpl");
+    config = config.replace(
+        &horovod_line,
+        &format!(
+            "{horovod_line}  - {{ path: {}/hosts.openmpi, template: {} }}\n",
+            efs.display(),
+            template.display()
+        ),
+    );
+    let path = dir.join("dtd.yaml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+fn dtctl(moto: &Moto, config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dtctl"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(aws_env(&moto.endpoint()))
+        .output()
+        .expect("dtctl")
+}
+
+fn instance_tag(moto: &Moto, id: &str, key: &str) -> Option<String> {
+    let d = aws_json(moto, &["ec2", "describe-instances", "--instance-ids", id]);
+    tags_of(&d["Reservations"][0]["Instances"][0]["Tags"]).remove(key)
+}
+
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_stack_deploys_and_a_worker_from_its_template_joins() {
+    let moto = Moto::start();
+    deploy(&moto);
+    let out = outputs(&moto);
+    for key in [
+        "MasterGroup",
+        "WorkerLaunchTemplateId",
+        "WorkerLaunchTemplateName",
+        "WorkerGroup",
+        "EventQueueUrl",
+        "FileSystemId",
+        "DtdConfig",
+    ] {
+        assert!(
+            out.get(key).is_some_and(|v| !v.is_empty()),
+            "output {key}: {out:?}"
+        );
+    }
+    assert_eq!(out["WorkerLaunchTemplateName"], format!("{STACK}-worker"));
+    check_launch_template(&moto, &out);
+    check_master(&moto, &out);
+    check_worker_group(&moto, &out);
+    check_events(&moto, &out);
+    check_iam(&moto, &out);
+    check_file_system(&moto, &out);
+
+    // The generated config, with the shared directory moved to a temp dir.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(&out, dir.path());
+    let check = dtctl(
+        &moto,
+        &config,
+        &["config", "check", &config.display().to_string()],
+    );
+    assert!(check.status.success(), "{}", stderr(&check));
+    let efs = dir.path().join("efs");
+
+    let log = std::fs::File::create(dir.path().join("dtd.log")).unwrap();
+    let _dtd = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_dtd"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .envs(aws_env(&moto.endpoint()))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("dtd run"),
+    );
+
+    // The person at the console: a worker from the stack's launch template.
+    let run = aws_json(
+        &moto,
+        &[
+            "ec2",
+            "run-instances",
+            "--launch-template",
+            &format!("LaunchTemplateId={}", out["WorkerLaunchTemplateId"]),
+            "--count",
+            "1",
+        ],
+    );
+    let id = run["Instances"][0]["InstanceId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ip = run["Instances"][0]["PrivateIpAddress"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until(
+        "the worker to be PREPARING",
+        Duration::from_secs(30),
+        || instance_tag(&moto, &id, STATUS).as_deref() == Some("PREPARING"),
+    );
+
+    // Its prepare-data step (what `dtd agent` runs on the worker), with the example script.
+    let prep = Command::new("python3")
+        .arg(repo().join("prepare-data/synthetic.py"))
+        .args([
+            "--shared-dir",
+            &efs.display().to_string(),
+            "--ip",
+            &ip,
+            "--samples",
+            "64",
+        ])
+        .output()
+        .unwrap();
+    assert!(prep.status.success(), "{}", stderr(&prep));
+
+    // dtd writes the generation file after every host file.
+    wait_until("generation 1", Duration::from_secs(30), || {
+        std::fs::read_to_string(efs.join("generation")).is_ok_and(|g| g == "1\n")
+    });
+    let host_worker = std::fs::read_to_string(efs.join("host_worker")).unwrap();
+    assert!(host_worker.lines().any(|l| l == ip), "{host_worker}");
+    let horovod = std::fs::read_to_string(efs.join("hosts.horovod")).unwrap();
+    assert!(horovod.lines().any(|l| l == format!("{ip}:1")), "{horovod}");
+    let openmpi = std::fs::read_to_string(efs.join("hosts.openmpi")).unwrap();
+    assert!(
+        openmpi.starts_with("# Open MPI hostfile written by dtd"),
+        "{openmpi}"
+    );
+    assert!(
+        openmpi
+            .lines()
+            .any(|l| l == format!("{ip} slots=1 max_slots=1")),
+        "{openmpi}"
+    );
+    // The job acknowledges in the 2018 form, in the log the generated config names.
+    std::fs::write(
+        efs.join("host_worker_log"),
+        format!("1 ADDED {ip} 2026-11-23 02:00:00\n"),
+    )
+    .unwrap();
+    wait_until("the worker to be ADDED", Duration::from_secs(30), || {
+        instance_tag(&moto, &id, STATUS).as_deref() == Some("ADDED")
+    });
+    let status = dtctl(&moto, &config, &["status"]);
+    assert!(
+        stdout(&status).contains(&format!("Cluster:     {STACK}")),
+        "{}",
+        stdout(&status)
+    );
+}
