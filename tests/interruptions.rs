@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::imds::ImdsStandIn;
 use common::*;
 use serde_json::json;
 
@@ -194,23 +195,32 @@ fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
     let t = training("300ms");
     let (id, ip) = &t.workers[0];
     let generation = t.c.status_json()["generation"].as_u64().unwrap();
-    // What `dtd agent` writes when the instance metadata shows the Spot notice.
-    let marker = json!({
-        "id": "imds:spot-interruption:2026-11-23T10:02:00Z", "kind": "spot-interruption",
-        "instance_id": id, "ip": ip, "detail": "{\"action\":\"terminate\"}",
-        "action_time": "2026-11-23T10:02:00Z", "noticed_at": "2026-11-23T10:00:01Z",
-    });
-    std::fs::write(
-        t.c.efs().join(format!("interruption_{ip}")),
-        marker.to_string(),
-    )
-    .unwrap();
+    // The worker's own agent, reading a local IMDS stand-in (moto has no instance metadata).
+    let imds = ImdsStandIn::with_identity(ip, id);
+    let agent_log = std::fs::File::create(t.c.dir.path().join("agent.log")).unwrap();
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
+        .args(["agent", "--config"])
+        .arg(t.c.config_path())
+        .envs(imds.env())
+        .stderr(agent_log)
+        .spawn()
+        .expect("dtd agent");
+    imds.set(
+        "spot/instance-action",
+        r#"{"action":"terminate","time":"2026-11-23T10:02:00Z"}"#,
+    );
     put_ec2_event(&t.c, SPOT, spot_warning(id));
+    wait_until("the agent's marker", Duration::from_secs(10), || {
+        t.c.efs().join(format!("interruption_{ip}")).exists()
+    });
     t.c.wait_tag(id, "INTERRUPTED");
     wait_until("the queue to be drained", Duration::from_secs(10), || {
         queue_depth(&t.c, &t.queue) == 0
     });
+    // A few more passes, which read the agent's marker again.
     std::thread::sleep(Duration::from_secs(1));
+    let _ = agent.kill();
+    let _ = agent.wait();
     assert_eq!(t.c.events_of("interrupted", id), 1);
     let status = t.c.status_json();
     assert_eq!(status["generation"].as_u64().unwrap(), generation + 1);

@@ -37,6 +37,10 @@ fn a_worker_joins_once_its_marker_appears() {
 
     c.marker(ip);
     c.wait_hosts("the worker to join", |h| h == [ip.clone()]);
+    // The host files are rewritten one after the other; the generation file comes last.
+    wait_until("the generation file", Duration::from_secs(10), || {
+        std::fs::read_to_string(c.efs().join("generation")).is_ok_and(|g| g.trim() == "1")
+    });
     let mpi = std::fs::read_to_string(c.efs().join("hosts.mpi")).unwrap();
     assert_eq!(mpi, format!("{ip} slots=1\n"));
     assert_eq!(
