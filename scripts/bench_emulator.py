@@ -4,6 +4,10 @@
 latency: 20 workers, interval 1s. Each trial either deletes a member's elastic tag
   (`delete-tags`) or makes a preparing worker's marker appear, and measures the time until the
   host file is rewritten and until the job (this script, via its pidfile) receives SIGUSR1.
+interruption: 22 workers, interval 2s (the default), event queue configured. Each trial puts a
+  Spot interruption warning for one member into EventBridge (moto delivers it to the SQS queue
+  at once) and measures the time until the host file no longer lists it and until the job
+  receives SIGUSR1.
 memory: 1,000 workers joined; the peak resident set (VmHWM) of `dtd`.
 
 Run it through scripts/bench, which builds the release binaries and sets up the tools.
@@ -48,9 +52,13 @@ def start_moto(workdir):
     sys.exit(f"moto_server did not start on {url}; see {workdir}/moto.log")
 
 
-def ec2_client(url):
-    return boto3.client("ec2", endpoint_url=url, region_name="us-east-1",
+def client(service, url):
+    return boto3.client(service, endpoint_url=url, region_name="us-east-1",
                         aws_access_key_id="bench", aws_secret_access_key="bench")
+
+
+def ec2_client(url):
+    return client("ec2", url)
 
 
 def make_template(ec2):
@@ -73,7 +81,7 @@ def launch(ec2, count, per_reservation=10):
     return out
 
 
-def write_config(workdir, efs, interval, max_workers, api_timeout="10s"):
+def write_config(workdir, efs, interval, max_workers, api_timeout="10s", queue=None):
     path = os.path.join(workdir, "dtd.yaml")
     with open(path, "w") as f:
         f.write(f"""cluster: bench
@@ -90,6 +98,8 @@ job:
 interval: {interval}
 api_timeout: {api_timeout}
 """)
+        if queue:
+            f.write(f"events:\n  queue_url: {queue}\n")
     return path
 
 
@@ -207,6 +217,47 @@ def bench_latency(trials):
         report("all trials", hostfile, signalled)
 
 
+def event_queue(url):
+    """The queue and rule the stack creates: Spot warnings from EventBridge into SQS."""
+    sqs, events = client("sqs", url), client("events", url)
+    queue = sqs.create_queue(QueueName="bench-events")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    pattern = '{"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}'
+    events.put_rule(Name="bench-events", EventPattern=pattern)
+    events.put_targets(Rule="bench-events", Targets=[{"Id": "queue", "Arn": arn}])
+    return queue, events
+
+
+def spot_warning(events, instance_id):
+    detail = '{"instance-id": "%s", "instance-action": "terminate"}' % instance_id
+    events.put_events(Entries=[{"Source": "aws.ec2", "DetailType": "EC2 Spot Instance Interruption Warning",
+                                "Detail": detail, "Resources": []}])
+
+
+def bench_interruption(trials):
+    with emulated_cluster() as (workdir, efs, ec2, url, procs):
+        members = launch(ec2, trials + 2)
+        for _, ip in members:
+            marker(efs, ip)
+        queue, events = event_queue(url)
+        rec = SignalRecorder(efs)
+        config = write_config(workdir, efs, "2s", 200, queue=queue)
+        procs["dtd"] = start_dtd(config, url, workdir)
+        wait("the workers to join", lambda: len(read_hosts(efs)) == len(members), timeout=60)
+        time.sleep(2.5)
+        hostfile, signalled = [], []
+        for i in range(trials):
+            iid, ip = members[i]
+            h, s = trial(efs, rec, lambda: spot_warning(events, iid), lambda hosts: ip not in hosts)
+            hostfile.append(h)
+            signalled.append(s)
+            # Events arrive at any phase of the 2 s interval.
+            time.sleep(0.53)
+        print(f"interruption: {len(members)} workers, interval 2s, {trials} Spot warnings through "
+              f"EventBridge and SQS (target: median under 1 s)")
+        report("warning -> job signalled", hostfile, signalled)
+
+
 def peak_rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -239,12 +290,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=20, help="trials of each kind (default 20)")
     p.add_argument("--workers", type=int, default=1000, help="workers for the memory figure (default 1000)")
-    p.add_argument("--only", choices=["latency", "memory"], help="run one benchmark")
+    p.add_argument("--only", choices=["latency", "interruption", "memory"], help="run one benchmark")
     args = p.parse_args()
     if args.trials < 1 or args.workers < 1:
         p.error("--trials and --workers must be at least 1")
     if args.only in (None, "latency"):
         bench_latency(args.trials)
+    if args.only in (None, "interruption"):
+        bench_interruption(args.trials)
     if args.only in (None, "memory"):
         bench_memory(args.workers)
 
