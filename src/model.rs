@@ -122,7 +122,7 @@ pub struct Group {
     /// Instance id to its lifecycle state (`InService`, `Pending:Wait`, `Standby`, ...) and
     /// whether it is protected from scale-in.
     pub instances: BTreeMap<String, GroupMember>,
-    pub launching_hook: Option<String>,
+    pub launching_hook: Option<Hook>,
     pub terminating_hook: Option<Hook>,
 }
 
@@ -296,6 +296,9 @@ pub struct State {
     /// The last of those failures, for `dtctl status`.
     #[serde(default)]
     pub last_prepare_failure: Option<String>,
+    /// When the launching hook of each instance held in `Pending:Wait` last got a heartbeat.
+    #[serde(default)]
+    pub launch_heartbeats: BTreeMap<String, Millis>,
     /// The `dtctl resume` request already honoured.
     #[serde(default)]
     pub resumed_at: Option<Millis>,

@@ -1106,7 +1106,10 @@ fn group_of(w: &World, desired: usize) -> Group {
         desired,
         max: 6,
         instances: members.collect(),
-        launching_hook: Some("grp-launching".into()),
+        launching_hook: Some(Hook {
+            name: "grp-launching".into(),
+            heartbeat_timeout_ms: HEARTBEAT,
+        }),
         terminating_hook: Some(Hook {
             name: "grp-terminating".into(),
             heartbeat_timeout_ms: HEARTBEAT,
@@ -1172,8 +1175,14 @@ fn a_new_group_worker_is_held_by_the_launching_hook_until_its_marker_appears() {
     let waiting = pass(&r, &mut w, &State::default(), 1_000);
     assert!(waiting.complete_hooks.is_empty());
     assert_eq!(worker(&waiting, &w, "i-1").label(), "PREPARING");
+    // A long prepare-data keeps the hook alive.
+    let long = pass(&r, &mut w, &waiting.state, 1_000 + HEARTBEAT / 2);
+    assert_eq!(
+        long.heartbeats,
+        [("i-1".to_string(), "grp-launching".to_string())]
+    );
     w.ready("10.0.1.1");
-    let ready = pass(&r, &mut w, &waiting.state, 2_000);
+    let ready = pass(&r, &mut w, &long.state, 2_000 + HEARTBEAT / 2);
     assert_eq!(
         hook(&ready),
         [("i-1".into(), "grp-launching".into(), "CONTINUE")]
@@ -1184,7 +1193,8 @@ fn a_new_group_worker_is_held_by_the_launching_hook_until_its_marker_appears() {
         "not in the job before InService"
     );
     w.lifecycle("i-1", "InService");
-    let joined = pass(&r, &mut w, &ready.state, 3_000);
+    let joined = pass(&r, &mut w, &ready.state, 3_000 + HEARTBEAT / 2);
+    assert!(joined.state.launch_heartbeats.is_empty());
     assert_eq!(hosts(&joined), with_base(&["10.0.1.1"]));
 }
 

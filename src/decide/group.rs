@@ -83,20 +83,28 @@ impl<'a> Decider<'a> {
         let state = self
             .lifecycle(at)
             .map_or("", |m| m.lifecycle_state.as_str());
-        let hook = self.group.and_then(|g| g.launching_hook.clone());
+        let hook = self.group.and_then(|g| g.launching_hook.as_ref());
         let id = self.list[at].id.clone();
         match (state, hook) {
             ("Pending:Wait", Some(hook)) if ready && self.can_join() => {
-                self.complete(&id, &hook, "CONTINUE");
+                self.complete(&id, &hook.name, "CONTINUE");
                 let why = Some("the group to put it in service".to_string());
                 self.view(at, Some(WorkerStatus::Preparing), why);
             }
             ("Pending:Wait", Some(hook)) if failed.is_some() && self.replacing() => {
                 let why = failed.cloned().unwrap_or_default();
                 self.count_failure(at, &why);
-                self.complete(&id, &hook, "ABANDON");
+                self.complete(&id, &hook.name, "ABANDON");
                 let why = format!("the group to replace it: prepare-data failed ({why})");
                 self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+            }
+            ("Pending:Wait", Some(hook)) => {
+                self.launch_heartbeat(&id, hook);
+                let why = format!(
+                    "prepare-data marker prepare_data_success_{} (held in Pending:Wait by {})",
+                    self.list[at].ip, hook.name
+                );
+                self.view(at, Some(WorkerStatus::Preparing), Some(why));
             }
             _ => {
                 let why = format!("lifecycle state {state}: not in the job");
@@ -104,6 +112,30 @@ impl<'a> Decider<'a> {
                 self.view(at, status.or(Some(WorkerStatus::Preparing)), Some(why));
             }
         }
+    }
+
+    /// Keeps a long prepare-data from running into the launching hook's timeout (ABANDON).
+    fn launch_heartbeat(&mut self, id: &str, hook: &Hook) {
+        let since = *self
+            .st
+            .launch_heartbeats
+            .entry(id.to_string())
+            .or_insert(self.now);
+        if self.now.saturating_sub(since) >= hook.heartbeat_timeout_ms / 2 {
+            self.heartbeats.push((id.to_string(), hook.name.clone()));
+            self.st.launch_heartbeats.insert(id.to_string(), self.now);
+        }
+    }
+
+    /// Forgets heartbeat times of instances no longer held by the launching hook.
+    pub(super) fn prune_launch_heartbeats(&mut self) {
+        let Some(g) = self.group else { return };
+        let held = |id: &String| {
+            g.instances
+                .get(id)
+                .is_some_and(|m| m.lifecycle_state == "Pending:Wait")
+        };
+        self.st.launch_heartbeats.retain(|id, _| held(id));
     }
 
     fn complete(&mut self, instance: &str, hook: &str, result: &'static str) {

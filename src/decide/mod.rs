@@ -100,6 +100,7 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     d.join(joins);
     d.leave(leaves);
     d.scale_in();
+    d.prune_launch_heartbeats();
     d.advance_removals();
     d.finish()
 }

@@ -57,15 +57,14 @@ async fn read_hooks(client: &Client, group: &mut Group) -> Result<(), String> {
         let Some(name) = h.lifecycle_hook_name() else {
             continue;
         };
+        let beat = h.heartbeat_timeout().unwrap_or(DEFAULT_HEARTBEAT_S).max(1);
+        let hook = Hook {
+            name: name.to_string(),
+            heartbeat_timeout_ms: beat as u64 * 1000,
+        };
         match h.lifecycle_transition() {
-            Some(LAUNCHING) => group.launching_hook = Some(name.to_string()),
-            Some(TERMINATING) => {
-                let beat = h.heartbeat_timeout().unwrap_or(DEFAULT_HEARTBEAT_S).max(1);
-                group.terminating_hook = Some(Hook {
-                    name: name.to_string(),
-                    heartbeat_timeout_ms: beat as u64 * 1000,
-                });
-            }
+            Some(LAUNCHING) => group.launching_hook = Some(hook),
+            Some(TERMINATING) => group.terminating_hook = Some(hook),
             _ => {}
         }
     }
