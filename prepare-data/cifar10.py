@@ -9,13 +9,14 @@ unpacked directory appears by an atomic rename, so a worker that finds it alread
 Under `dtd agent` (DT_AGENT=1) it only exits 0 or non-zero with the reason on its last line: the
 agent writes the markers. Run by hand with --ip, it writes DIR/prepare_data_success_<ip> or
 DIR/prepare_data_failed_<ip> itself.
+
+It imports dtprepare.py, which must sit next to it: run directly (or by `dtd agent`), Python puts
+the script's own directory on sys.path. Copy both, e.g. to /myEFSvolume/prepare-data.py and
+/myEFSvolume/dtprepare.py.
 """
 import argparse
-import collections
 import contextlib
 import hashlib
-import ipaddress
-import json
 import os
 import shutil
 import sys
@@ -26,51 +27,18 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import dtprepare
+from dtprepare import Failure, positive
+
 PREFIX = "[cifar10]"
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 # The archive's published checksum (as torchvision and the 2018 example verify it).
 CHECKSUM = "md5:c58f30108f718f92721af3b95e74349a"
 TOP = "cifar-10-batches-py"
 CHUNK = 1 << 20
-TAIL_LINES = 20
 
-tail = collections.deque(maxlen=TAIL_LINES)
-
-
-class Failure(Exception):
-    """A failure worth one clear last line."""
-
-
-def say(msg, stream=None):
-    line = f"{PREFIX} {msg}"
-    tail.append(line)
-    print(line, file=stream or sys.stdout, flush=True)
-
-
-def atomic_write(path, data):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_marker(shared_dir, ip, ok, body):
-    success = os.path.join(shared_dir, f"prepare_data_success_{ip}")
-    failed = os.path.join(shared_dir, f"prepare_data_failed_{ip}")
-    target, stale = (success, failed) if ok else (failed, success)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(stale)
-    atomic_write(target, (json.dumps(body) + "\n").encode())
-    return target
+output = dtprepare.Output(PREFIX)
+say = output.say
 
 
 def download(url, dest_dir, algorithm, expected, timeout):
@@ -161,15 +129,6 @@ def prepare(args):
     return {"path": target, "downloaded": True, "files": files}
 
 
-def ip_arg(text):
-    try:
-        if "%" in text:
-            raise ValueError(text)
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an IPv4/IPv6 address: {text!r}") from None
-
-
 def checksum_arg(text):
     algorithm, sep, value = text.partition(":")
     sizes = {"md5": 32, "sha1": 40, "sha256": 64, "sha512": 128}
@@ -186,25 +145,12 @@ def url_arg(text):
     return text
 
 
-def positive(kind):
-    def convert(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-        return value
-    return convert
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared-dir", required=True, metavar="DIR",
                    help="shared directory (EFS): markers go here, data under DIR/data")
     p.add_argument("--dest", metavar="DIR", help="where to unpack (default DIR/data)")
-    p.add_argument("--ip", type=ip_arg,
-                   help="this worker's private IP, to name the marker (not needed under dtd agent)")
+    dtprepare.add_ip_arg(p)
     p.add_argument("--url", type=url_arg, default=URL, help=f"archive URL (default {URL})")
     p.add_argument("--checksum", type=checksum_arg, default=CHECKSUM,
                    help=f"ALGORITHM:HEX of the archive (default {CHECKSUM})")
@@ -217,36 +163,14 @@ def parse_args(argv):
                    help="network timeout of one read (default 60)")
     p.add_argument("--force", action="store_true", help="download even if the data is there")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.shared_dir):
-        p.error(f"--shared-dir {args.shared_dir} is not a directory")
+    dtprepare.check_shared_dir(p, args)
     args.dest = args.dest or os.path.join(args.shared_dir, "data")
-    args.under_agent = os.environ.get("DT_AGENT") == "1"
-    if not args.under_agent and args.ip is None:
-        p.error("--ip is required to write the marker (or run it under dtd agent)")
+    dtprepare.check_ip(p, args)
     return args
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    start = time.monotonic()
-    try:
-        info = prepare(args)
-    except (Failure, OSError) as e:
-        failure = f"error: {e}"
-    else:
-        info["duration_s"] = round(time.monotonic() - start, 3)
-        if not args.under_agent:
-            say(f"marker: {write_marker(args.shared_dir, args.ip, True, info)}")
-        say(f"ready: {info['path']}")
-        return 0
-    if not args.under_agent:
-        body = {"exit_code": 1, "attempts": args.attempts,
-                "duration_s": round(time.monotonic() - start, 3),
-                "output_tail": list(tail) + [f"{PREFIX} {failure}"]}
-        with contextlib.suppress(OSError):
-            say(f"marker: {write_marker(args.shared_dir, args.ip, False, body)}", sys.stderr)
-    say(failure, sys.stderr)  # the last line: what the agent and dtctl status show
-    return 1
+    return dtprepare.run(prepare, parse_args(argv), output)
 
 
 if __name__ == "__main__":

@@ -9,64 +9,29 @@ usual AWS configuration (instance role, AWS_REGION, AWS_ENDPOINT_URL, ...).
 Under `dtd agent` (DT_AGENT=1) it only exits 0 or non-zero with the reason on its last line: the
 agent writes the markers. Run by hand with --ip, it writes DIR/prepare_data_success_<ip> or
 DIR/prepare_data_failed_<ip> itself.
+
+It imports dtprepare.py, which must sit next to it: run directly (or by `dtd agent`), Python puts
+the script's own directory on sys.path. Copy both, e.g. to /myEFSvolume/prepare-data.py and
+/myEFSvolume/dtprepare.py.
 """
 import argparse
-import collections
-import contextlib
-import ipaddress
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
+import dtprepare
+from dtprepare import Failure, positive
+
 PREFIX = "[s3_sync]"
-TAIL_LINES = 20
 # Bucket names: 3-63 of lowercase letters, digits, dots and hyphens; the key prefix is free-form
 # but may not start a new option or hold control characters.
 S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\x00-\x1f]*)?$")
 
-tail = collections.deque(maxlen=TAIL_LINES)
-
-
-class Failure(Exception):
-    """A failure worth one clear last line."""
-
-
-def say(msg, stream=None):
-    for line in str(msg).splitlines() or [""]:
-        line = f"{PREFIX} {line}"
-        tail.append(line)
-        print(line, file=stream or sys.stdout, flush=True)
-
-
-def atomic_write(path, data):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_marker(shared_dir, ip, ok, body):
-    success = os.path.join(shared_dir, f"prepare_data_success_{ip}")
-    failed = os.path.join(shared_dir, f"prepare_data_failed_{ip}")
-    target, stale = (success, failed) if ok else (failed, success)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(stale)
-    atomic_write(target, (json.dumps(body) + "\n").encode())
-    return target
+output = dtprepare.Output(PREFIX)
+say = output.say
 
 
 def sync_argv(args):
@@ -113,31 +78,10 @@ def prepare(args):
     return {"source": args.source, "path": args.dest, "files": files}
 
 
-def ip_arg(text):
-    try:
-        if "%" in text:
-            raise ValueError(text)
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an IPv4/IPv6 address: {text!r}") from None
-
-
 def s3_arg(text):
     if not S3_URI.match(text):
         raise argparse.ArgumentTypeError(f"not an s3://BUCKET[/PREFIX] URI: {text!r}")
     return text
-
-
-def positive(kind):
-    def convert(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-        return value
-    return convert
 
 
 def parse_args(argv):
@@ -146,8 +90,7 @@ def parse_args(argv):
     p.add_argument("--shared-dir", required=True, metavar="DIR",
                    help="shared directory (EFS): markers go here, data under DIR/data")
     p.add_argument("--dest", metavar="DIR", help="where to copy to (default DIR/data)")
-    p.add_argument("--ip", type=ip_arg,
-                   help="this worker's private IP, to name the marker (not needed under dtd agent)")
+    dtprepare.add_ip_arg(p)
     p.add_argument("--aws", default="aws", help="the AWS CLI program (default: aws on PATH)")
     p.add_argument("--delete", action="store_true",
                    help="also delete local files that are not in S3")
@@ -161,38 +104,16 @@ def parse_args(argv):
     p.add_argument("--timeout", type=positive(float), default=3600.0, metavar="SECONDS",
                    help="time limit of one sync (default 3600)")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.shared_dir):
-        p.error(f"--shared-dir {args.shared_dir} is not a directory")
+    dtprepare.check_shared_dir(p, args)
     args.dest = os.path.abspath(args.dest or os.path.join(args.shared_dir, "data"))
     if shutil.which(args.aws) is None:
         p.error(f"the AWS CLI {args.aws!r} is not installed or not executable")
-    args.under_agent = os.environ.get("DT_AGENT") == "1"
-    if not args.under_agent and args.ip is None:
-        p.error("--ip is required to write the marker (or run it under dtd agent)")
+    dtprepare.check_ip(p, args)
     return args
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    start = time.monotonic()
-    try:
-        info = prepare(args)
-    except (Failure, OSError) as e:
-        failure = f"error: {e}"
-    else:
-        info["duration_s"] = round(time.monotonic() - start, 3)
-        if not args.under_agent:
-            say(f"marker: {write_marker(args.shared_dir, args.ip, True, info)}")
-        say(f"ready: {info['path']}")
-        return 0
-    if not args.under_agent:
-        body = {"exit_code": 1, "attempts": args.attempts,
-                "duration_s": round(time.monotonic() - start, 3),
-                "output_tail": list(tail) + [f"{PREFIX} {failure}"]}
-        with contextlib.suppress(OSError):
-            say(f"marker: {write_marker(args.shared_dir, args.ip, False, body)}", sys.stderr)
-    say(failure, sys.stderr)  # the last line: what the agent and dtctl status show
-    return 1
+    return dtprepare.run(prepare, parse_args(argv), output)
 
 
 if __name__ == "__main__":

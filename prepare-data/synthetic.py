@@ -6,54 +6,27 @@ Success: DIR/prepare_data_success_<ip> (JSON: ip, samples, sha256, duration_s).
 Failure: DIR/prepare_data_failed_<ip> (JSON: exit_code, attempts, duration_s, output_tail), exit 1.
 Run by `dtd agent` (DT_AGENT=1 in the environment), it writes no marker: the agent writes it from
 the exit status, after its retries. --shared-dir and --ip then default to DT_SHARED_DIR and DT_IP.
+
+It imports dtprepare.py, which must sit next to it: run directly (or by `dtd agent`), Python puts
+the script's own directory on sys.path. Copy both, e.g. to /myEFSvolume/prepare-data.py and
+/myEFSvolume/dtprepare.py.
 """
 import argparse
-import collections
-import contextlib
 import hashlib
-import ipaddress
-import json
 import math
 import os
 import random
 import sys
-import tempfile
 import time
+
+import dtprepare
+from dtprepare import atomic_write, ip_arg
 
 PREFIX = "[synthetic]"
 FEATURES = 8
-TAIL_LINES = 20
 
-# Every line we print, so a failure marker can show what happened without anyone logging in.
-tail = collections.deque(maxlen=TAIL_LINES)
-
-
-def say(msg, stream=None):
-    line = f"{PREFIX} {msg}"
-    tail.append(line)
-    print(line, file=stream or sys.stdout, flush=True)
-
-
-def atomic_write(path, data):
-    """Temp file in the same directory + fsync + rename: the daemon never sees a partial file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from the daemon's user
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+output = dtprepare.Output(PREFIX)
+say = output.say
 
 
 def make_csv(samples, seed):
@@ -97,31 +70,9 @@ def prepare(args):
     return {"ip": args.ip, "samples": args.samples, "sha256": digest}
 
 
-def write_marker(shared_dir, ip, ok, body):
-    """Write this run's marker and drop the other kind, so the markers show only the latest run."""
-    success = os.path.join(shared_dir, f"prepare_data_success_{ip}")
-    failed = os.path.join(shared_dir, f"prepare_data_failed_{ip}")
-    target, stale = (success, failed) if ok else (failed, success)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(stale)
-    atomic_write(target, (json.dumps(body) + "\n").encode())
-    return target
-
-
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def ip_arg(text):
-    # Normalized, so the marker name is built only from a validated address. No IPv6 scope
-    # (`%eth0`): the daemon's parser rejects it, so such a marker would never be seen.
-    try:
-        if "%" in text:
-            raise ValueError(text)
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an IPv4/IPv6 address: {text!r}") from None
 
 
 def number(kind, minimum):
@@ -151,15 +102,10 @@ def parse_args(argv):
     p.add_argument("--sleep", type=number(float, 0), default=0.0, metavar="SECONDS",
                    help="sleep first, standing in for a download (default 0)")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.shared_dir):
-        p.error(f"--shared-dir {args.shared_dir} is not a directory")
+    dtprepare.check_shared_dir(p, args)
     if args.seed is None:
         args.seed = int.from_bytes(hashlib.sha256(args.ip.encode()).digest()[:4], "big")
     return args
-
-
-def under_agent():
-    return os.environ.get("DT_AGENT") == "1"
 
 
 def main(argv=None):
@@ -167,23 +113,30 @@ def main(argv=None):
     start = time.monotonic()
     try:
         info = prepare(args)
-        info["duration_s"] = round(time.monotonic() - start, 3)
-        if under_agent():
-            say("ready (dtd agent writes the marker)")
-        else:
-            say(f"ready: {write_marker(args.shared_dir, args.ip, True, info)}")
+        info["duration_s"] = dtprepare.elapsed(start)
+        say(ready_line(args, info))
         return 0
     except Exception as e:  # any failure must leave a failure marker, not just a traceback
         say(f"error: {e}", sys.stderr)
-    if under_agent():
-        return 1
-    body = {"exit_code": 1, "attempts": 1, "duration_s": round(time.monotonic() - start, 3),
-            "output_tail": list(tail)}
+    if not dtprepare.under_agent():
+        leave_failure_marker(args, start)
+    return 1
+
+
+def ready_line(args, info):
+    if dtprepare.under_agent():
+        return "ready (dtd agent writes the marker)"
+    return f"ready: {dtprepare.write_marker(args.shared_dir, args.ip, True, info)}"
+
+
+def leave_failure_marker(args, start):
+    body = dtprepare.failure_body(1, start, list(output.tail))
     try:
-        say(f"failed: {write_marker(args.shared_dir, args.ip, False, body)}", sys.stderr)
+        marker = dtprepare.write_marker(args.shared_dir, args.ip, False, body)
     except OSError as e:
         say(f"error: cannot write the failure marker: {e}", sys.stderr)
-    return 1
+    else:
+        say(f"failed: {marker}", sys.stderr)
 
 
 if __name__ == "__main__":
