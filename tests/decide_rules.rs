@@ -1347,3 +1347,16 @@ fn an_unreadable_group_holds_every_removal() {
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
     assert!(plan.holds.iter().any(|h| h.contains("throttled")));
 }
+
+#[test]
+fn a_drained_group_worker_is_replaced_by_its_group() {
+    let (r, mut w, state) = two_group_members();
+    let target = NoticeTarget::Instance("i-1".into());
+    w.notices = vec![notice("e-1", NoticeKind::Rebalance, target)];
+    let plan = pass(&r, &mut w, &state, 3_000);
+    w.notices.clear();
+    w.acks.generation = Some(2);
+    let acked = pass(&r, &mut w, &plan.state, 4_000);
+    assert_eq!(acked.group_terminate, [("i-1".to_string(), false)]);
+    assert!(acked.terminate.is_empty());
+}

@@ -125,6 +125,10 @@ impl Decider<'_> {
         self.st.members.remove(pos);
         self.removed.push(t.ip);
         let mut r = self.new_removal(&t.id, t.ip, cause, &reason);
+        if self.group.is_some_and(|g| g.instances.contains_key(&t.id)) {
+            // Its group replaces it (Capacity Rebalancing may already have).
+            r.end = End::GroupTerminate { decrement: false };
+        }
         if let Some(deadline) = n.deadline {
             r.deadline = r.deadline.min(deadline);
         }
