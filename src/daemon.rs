@@ -474,7 +474,7 @@ impl Daemon {
                 Some(e) => (false, e.clone()),
                 None => (
                     true,
-                    format!("{} ({} notices this pass)", url, snap.notices.len()),
+                    format!("{url} (notices this pass: {})", snap.notices.len()),
                 ),
             };
             ("event queue", detail)
