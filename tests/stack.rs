@@ -31,25 +31,9 @@ fn template_path() -> PathBuf {
     repo().join("cloudformation/dynamic-training.yaml")
 }
 
-fn aws_cli() -> PathBuf {
-    std::env::var_os("DT_AWS_CLI")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv/bin/aws"))
-}
-
 /// The AWS CLI against the emulator; stdout, or a panic with stderr.
 fn aws(moto: &Moto, args: &[&str]) -> String {
-    let out = Command::new(aws_cli())
-        .args(args)
-        .envs(aws_env(&moto.endpoint()))
-        .output()
-        .expect("running the AWS CLI");
-    assert!(
-        out.status.success(),
-        "aws {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
+    aws_cli(&moto.endpoint(), args)
 }
 
 fn aws_json(moto: &Moto, args: &[&str]) -> Json {

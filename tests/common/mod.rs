@@ -119,6 +119,23 @@ pub fn aws_env(endpoint: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The AWS CLI against the emulator at `endpoint`: its stdout, or a panic with its stderr.
+pub fn aws_cli(endpoint: &str, args: &[&str]) -> String {
+    // The CLI's SQS client ignores AWS_ENDPOINT_URL (it keeps queue.amazonaws.com).
+    let out = Command::new(tool("DT_AWS_CLI", "aws"))
+        .args(["--endpoint-url", endpoint])
+        .args(args)
+        .envs(aws_env(endpoint))
+        .output()
+        .expect("running the AWS CLI");
+    assert!(
+        out.status.success(),
+        "aws {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 /// One cluster: an emulator, a launch template, a shared directory and (when started) `dtd`.
 pub struct Cluster {
     pub moto: Moto,
@@ -302,19 +319,7 @@ impl Cluster {
 
     /// The person at the console: the real AWS CLI against the emulator.
     pub fn aws(&self, args: &[&str]) -> String {
-        // The CLI's SQS client ignores AWS_ENDPOINT_URL (it keeps queue.amazonaws.com).
-        let out = Command::new(tool("DT_AWS_CLI", "aws"))
-            .args(["--endpoint-url", &self.moto.endpoint()])
-            .args(args)
-            .envs(aws_env(&self.moto.endpoint()))
-            .output()
-            .expect("running the AWS CLI");
-        assert!(
-            out.status.success(),
-            "aws {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        aws_cli(&self.moto.endpoint(), args).trim().to_string()
     }
 
     /// Deletes the elastic tag exactly as a person would from the console.
