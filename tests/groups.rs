@@ -213,7 +213,7 @@ fn dtctl_scale_grows_and_shrinks_the_job_and_refuses_outside_the_group() {
 }
 
 #[test]
-fn a_person_scaling_the_group_in_or_putting_a_worker_in_standby_is_drained_first() {
+fn a_person_scaling_in_removing_or_putting_a_worker_in_standby_is_drained_first() {
     let mut c = group_cluster(3, "");
     prepare_new(&c, true);
     c.start_dtd();
@@ -242,6 +242,21 @@ fn a_person_scaling_the_group_in_or_putting_a_worker_in_standby_is_drained_first
     wait_until("its termination", Duration::from_secs(30), || {
         group_instances(&c).len() == 2
     });
+
+    // A person removes a group worker: drained, then terminated with the group shrinking.
+    let (removed, removed_ip) = group_instances(&c).into_iter().next().unwrap();
+    let out = c.dtctl(&["remove", &removed]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.wait_hosts("the removed worker to leave", |h| !h.contains(&removed_ip));
+    wait_until("its termination", Duration::from_secs(30), || {
+        c.events_of("terminated", &removed) == 1
+    });
+    assert_eq!(c.events_of("acknowledged", &removed), 1);
+    assert_eq!(
+        desired_capacity(&c),
+        "1",
+        "not replaced: the desired capacity went down"
+    );
 
     // Standby: out of the job, acknowledged, and left running.
     let (standby, ip) = group_instances(&c).into_iter().next().unwrap();
