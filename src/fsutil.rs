@@ -48,6 +48,14 @@ pub fn append_synced(path: &Path, content: &[u8]) -> io::Result<()> {
     f.sync_data()
 }
 
+/// An RFC 3339 time (as AWS events and agent markers write them) in milliseconds since the
+/// epoch; an unparseable time is treated as absent.
+pub fn millis_from_rfc3339(text: &str) -> Option<u64> {
+    let t = humantime::parse_rfc3339_weak(text).ok()?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(d.as_millis() as u64)
+}
+
 /// Milliseconds since the Unix epoch, read once per pass and handed to decide.
 pub fn now_millis() -> u64 {
     std::time::SystemTime::now()

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 
-use crate::aws::{describe_error, sdk_config};
+use crate::aws::{autoscaling_client, describe_error};
 use crate::config::Config;
 use crate::ctl::local::load_status;
 use crate::fsutil::{now_millis, write_atomic};
@@ -17,8 +17,7 @@ pub async fn scale(cfg: &Config, replicas: usize, wait: Option<Duration>) -> any
     let Some(name) = cfg.workers.auto_scaling_group.as_deref() else {
         bail!("workers.auto_scaling_group is not set in the config: there is no group to scale");
     };
-    let client =
-        aws_sdk_autoscaling::Client::new(&sdk_config(cfg.region.as_deref(), cfg.api_timeout).await);
+    let client = autoscaling_client(cfg).await;
     let group = read_group(&client, name).await.map_err(|e| anyhow!(e))?;
     if replicas < group.min || replicas > group.max {
         bail!(

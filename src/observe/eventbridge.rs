@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use crate::fsutil::millis_from_rfc3339;
 use crate::model::{Millis, Notice, NoticeKind, NoticeTarget};
 
 /// How long before a Capacity Block ends its instances start terminating: the warning comes
@@ -63,7 +64,11 @@ pub fn parse(body: &str) -> Parsed {
         | "EC2 Capacity Reservation Instance Interruption Warning" => match instance() {
             Some(t) => {
                 let at = detail("instance-termination-time").or(env.time.as_deref());
-                notice(NoticeKind::Interruption, t, at.and_then(parse_time))
+                notice(
+                    NoticeKind::Interruption,
+                    t,
+                    at.and_then(millis_from_rfc3339),
+                )
             }
             None => Parsed::Ignored(format!("{kind} without an instance-id")),
         },
@@ -74,7 +79,7 @@ pub fn parse(body: &str) -> Parsed {
         "Capacity Block Expiration Warning" | "Capacity Block Reservation Expiration Warning" => {
             match detail("capacity-reservation-id") {
                 Some(cr) => {
-                    let end = detail("end-date").and_then(parse_time);
+                    let end = detail("end-date").and_then(millis_from_rfc3339);
                     let deadline = end.map(|e| e.saturating_sub(CAPACITY_BLOCK_GRACE_MS));
                     let target = NoticeTarget::CapacityReservation(cr.to_string());
                     notice(NoticeKind::CapacityBlockExpiring, target, deadline)
@@ -95,13 +100,6 @@ pub fn parse(body: &str) -> Parsed {
         }
         other => Parsed::Ignored(format!("detail-type `{other}` is not handled")),
     }
-}
-
-/// RFC 3339 time to milliseconds; an unparseable time is treated as absent.
-fn parse_time(text: &str) -> Option<Millis> {
-    let t = humantime::parse_rfc3339_weak(text).ok()?;
-    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-    Some(d.as_millis() as Millis)
 }
 
 #[cfg(test)]
@@ -125,7 +123,7 @@ mod tests {
         assert_eq!(n.id, "e-1");
         assert_eq!(n.kind, NoticeKind::Interruption);
         assert_eq!(n.target, NoticeTarget::Instance("i-1".into()));
-        assert_eq!(n.deadline, parse_time("2026-11-23T10:00:00Z"));
+        assert_eq!(n.deadline, millis_from_rfc3339("2026-11-23T10:00:00Z"));
     }
 
     #[test]
@@ -135,7 +133,7 @@ mod tests {
         let n = notice(parse(body));
         assert_eq!(n.id, "cr-9-approaching-expiry");
         assert_eq!(n.target, NoticeTarget::CapacityReservation("cr-9".into()));
-        assert_eq!(n.deadline, parse_time("2026-11-23T11:00:00Z"));
+        assert_eq!(n.deadline, millis_from_rfc3339("2026-11-23T11:00:00Z"));
     }
 
     #[test]

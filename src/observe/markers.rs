@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::agent::notice::{InterruptionMarker, NoticeKind as AgentKind, INTERRUPTION_PREFIX};
+use crate::fsutil::millis_from_rfc3339;
 use crate::model::{Markers, Notice, NoticeKind, NoticeTarget};
 
 pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
@@ -110,10 +111,7 @@ enum Kind {
 /// An agent's notice targets its instance id: an IP can be reused by a new instance while an
 /// old marker is still on disk.
 fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
-    let mut body = String::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(MAX_REPORT_BYTES).read_to_string(&mut body))
-        .map_err(|e| format!("cannot read interruption marker: {e}"))?;
+    let body = read_small(path, "interruption marker")?;
     let m: InterruptionMarker = serde_json::from_str(&body)
         .map_err(|e| format!("interruption marker is not the agent's JSON: {e}"))?;
     if m.ip != ip {
@@ -130,10 +128,7 @@ fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
         true => NoticeTarget::Instance(m.instance_id.clone()),
         false => NoticeTarget::Ip(ip),
     };
-    let deadline = m.action_time.as_deref().and_then(|t| {
-        let t = humantime::parse_rfc3339_weak(t).ok()?;
-        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64)
-    });
+    let deadline = m.action_time.as_deref().and_then(millis_from_rfc3339);
     Ok(Notice {
         id: format!("agent:{}:{}", m.instance_id, m.id),
         kind,
@@ -143,12 +138,18 @@ fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
     })
 }
 
-/// `prepare_data_failed_<ip>` holds JSON: exit code, attempts, duration and the output's tail.
-fn read_report(path: &Path) -> Result<String, String> {
+/// A marker's body, at most `MAX_REPORT_BYTES` of it.
+fn read_small(path: &Path, what: &str) -> Result<String, String> {
     let mut body = String::new();
     fs::File::open(path)
         .and_then(|f| f.take(MAX_REPORT_BYTES).read_to_string(&mut body))
-        .map_err(|e| format!("cannot read failure report: {e}"))?;
+        .map_err(|e| format!("cannot read {what}: {e}"))?;
+    Ok(body)
+}
+
+/// `prepare_data_failed_<ip>` holds JSON: exit code, attempts, duration and the output's tail.
+fn read_report(path: &Path) -> Result<String, String> {
+    let body = read_small(path, "failure report")?;
     let v: serde_json::Value =
         serde_json::from_str(&body).map_err(|e| format!("failure report is not JSON: {e}"))?;
     let code = v.get("exit_code").map_or("?".into(), |c| c.to_string());
