@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::Client;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
@@ -39,7 +38,6 @@ pub enum DaemonError {
 pub struct Daemon {
     cfg: Config,
     paths: Paths,
-    client: Client,
     clients: Clients,
     /// Messages from the event queue, and those received but not yet heeded by a pass.
     queue: Option<mpsc::Receiver<QueueUpdate>>,
@@ -78,13 +76,16 @@ impl Daemon {
     pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(cfg.state_dir());
         let state = load_state(&paths.state())?;
-        let client = clients.ec2.clone();
         Ok(Daemon {
+            ec2: Ec2Observer::new(
+                clients.ec2.clone(),
+                &cfg.workers.tags,
+                cfg.workers.page_size,
+            ),
             clients,
             queue: None,
             inbox: Vec::new(),
             queue_error: None,
-            ec2: Ec2Observer::new(client.clone(), &cfg.workers.tags, cfg.workers.page_size),
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
             launch_template_id: None,
@@ -93,7 +94,6 @@ impl Daemon {
             errors: Vec::new(),
             state,
             paths,
-            client,
             cfg,
         })
     }
@@ -240,7 +240,7 @@ impl Daemon {
             return Ok(());
         };
         if self.launch_template_id.is_none() {
-            let id = resolve_launch_template(&self.client, wanted).await?;
+            let id = resolve_launch_template(&self.clients.ec2, wanted).await?;
             tracing::info!(launch_template = %wanted, id, "worker launch template resolved");
             self.launch_template_id = Some(id);
         }
@@ -305,7 +305,7 @@ impl Daemon {
                 self.notify(n).await;
             }
         }
-        let tagged = act::ec2::set_status_tags(&self.client, &plan.tags).await;
+        let tagged = act::ec2::set_status_tags(&self.clients.ec2, &plan.tags).await;
         self.note_failure("status tags", tagged.err());
         if !plan.terminate.is_empty() {
             self.terminate(&plan.terminate).await;
@@ -377,7 +377,7 @@ impl Daemon {
     }
 
     async fn terminate(&mut self, ids: &[String]) {
-        let (done, err) = act::ec2::terminate(&self.client, ids).await;
+        let (done, err) = act::ec2::terminate(&self.clients.ec2, ids).await;
         self.mark_sent(&done, "TerminateInstances accepted for");
         if !done.is_empty() {
             tracing::info!(instances = ?done, "terminated");

@@ -174,12 +174,17 @@ impl<'a> Decider<'a> {
     /// A group worker whose prepare-data failed is terminated and the group replaces it,
     /// unless too many failed in a row: then it is left for a person.
     pub(super) fn replace_failed(&mut self, at: usize, why: &str) {
-        if !self.can_remove() || !self.replacing() {
-            let limit = self.rules.max_prepare_failures;
-            let wait = match self.can_remove() {
-                true => format!("a person: prepare-data failed ({why}); replacing stopped after {limit} failures in a row, `dtctl resume` re-arms it"),
-                false => format!("a complete view to replace it: prepare-data failed ({why})"),
-            };
+        let limit = self.rules.max_prepare_failures;
+        let held = if !self.can_remove() {
+            Some(format!(
+                "a complete view to replace it: prepare-data failed ({why})"
+            ))
+        } else if !self.replacing() {
+            Some(format!("a person: prepare-data failed ({why}); replacing stopped after {limit} failures in a row, `dtctl resume` re-arms it"))
+        } else {
+            None
+        };
+        if let Some(wait) = held {
             self.view(at, Some(WorkerStatus::PrepareFailed), Some(wait));
             return;
         }

@@ -148,10 +148,10 @@ impl Decider<'_> {
                 self.remembered(|id2, _| id2 == id)
             }
             NoticeTarget::Ip(ip) => {
+                // The index holds this cluster's workers, each instance once.
                 let at = (0..self.list.len()).find(|&at| {
-                    self.facts[at].cluster
-                        && self.list[at].ip == *ip
-                        && self.index.contains_key(self.list[at].id.as_str())
+                    self.list[at].ip == *ip
+                        && self.index.get(self.list[at].id.as_str()) == Some(&at)
                 });
                 match at {
                     Some(at) => vec![listed(at)],
