@@ -1360,3 +1360,25 @@ fn a_drained_group_worker_is_replaced_by_its_group() {
     assert_eq!(acked.group_terminate, [("i-1".to_string(), false)]);
     assert!(acked.terminate.is_empty());
 }
+
+#[test]
+fn an_interruption_on_a_partial_view_is_remembered_until_the_view_is_complete() {
+    let (r, mut w, state) = two_members();
+    w.vanish("i-2");
+    w.notices = vec![spot("e-1", "i-2")];
+    let snap = Snapshot {
+        markers: Err("EFS unreachable".into()),
+        ..w.snap()
+    };
+    let plan = decide(&r, &snap, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    let kept = plan
+        .state
+        .removals
+        .iter()
+        .any(|x| x.id == "i-2" && x.cause == Cause::Interrupted);
+    assert!(kept, "{:?}", plan.state.removals);
+    w.notices.clear();
+    let complete = pass(&r, &mut w, &plan.state, 4_000);
+    assert!(complete.state.removals.is_empty());
+}

@@ -185,8 +185,10 @@ impl Decider<'_> {
     }
 
     /// Interrupted workers stay shown as INTERRUPTED until AWS has taken them.
+    /// Forgotten once a complete view no longer shows it: like every removal, it is not dropped
+    /// on a partial one.
     pub(super) fn await_reclaim(&mut self, r: &Removal) -> bool {
-        if self.ec2_ok && !self.index.contains_key(r.id.as_str()) {
+        if self.can_remove() && !self.index.contains_key(r.id.as_str()) {
             return false;
         }
         let why = Some("AWS to reclaim it".to_string());
