@@ -1,10 +1,17 @@
 //! Crash-safe file writes: a reader sees the old content or the new, never a torn file.
+//!
+//! The files written here live in the shared directory, where a worker may have put a FIFO, a
+//! symbolic link or a directory in the way: no open here blocks or follows a final link.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use crate::untrusted::{self, libc_flags};
+
 /// Writes to a temp file in the same directory, fsyncs it, renames it over `path`, fsyncs the dir.
+/// The rename replaces whatever was at `path` (a FIFO, a link) without opening it.
 pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -19,11 +26,16 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
         std::process::id()
     ));
     let result = (|| {
-        let mut f = File::create(&tmp)?;
+        // Left over from a crash, or planted: created anew (O_EXCL opens no FIFO, follows no link).
+        remove_if_present(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         f.write_all(content)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        sync_dir(dir)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -31,21 +43,60 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
     result
 }
 
-/// Writes only when the content differs; returns whether it wrote.
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags::DIRECTORY | libc_flags::NONBLOCK)
+        .open(dir)?
+        .sync_all()
+}
+
+/// Writes only when the content differs; returns whether it wrote. The old content is read with
+/// the bound of the new: anything longer, or not a regular file, differs and is replaced unread.
 pub fn write_if_changed(path: &Path, content: &[u8]) -> io::Result<bool> {
-    match fs::read(path) {
-        Ok(old) if old == content => Ok(false),
+    match untrusted::read(path, content.len() as u64) {
+        Ok(Some(old)) if old == content => Ok(false),
         Ok(_) => write_atomic(path, content).map(|_| true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => write_atomic(path, content).map(|_| true),
-        Err(e) => Err(e),
+        Err(untrusted::ReadError::Io(e)) => Err(e),
+        Err(refused) => {
+            tracing::warn!(file = %path.display(), "{refused}: replaced by the new content");
+            write_atomic(path, content).map(|_| true)
+        }
     }
 }
 
 /// Appends lines and fsyncs, for the journal: one `write` per batch so lines are never interleaved.
 pub fn append_synced(path: &Path, content: &[u8]) -> io::Result<()> {
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc_flags::NONBLOCK | libc_flags::NOFOLLOW)
+        .open(path)
+        .map_err(|e| refused_link(e, path))?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
     f.write_all(content)?;
     f.sync_data()
+}
+
+fn refused_link(e: io::Error, path: &Path) -> io::Error {
+    match e.raw_os_error() {
+        Some(libc_flags::ELOOP) => {
+            io::Error::other(format!("{} is a symbolic link; not followed", path.display()))
+        }
+        _ => e,
+    }
 }
 
 /// An RFC 3339 time (as AWS events and agent markers write them) in milliseconds since the
@@ -77,5 +128,44 @@ mod tests {
         assert!(write_if_changed(&p, b"b\n").unwrap());
         assert_eq!(fs::read_to_string(&p).unwrap(), "b\n");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_fifo_or_link_in_the_way_is_replaced_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("host_worker");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        assert!(write_if_changed(&fifo, b"10.0.0.5\n").unwrap());
+        assert_eq!(fs::read(&fifo).unwrap(), b"10.0.0.5\n");
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, "keep").unwrap();
+        let link = dir.path().join("generation");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(write_if_changed(&link, b"3\n").unwrap());
+        assert!(!fs::symlink_metadata(&link).unwrap().is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn a_planted_temp_file_does_not_block_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ack");
+        let tmp = dir.path().join(format!(".ack.tmp.{}", std::process::id()));
+        nix::unistd::mkfifo(&tmp, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        write_atomic(&p, b"4\n").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"4\n");
+        assert!(!tmp.exists());
+    }
+
+    #[test]
+    fn appending_to_a_fifo_or_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("events.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        assert!(append_synced(&fifo, b"x\n").is_err());
+        let link = dir.path().join("other.jsonl");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        let e = append_synced(&link, b"x\n").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
     }
 }

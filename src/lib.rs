@@ -9,6 +9,7 @@ pub mod aws;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
+pub mod deadline;
 pub mod decide;
 pub mod fsutil;
 pub mod hostfile;
@@ -17,6 +18,7 @@ pub mod observe;
 pub mod status;
 pub mod store;
 pub mod tags;
+pub mod untrusted;
 
 /// Logs to stderr; `RUST_LOG` overrides the default `info`.
 pub fn init_logging() {

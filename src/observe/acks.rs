@@ -1,26 +1,38 @@
 //! The job's acknowledgements: the `ack` generation file and the 2018 `host_worker_log`.
 //!
-//! The log only grows, so it is read incrementally: each pass reads the bytes appended since the
-//! last one, and a line without its newline yet waits for the next pass.
+//! The log only grows, so it is read incrementally: each pass reads at most `LOG_CHUNK` bytes
+//! appended since the last one (the rest waits for the next pass), and a line without its newline
+//! yet waits too. Both files are written by the job on the shared file system: a FIFO, a link, a
+//! directory or a huge file there is refused with a warning, never read through.
 
-use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{Seek, SeekFrom};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::model::Acks;
+use crate::untrusted::{self, ReadError, WarnOnce};
+
+/// A generation number and its newline; anything longer is not one.
+const ACK_FILE_LIMIT: u64 = 32;
+/// How much of the log one pass reads: a few thousand lines, never the whole of a runaway file.
+const LOG_CHUNK: u64 = 256 * 1024;
+/// `SEQ ADDED|REMOVED IP TIME` is well under this; a longer line is skipped to its newline.
+const LOG_LINE_LIMIT: usize = 1024;
 
 pub struct AckReader {
     ack_file: PathBuf,
     log: Option<LogReader>,
     acks: Acks,
     warned_ack: Option<String>,
+    refused: WarnOnce,
 }
 
 struct LogReader {
     path: PathBuf,
     offset: u64,
     partial: Vec<u8>,
+    /// Inside an over-long line: bytes up to its newline are dropped.
+    skipping: bool,
 }
 
 impl AckReader {
@@ -31,27 +43,43 @@ impl AckReader {
                 path: p.to_path_buf(),
                 offset: 0,
                 partial: Vec::new(),
+                skipping: false,
             }),
             acks: Acks::default(),
             warned_ack: None,
+            refused: WarnOnce::default(),
         }
     }
 
     pub fn read(&mut self) -> Result<Acks, String> {
         self.acks.generation = self.read_ack_file()?;
         if let Some(log) = self.log.as_mut() {
-            log.read_new(&mut self.acks)
-                .map_err(|e| format!("reading {}: {e}", log.path.display()))?;
+            match log.read_new(&mut self.acks) {
+                Ok(()) => self.refused.clear(&log.path),
+                Err(e) if e.is_refused() => {
+                    self.refused.warn(&log.path, &e.to_string(), "ignored until it is a plain file again");
+                }
+                Err(e) => return Err(format!("reading {}: {e}", log.path.display())),
+            }
         }
         Ok(self.acks.clone())
     }
 
     fn read_ack_file(&mut self) -> Result<Option<u64>, String> {
-        let bytes = match std::fs::read(&self.ack_file) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("reading {}: {e}", self.ack_file.display())),
+        let bytes = match untrusted::read(&self.ack_file, ACK_FILE_LIMIT) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(ReadError::Io(e)) => {
+                return Err(format!("reading {}: {e}", self.ack_file.display()))
+            }
+            Err(refused) => {
+                // Only delays terminations until the ack timeout, as a missing ack would.
+                let why = refused.to_string();
+                self.refused.warn(&self.ack_file, &why, "acknowledgement ignored");
+                return Ok(None);
+            }
         };
+        self.refused.clear(&self.ack_file);
         let text = String::from_utf8_lossy(&bytes).into_owned();
         match text.trim().parse::<u64>() {
             Ok(g) => Ok(Some(g)),
@@ -68,35 +96,52 @@ impl AckReader {
 }
 
 impl LogReader {
-    fn read_new(&mut self, acks: &mut Acks) -> io::Result<()> {
-        let mut f = match File::open(&self.path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
+    fn read_new(&mut self, acks: &mut Acks) -> Result<(), ReadError> {
+        let Some((mut f, meta)) = untrusted::open(&self.path)? else {
+            return Ok(());
         };
-        if f.metadata()?.len() < self.offset {
+        if meta.len() < self.offset {
             tracing::warn!(file = %self.path.display(), "host_worker_log shrank; reading it again from the start");
             self.offset = 0;
             self.partial.clear();
+            self.skipping = false;
             *acks = Acks {
                 generation: acks.generation,
                 ..Acks::default()
             };
         }
         f.seek(SeekFrom::Start(self.offset))?;
-        let mut fresh = Vec::new();
-        f.read_to_end(&mut fresh)?;
+        let fresh = untrusted::read_at_most(&mut f, LOG_CHUNK)?;
         self.offset += fresh.len() as u64;
-        self.partial.extend_from_slice(&fresh);
-        let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') else {
-            return Ok(());
-        };
-        let complete: Vec<u8> = self.partial.drain(..=end).collect();
-        for line in complete[..end].split(|b| *b == b'\n') {
+        for line in self.complete_lines(&fresh) {
             acks.log_lines += 1;
-            self.apply(line, acks);
+            self.apply(&line, acks);
         }
         Ok(())
+    }
+
+    /// The lines `fresh` completes; keeps the unfinished one, and drops lines too long to be
+    /// the log's (each counts as one malformed line).
+    fn complete_lines(&mut self, fresh: &[u8]) -> Vec<Vec<u8>> {
+        let mut lines = Vec::new();
+        for piece in fresh.split_inclusive(|b| *b == b'\n') {
+            let ends = piece.last() == Some(&b'\n');
+            let body = &piece[..piece.len() - usize::from(ends)];
+            if !self.skipping {
+                self.partial.extend_from_slice(body);
+            }
+            if self.partial.len() > LOG_LINE_LIMIT {
+                self.partial.clear();
+                self.skipping = true;
+            }
+            if ends {
+                let line = std::mem::take(&mut self.partial);
+                // An over-long line is passed on empty: malformed, and counted as a line.
+                lines.push(if self.skipping { Vec::new() } else { line });
+                self.skipping = false;
+            }
+        }
+        lines
     }
 
     fn apply(&self, line: &[u8], acks: &mut Acks) {
@@ -134,6 +179,7 @@ fn parse_line(line: &[u8]) -> Option<(bool, IpAddr)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::io::Write;
 
     fn ip(s: &str) -> IpAddr {
@@ -173,6 +219,44 @@ mod tests {
         std::fs::write(&ack, "seven").unwrap();
         assert_eq!(r.read().unwrap().generation, None);
         std::fs::write(&ack, b"\xff\xfe").unwrap();
+        assert_eq!(r.read().unwrap().generation, None);
+    }
+
+    #[test]
+    fn a_long_log_is_read_a_chunk_per_pass_and_long_lines_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("host_worker_log");
+        let mut f = File::create(&log).unwrap();
+        f.write_all(&vec![b'x'; 5000]).unwrap();
+        f.write_all(b"\n1 ADDED 10.0.0.5 now\n").unwrap();
+        let line = b"2 ADDED 10.0.0.6 2026-11-23T10:00:00Z\n";
+        let lines = (LOG_CHUNK as usize) / line.len() + 10;
+        for _ in 0..lines {
+            f.write_all(line).unwrap();
+        }
+        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log));
+        let first = r.read().unwrap();
+        assert_eq!(first.log_added[&ip("10.0.0.5")], 2);
+        assert!(first.log_lines < 2 + lines as u64, "read it all in one pass");
+        let mut passes = 1;
+        while r.read().unwrap().log_lines < 2 + lines as u64 {
+            passes += 1;
+            assert!(passes < 10);
+        }
+        assert_eq!(r.acks.log_added[&ip("10.0.0.6")], 2 + lines as u64);
+    }
+
+    #[test]
+    fn a_fifo_or_huge_ack_is_ignored_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ack = dir.path().join("ack");
+        let log = dir.path().join("host_worker_log");
+        nix::unistd::mkfifo(&ack, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &log).unwrap();
+        let mut r = AckReader::new(&ack, Some(&log));
+        assert_eq!(r.read().unwrap(), Acks::default());
+        std::fs::remove_file(&ack).unwrap();
+        File::create(&ack).unwrap().set_len(3 << 30).unwrap();
         assert_eq!(r.read().unwrap().generation, None);
     }
 }

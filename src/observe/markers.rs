@@ -6,13 +6,13 @@
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs;
-use std::io::Read;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::agent::notice::{InterruptionMarker, NoticeKind as AgentKind, INTERRUPTION_PREFIX};
 use crate::fsutil::millis_from_rfc3339;
 use crate::model::{Markers, Notice, NoticeKind, NoticeTarget};
+use crate::untrusted;
 
 pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
 pub const FAILED_PREFIX: &str = "prepare_data_failed_";
@@ -138,13 +138,14 @@ fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
     })
 }
 
-/// A marker's body, at most `MAX_REPORT_BYTES` of it.
+/// A marker's body, at most `MAX_REPORT_BYTES` of it; it may have been swapped for a FIFO or a
+/// link since the directory was listed.
 fn read_small(path: &Path, what: &str) -> Result<String, String> {
-    let mut body = String::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(MAX_REPORT_BYTES).read_to_string(&mut body))
-        .map_err(|e| format!("cannot read {what}: {e}"))?;
-    Ok(body)
+    match untrusted::read_prefix(path, MAX_REPORT_BYTES) {
+        Ok(Some(body)) => Ok(String::from_utf8_lossy(&body).into_owned()),
+        Ok(None) => Err(format!("{what} vanished while read")),
+        Err(e) => Err(format!("cannot read {what}: {e}")),
+    }
 }
 
 /// `prepare_data_failed_<ip>` holds JSON: exit code, attempts, duration and the output's tail.

@@ -1,0 +1,113 @@
+//! File-system work with a deadline.
+//!
+//! A shared file system that stops answering (an EFS mount target lost, an NFS server hung)
+//! leaves every system call on it waiting, and no timeout in the call can end that wait. So the
+//! work runs on a thread of its own and the pass waits for it only until the deadline: past it,
+//! the pass reports the file system as stalled and goes on. The stuck thread is left to finish
+//! when the file system comes back; until it has, nothing more is sent its way, so a long stall
+//! costs one thread, not one per pass.
+
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+pub struct Deadline {
+    /// Which file system, for messages: `shared directory /efs`.
+    name: String,
+    limit: Duration,
+    stuck: Option<Stuck>,
+}
+
+struct Stuck {
+    thread: JoinHandle<()>,
+    what: &'static str,
+    since: Instant,
+}
+
+impl Deadline {
+    pub fn new(name: String, limit: Duration) -> Deadline {
+        Deadline {
+            name,
+            limit,
+            stuck: None,
+        }
+    }
+
+    /// Whether work sent earlier is still waiting on the file system.
+    pub fn is_stuck(&mut self) -> bool {
+        if self.stuck.as_ref().is_some_and(|s| s.thread.is_finished()) {
+            tracing::info!("{}: answering again", self.name);
+            self.stuck = None;
+        }
+        self.stuck.is_some()
+    }
+
+    /// Runs `work` on its own thread; `Err` says why its result is not there in time.
+    pub async fn run<T: Send + 'static>(
+        &mut self,
+        what: &'static str,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, String> {
+        if self.is_stuck() {
+            return Err(self.still_stuck());
+        }
+        let (tx, rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("dtd-fs".into())
+            .spawn(move || {
+                let _ = tx.send(work());
+            })
+            .map_err(|e| format!("{what}: cannot start a thread: {e}"))?;
+        match tokio::time::timeout(self.limit, rx).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(_)) => Err(format!("{what}: the file-system thread died")),
+            Err(_) => {
+                self.stuck = Some(Stuck {
+                    thread,
+                    what,
+                    since: Instant::now(),
+                });
+                Err(format!(
+                    "{}: {what} did not finish within {}: the file system is not answering",
+                    self.name,
+                    humantime::format_duration(self.limit)
+                ))
+            }
+        }
+    }
+
+    fn still_stuck(&self) -> String {
+        match &self.stuck {
+            Some(s) => format!(
+                "{}: not answering (still waiting on {} for {}s)",
+                self.name,
+                s.what,
+                s.since.elapsed().as_secs() + self.limit.as_secs()
+            ),
+            None => format!("{}: not answering", self.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn work_past_its_deadline_is_reported_and_nothing_more_is_sent() {
+        let mut d = Deadline::new("shared directory /efs".into(), Duration::from_millis(50));
+        assert_eq!(d.run("a read", || 7).await, Ok(7));
+        let (release, wait) = mpsc::channel::<()>();
+        let e = d.run("scanning markers", move || wait.recv()).await.unwrap_err();
+        assert!(e.contains("scanning markers did not finish"), "{e}");
+        let e = d.run("another", || 1).await.unwrap_err();
+        assert!(e.contains("still waiting on scanning markers"), "{e}");
+        release.send(()).unwrap();
+        while d.is_stuck() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(d.run("a read", || 8).await, Ok(8));
+    }
+}
