@@ -46,6 +46,11 @@ pub struct Config {
     /// Where `dtd` keeps its state, status and events journal; default `<shared_dir>/.dt/<cluster>`.
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
+    /// Lets the state directory be on the root file system (a demo or a test on one machine);
+    /// otherwise `dtd run` refuses it, since a shared file system not yet mounted would leave the
+    /// real state behind and start a second one under the mount point.
+    #[serde(default)]
+    pub allow_local_state_dir: bool,
     /// How long one AWS API call may take before it is retried (three attempts per call).
     #[serde(default = "default_api_timeout", deserialize_with = "duration")]
     pub api_timeout: Duration,
@@ -239,6 +244,8 @@ pub enum Notify {
     Signal {
         signal: nix::sys::signal::Signal,
         pidfile: PathBuf,
+        /// A string the process's command line must contain before it is signalled.
+        expect: Option<String>,
     },
     Command(Vec<String>),
 }
@@ -250,6 +257,8 @@ struct RawNotify {
     signal: Option<String>,
     #[serde(default)]
     pidfile: Option<PathBuf>,
+    #[serde(default)]
+    expect: Option<String>,
     #[serde(default)]
     command: Option<Vec<String>>,
 }
@@ -271,20 +280,32 @@ impl<'de> Deserialize<'de> for Notify {
             Either::Map(RawNotify {
                 signal: Some(sig),
                 pidfile: Some(pidfile),
+                expect,
                 command: None,
             }) => Ok(Notify::Signal {
                 signal: parse_signal(&sig).map_err(D::Error::custom)?,
                 pidfile,
+                expect: expect_text(expect).map_err(D::Error::custom)?,
             }),
             Either::Map(RawNotify {
                 signal: None,
                 pidfile: None,
+                expect: None,
                 command: Some(argv),
             }) if !argv.is_empty() && !argv[0].is_empty() => Ok(Notify::Command(argv)),
             Either::Map(_) => Err(D::Error::custom(
-                "notify needs exactly { signal, pidfile } or { command: [program, args..] }",
+                "notify needs exactly { signal, pidfile[, expect] } or { command: [program, args..] }",
             )),
         }
+    }
+}
+
+fn expect_text(expect: Option<String>) -> Result<Option<String>, String> {
+    match expect {
+        Some(e) if e.trim().is_empty() => {
+            Err("expect must not be empty: it is a string the job's command line contains".into())
+        }
+        other => Ok(other),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod asg;
 pub mod ec2;
 pub mod hostfiles;
+pub mod job_pid;
 pub mod journal;
 pub mod notify;
 pub mod queue;

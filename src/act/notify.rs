@@ -7,6 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::job_pid::job_pid;
 use crate::config::Notify;
 use crate::decide::join_ips;
 use crate::model::Notification;
@@ -14,29 +15,33 @@ use crate::model::Notification;
 /// A hook that runs longer than this is killed and the notification retried next pass.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<String, String> {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotifyError {
+    /// The pidfile does not name the job: nothing was signalled.
+    #[error("refused to signal: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<String, NotifyError> {
     match how {
         Notify::None => Ok("no notification configured".into()),
-        Notify::Signal { signal, pidfile } => signal_job(*signal, pidfile),
-        Notify::Command(argv) => run_hook(argv, n, hostfile).await,
+        Notify::Signal {
+            signal,
+            pidfile,
+            expect,
+        } => signal_job(*signal, pidfile, expect.as_deref()),
+        Notify::Command(argv) => run_hook(argv, n, hostfile)
+            .await
+            .map_err(NotifyError::Failed),
     }
 }
 
-fn signal_job(signal: Signal, pidfile: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(pidfile)
-        .map_err(|e| format!("cannot read pidfile {}: {e}", pidfile.display()))?;
-    let pid: i32 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("pidfile {} does not hold a PID", pidfile.display()))?;
-    // 0, 1 and negative numbers address process groups or init: never a job.
-    if pid <= 1 {
-        return Err(format!(
-            "pidfile {} holds PID {pid}, which is not a job",
-            pidfile.display()
-        ));
-    }
-    kill(Pid::from_raw(pid), signal).map_err(|e| format!("sending {signal} to PID {pid}: {e}"))?;
+fn signal_job(signal: Signal, pidfile: &Path, expect: Option<&str>) -> Result<String, NotifyError> {
+    let pid = job_pid(pidfile, expect).map_err(NotifyError::Refused)?;
+    kill(Pid::from_raw(pid), signal)
+        .map_err(|e| NotifyError::Failed(format!("sending {signal} to PID {pid}: {e}")))?;
     Ok(format!("sent {signal} to PID {pid}"))
 }
 
