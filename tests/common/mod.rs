@@ -529,6 +529,18 @@ pub fn create_event_queue(c: &Cluster) -> String {
         "--targets",
         &target.to_string(),
     ]);
+    // AWS Health scheduled changes, through the stack's own rule pattern.
+    let health = fixtures::stack_rule_pattern("HealthEventsRule", "itest");
+    let rule = ["events", "put-rule", "--name", "itest-health"];
+    c.aws(&[&rule[..], &["--event-pattern", &health.to_string()]].concat());
+    c.aws(&[
+        "events",
+        "put-targets",
+        "--rule",
+        "itest-health",
+        "--targets",
+        &target.to_string(),
+    ]);
     url
 }
 
