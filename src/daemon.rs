@@ -141,15 +141,15 @@ impl Daemon {
 
     /// This pass's notices: the queue's and the agents' markers'.
     fn notices(&self, markers: &Result<Markers, String>) -> Vec<Notice> {
-        let from_queue = self.inbox.iter().filter_map(|r| match &r.parsed {
-            Parsed::Notice(n) => Some(n.clone()),
+        let from_queue = self.inbox.iter().flat_map(|r| match &r.parsed {
+            Parsed::Notices(n) => n.clone(),
             Parsed::Wake(why) => {
                 tracing::info!("event: {why}");
-                None
+                Vec::new()
             }
             Parsed::Ignored(why) => {
                 tracing::debug!("event ignored: {why}");
-                None
+                Vec::new()
             }
         });
         let from_agents = markers.iter().flat_map(|m| m.notices.iter().cloned());
@@ -192,8 +192,7 @@ impl Daemon {
         let (Some(sqs), Some(url)) = (&self.clients.sqs, &self.cfg.events.queue_url) else {
             return;
         };
-        let is_deferred =
-            |r: &Received| matches!(&r.parsed, Parsed::Notice(n) if deferred.contains(&n.id));
+        let is_deferred = |r: &Received| matches!(&r.parsed, Parsed::Notices(n) if n.iter().any(|n| deferred.contains(&n.id)));
         let (keep, heeded): (Vec<Received>, Vec<Received>) = std::mem::take(&mut self.inbox)
             .into_iter()
             .partition(is_deferred);

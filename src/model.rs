@@ -169,6 +169,9 @@ pub enum NoticeKind {
     Rebalance,
     /// The Capacity Block ends soon: drain its workers gracefully before it does.
     CapacityBlockExpiring,
+    /// EC2 scheduled a reboot, stop, retirement or maintenance for it (AWS Health, or the instance
+    /// metadata's `events/maintenance/scheduled`): drain gracefully before the change starts.
+    ScheduledChange,
     /// Its Auto Scaling group is terminating it (seen by its agent): with a terminating hook the
     /// group waits and dtd drains it through the hook; without one it is an interruption.
     GroupTerminating,
@@ -213,6 +216,8 @@ pub enum Cause {
     ElasticTag,
     Rebalance,
     CapacityBlock,
+    /// EC2 scheduled a change (reboot, stop, retirement, maintenance) for it.
+    ScheduledChange,
     /// AWS takes the instance away: it left at once and is never terminated by us.
     Interrupted,
     /// Its group is scaling in, or the group's desired capacity is below its protected workers.

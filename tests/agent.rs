@@ -20,6 +20,7 @@ const ID: &str = "i-0agenttest0000001";
 const SPOT: &str = "spot/instance-action";
 const REBALANCE: &str = "events/recommendations/rebalance";
 const LIFECYCLE: &str = "autoscaling/target-lifecycle-state";
+const SCHEDULED: &str = "events/maintenance/scheduled";
 const WAIT: Duration = Duration::from_secs(20);
 
 struct Worker {
@@ -425,6 +426,40 @@ fn lifecycle_terminated_is_a_notice_and_in_service_is_not() {
     let m = w.wait_interruption(NoticeKind::LifecycleTerminate);
     assert_eq!(m.id, format!("imds:lifecycle-terminate:{ID}"));
     assert_eq!(m.detail, "Terminated");
+}
+
+/// AWS's documented `events/maintenance/scheduled` body ("Scheduled events for your instances",
+/// tests/fixtures/events/): the agent writes a marker due at `NotBefore`, which the master reads
+/// as a scheduled change for this instance. The documented history (canceled, completed) served
+/// at the same path first is no notice.
+#[test]
+fn a_scheduled_maintenance_event_is_a_notice_the_master_reads_and_a_canceled_one_is_not() {
+    let fixture = |name: &str| std::fs::read_to_string(common::fixtures::dir().join(name)).unwrap();
+    let mut w = Worker::new("echo ok\n");
+    w.imds
+        .set(SCHEDULED, &fixture("imds-maintenance-history.json"));
+    w.start(&[]);
+    w.wait_polls(SCHEDULED, 5);
+    assert!(!w.marker("interruption").exists());
+    w.imds
+        .set(SCHEDULED, &fixture("imds-maintenance-scheduled.json"));
+    let m = w.wait_interruption(NoticeKind::ScheduledMaintenance);
+    assert_eq!(
+        m.id,
+        "imds:scheduled-maintenance:instance-event-0d59937288b749b32"
+    );
+    assert_eq!(m.action_time.as_deref(), Some("2019-01-21T09:00:43Z"));
+    assert_eq!(m.instance_id, ID);
+    let markers = dt::observe::markers::MarkerScanner::new(&w.efs())
+        .scan()
+        .unwrap();
+    let n = &markers.notices[0];
+    assert_eq!(n.kind, dt::model::NoticeKind::ScheduledChange);
+    assert_eq!(n.target, dt::model::NoticeTarget::Instance(ID.into()));
+    assert_eq!(
+        n.deadline,
+        dt::fsutil::millis_from_rfc3339("2019-01-21T09:00:43Z")
+    );
 }
 
 #[test]

@@ -190,6 +190,39 @@ fn a_rebalance_recommendation_drains_the_worker_gracefully() {
     assert_eq!(t.c.status_json()["interruptions"], 0);
 }
 
+/// AWS's EC2 Health sample (tests/fixtures/events/) for this worker, with a start time ahead:
+/// the worker drains gracefully, due at that start time.
+#[test]
+fn an_aws_health_scheduled_change_drains_the_worker_by_its_start_time() {
+    let t = training("300ms");
+    let (id, ip) = &t.workers[0];
+    let mut event = common::fixtures::filled("aws-health-ec2-scheduled-change.json");
+    event["detail"]["affectedEntities"][0]["entityValue"] = json!(id);
+    event["detail"]["startTime"] = json!("Mon, 23 Nov 2099 10:00:00 GMT");
+    event["resources"] = json!([id]);
+    let entry = json!([common::fixtures::put_events_entry(&event)]);
+    t.c.aws(&["events", "put-events", "--entries", &entry.to_string()]);
+    t.c.wait_hosts("the worker to be drained", |h| !h.contains(ip));
+    wait_until(
+        "the worker to be REMOVAL_QUEUED",
+        Duration::from_secs(20),
+        || {
+            t.c.tag(id, STATUS).as_deref() == Some("REMOVAL_QUEUED")
+                || t.c.events_of("terminated", id) == 1
+        },
+    );
+    let queued: Vec<_> = (t.c.journal().into_iter())
+        .filter(|e| e["kind"] == "removal_queued" && e["instance"] == id.as_str())
+        .collect();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let msg = queued[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("EC2 scheduled change from the queue (starts 2099-11-23T10:00:00Z)"),
+        "{msg}"
+    );
+    assert_eq!(t.c.status_json()["interruptions"], 0);
+}
+
 #[test]
 fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
     let t = training("300ms");

@@ -389,6 +389,7 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
     for (rule, source) in [
         ("instance-events", "aws.ec2"),
         ("lifecycle-events", "aws.autoscaling"),
+        ("health-events", "aws.health"),
     ] {
         let name = format!("{STACK}-{rule}");
         let described = aws_json(moto, &["events", "describe-rule", "--name", &name]);
@@ -403,6 +404,14 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
                 .iter()
                 .map(|d| d.as_str().unwrap().to_string()),
         );
+        if source == "aws.health" {
+            // Only EC2 scheduled changes: not issues, not other services.
+            assert_eq!(pattern["detail"]["service"], serde_json::json!(["EC2"]));
+            assert_eq!(
+                pattern["detail"]["eventTypeCategory"],
+                serde_json::json!(["scheduledChange"])
+            );
+        }
         if source == "aws.autoscaling" {
             assert_eq!(
                 pattern["detail"]["AutoScalingGroupName"],
@@ -416,19 +425,24 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
     assert_eq!(
         detail_types,
         [
+            "AWS Health Event",
             "Capacity Block Expiration Warning",
+            "Capacity Block Reservation Expiration Warning",
+            "EC2 Capacity Reservation Instance Interruption Warning",
             "EC2 Instance Rebalance Recommendation",
             "EC2 Instance State-change Notification",
             "EC2 Instance-launch Lifecycle Action",
             "EC2 Instance-terminate Lifecycle Action",
+            "EC2 Interruptible Capacity Reservation Instance Interruption Warning",
             "EC2 Spot Instance Interruption Warning",
         ]
     );
 
     check_delivery(moto, out);
+    check_published_events(moto, out);
 
     // Not created by moto's CloudFormation: the queue policy, read from the template. Only
-    // EventBridge may send, and only on behalf of this stack's two rules.
+    // EventBridge may send, and only on behalf of this stack's three rules.
     let t = template();
     let policy = resource(&t, "EventQueuePolicy");
     let statement = &policy["PolicyDocument"]["Statement"][0];
@@ -445,8 +459,129 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
         .collect();
     assert_eq!(
         sources,
-        ["InstanceEventsRule.Arn", "LifecycleEventsRule.Arn"]
+        [
+            "InstanceEventsRule.Arn",
+            "LifecycleEventsRule.Arn",
+            "HealthEventsRule.Arn"
+        ]
     );
+}
+
+/// AWS's published samples (tests/fixtures/events/) put on the bus as the services would: the
+/// deployed rules deliver exactly those dtd handles, and what arrives parses into the notice
+/// the sample stands for.
+fn check_published_events(moto: &Moto, out: &BTreeMap<String, String>) {
+    use dt::model::NoticeKind;
+    use dt::observe::eventbridge::{parse, Parsed};
+    let taken = [
+        (
+            "spot-interruption-warning.json",
+            Some(NoticeKind::Interruption),
+        ),
+        ("rebalance-recommendation.json", Some(NoticeKind::Rebalance)),
+        ("instance-state-change.json", None),
+        (
+            "capacity-block-expiration-warning.json",
+            Some(NoticeKind::CapacityBlockExpiring),
+        ),
+        (
+            "capacity-block-reservation-expiration-warning.json",
+            Some(NoticeKind::CapacityBlockExpiring),
+        ),
+        (
+            "interruptible-capacity-reservation-interruption-warning.json",
+            Some(NoticeKind::Interruption),
+        ),
+        (
+            "aws-health-ec2-scheduled-change.json",
+            Some(NoticeKind::ScheduledChange),
+        ),
+    ];
+    // Not for dtd: an EC2 Health issue, and the reservation owner's reclamation report.
+    let foreign = [
+        "aws-health-ec2-issue.json",
+        "interruptible-capacity-reservation-reclamation-complete.json",
+    ];
+    let names = taken.iter().map(|(n, _)| *n).chain(foreign);
+    let entries: Vec<Json> = names
+        .map(|n| fixtures::put_events_entry(&fixtures::filled(n)))
+        .collect();
+    for chunk in entries.chunks(10) {
+        let put = aws_json(
+            moto,
+            &[
+                "events",
+                "put-events",
+                "--entries",
+                &Json::from(chunk.to_vec()).to_string(),
+            ],
+        );
+        assert_eq!(put["FailedEntryCount"], 0, "{put}");
+    }
+    let mut got: Vec<(String, Option<NoticeKind>)> = drain_queue(moto, out)
+        .iter()
+        .map(|body| {
+            let v: Json = serde_json::from_str(body).unwrap();
+            let kind = match parse(body) {
+                Parsed::Notices(n) => Some(n[0].kind),
+                Parsed::Wake(_) => None,
+                Parsed::Ignored(why) => panic!("delivered but ignored ({why}): {body}"),
+            };
+            (fixtures::detail_type(&v), kind)
+        })
+        .collect();
+    let mut expected: Vec<(String, Option<NoticeKind>)> = taken
+        .iter()
+        .map(|(n, k)| (fixtures::detail_type(&fixtures::filled(n)), *k))
+        .collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+}
+
+/// Every message the stack's queue holds now, deleted as read.
+fn drain_queue(moto: &Moto, out: &BTreeMap<String, String>) -> Vec<String> {
+    let endpoint = moto.endpoint();
+    let url = out["EventQueueUrl"].as_str();
+    let mut bodies = Vec::new();
+    loop {
+        let text = aws(
+            moto,
+            &[
+                "--endpoint-url",
+                &endpoint,
+                "sqs",
+                "receive-message",
+                "--queue-url",
+                url,
+                "--max-number-of-messages",
+                "10",
+                "--wait-time-seconds",
+                "1",
+                "--output",
+                "json",
+            ],
+        );
+        let got: Json = serde_json::from_str(&text).unwrap_or(Json::Null);
+        let Some(messages) = got["Messages"].as_array().filter(|m| !m.is_empty()) else {
+            return bodies;
+        };
+        for m in messages {
+            bodies.push(m["Body"].as_str().unwrap().to_string());
+            let receipt = m["ReceiptHandle"].as_str().unwrap();
+            let delete = [
+                "--endpoint-url",
+                &endpoint,
+                "sqs",
+                "delete-message",
+                "--queue-url",
+                url,
+                "--receipt-handle",
+                receipt,
+            ];
+            aws(moto, &delete);
+        }
+    }
 }
 
 /// Events as AWS would send them go through the rules to the queue; others do not.

@@ -6,12 +6,17 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::fsutil::millis_from_gmt_date;
+
 pub const INTERRUPTION_PREFIX: &str = "interruption_";
 
 /// IMDS paths (under `/latest/meta-data/`) that carry notices.
 pub const SPOT_PATH: &str = "spot/instance-action";
 pub const REBALANCE_PATH: &str = "events/recommendations/rebalance";
 pub const LIFECYCLE_PATH: &str = "autoscaling/target-lifecycle-state";
+/// Active EC2 scheduled events (reboot, stop, retirement, maintenance): "Scheduled events for your
+/// instances", section "View scheduled events" (Amazon EC2 User Guide).
+pub const SCHEDULED_PATH: &str = "events/maintenance/scheduled";
 
 /// Ordered by strength: a marker is only ever replaced by a notice at least as strong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -19,6 +24,8 @@ pub const LIFECYCLE_PATH: &str = "autoscaling/target-lifecycle-state";
 pub enum NoticeKind {
     /// A recommendation: the instance is at elevated risk of interruption.
     RebalanceRecommendation,
+    /// EC2 scheduled a reboot, stop, retirement or maintenance starting at `action_time`.
+    ScheduledMaintenance,
     /// The Auto Scaling group is terminating the instance (lifecycle hooks may hold it a while).
     LifecycleTerminate,
     /// The two-minute warning: the instance will be stopped or terminated at `action_time`.
@@ -29,6 +36,7 @@ impl NoticeKind {
     pub fn as_str(self) -> &'static str {
         match self {
             NoticeKind::RebalanceRecommendation => "rebalance-recommendation",
+            NoticeKind::ScheduledMaintenance => "scheduled-maintenance",
             NoticeKind::LifecycleTerminate => "lifecycle-terminate",
             NoticeKind::SpotInterruption => "spot-interruption",
         }
@@ -98,6 +106,78 @@ pub fn lifecycle(body: &str, instance_id: &str) -> Option<Notice> {
     })
 }
 
+/// One entry of `events/maintenance/scheduled`, as documented:
+/// `{"NotBefore": "21 Jan 2019 09:00:43 GMT", "Code": "system-reboot", "Description": "scheduled
+/// reboot", "EventId": "instance-event-0d59937288b749b32", "NotAfter": "...", "State": "active"}`.
+/// Unknown fields are ignored.
+#[derive(Deserialize)]
+struct ScheduledEvent {
+    #[serde(rename = "NotBefore", default)]
+    not_before: Option<String>,
+    #[serde(rename = "Code", default)]
+    code: Option<String>,
+    #[serde(rename = "Description", default)]
+    description: Option<String>,
+    #[serde(rename = "EventId", default)]
+    event_id: Option<String>,
+    #[serde(rename = "State", default)]
+    state: Option<String>,
+}
+
+/// More entries than this is not a real instance's schedule; the rest are not looked at.
+const MAX_SCHEDULED_EVENTS: usize = 32;
+
+/// `events/maintenance/scheduled`: the earliest event that is still to happen. A `completed` or
+/// `canceled` one (the documented states besides `active`; the EC2 API also marks them by a
+/// `[Completed]`/`[Canceled]` description) is no notice.
+pub fn scheduled(body: &str) -> Option<Notice> {
+    let events: Vec<serde_json::Value> = serde_json::from_str(body).ok()?;
+    let pending = events
+        .into_iter()
+        .take(MAX_SCHEDULED_EVENTS)
+        .filter_map(|v| serde_json::from_value::<ScheduledEvent>(v).ok())
+        .filter(|e| !is_over(e))
+        .filter_map(|e| {
+            let at = e.not_before.as_deref().and_then(millis_from_gmt_date)?;
+            Some((at, e))
+        });
+    let (at, event) = pending.min_by_key(|(at, _)| *at)?;
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at);
+    let time = humantime::format_rfc3339_seconds(time).to_string();
+    let name = event
+        .event_id
+        .as_deref()
+        .filter(|id| is_plain_id(id))
+        .unwrap_or(&time);
+    Some(Notice {
+        kind: NoticeKind::ScheduledMaintenance,
+        id: format!("imds:{}:{name}", NoticeKind::ScheduledMaintenance.as_str()),
+        detail: format!(
+            "{} at {time}: {}",
+            event.code.as_deref().unwrap_or("scheduled event"),
+            event.description.as_deref().unwrap_or("")
+        )
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_DETAIL_CHARS)
+        .collect(),
+        action_time: Some(time),
+    })
+}
+
+fn is_over(e: &ScheduledEvent) -> bool {
+    let state = e.state.as_deref().unwrap_or("").to_ascii_lowercase();
+    let description = e.description.as_deref().unwrap_or("");
+    matches!(state.as_str(), "completed" | "canceled" | "cancelled")
+        || description.starts_with("[Completed]")
+        || description.starts_with("[Canceled]")
+}
+
+/// An id that can go into the marker's id: `instance-event-0d59937288b749b32`.
+fn is_plain_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
 /// Notices are a few dozen bytes; anything longer is cut, so a marker stays a marker.
 const MAX_DETAIL_CHARS: usize = 2048;
 
@@ -160,6 +240,47 @@ mod tests {
         assert!(lifecycle("InService", "i-1").is_none());
         let n = lifecycle("Terminated\n", "i-1").unwrap();
         assert_eq!(n.id, "imds:lifecycle-terminate:i-1");
+    }
+
+    /// The documented sample: "Scheduled events for your instances", "View scheduled events"
+    /// (Amazon EC2 User Guide).
+    const SCHEDULED_SAMPLE: &str = r#"[
+  {
+    "NotBefore" : "21 Jan 2019 09:00:43 GMT",
+    "Code" : "system-reboot",
+    "Description" : "scheduled reboot",
+    "EventId" : "instance-event-0d59937288b749b32",
+    "NotAfter" : "21 Jan 2019 09:17:23 GMT",
+    "State" : "active"
+  }
+]"#;
+
+    #[test]
+    fn scheduled_maintenance_is_due_at_not_before() {
+        let n = scheduled(SCHEDULED_SAMPLE).unwrap();
+        assert_eq!(n.kind, NoticeKind::ScheduledMaintenance);
+        assert_eq!(
+            n.id,
+            "imds:scheduled-maintenance:instance-event-0d59937288b749b32"
+        );
+        assert_eq!(n.action_time.as_deref(), Some("2019-01-21T09:00:43Z"));
+        assert!(n
+            .detail
+            .starts_with("system-reboot at 2019-01-21T09:00:43Z"));
+    }
+
+    #[test]
+    fn scheduled_events_that_are_over_or_garbled_are_no_notice() {
+        let canceled = SCHEDULED_SAMPLE.replace("\"active\"", "\"canceled\"");
+        assert!(scheduled(&canceled).is_none());
+        let completed = SCHEDULED_SAMPLE.replace("\"active\"", "\"completed\"");
+        assert!(scheduled(&completed).is_none());
+        assert!(scheduled("[]").is_none());
+        assert!(scheduled("{]").is_none());
+        assert!(scheduled(r#"[{"NotBefore":"soon","State":"active"}]"#).is_none());
+        let odd_id = SCHEDULED_SAMPLE.replace("instance-event-0d59937288b749b32", "$(reboot)");
+        let n = scheduled(&odd_id).unwrap();
+        assert_eq!(n.id, "imds:scheduled-maintenance:2019-01-21T09:00:43Z");
     }
 
     #[test]

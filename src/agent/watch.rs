@@ -49,6 +49,9 @@ impl Watcher {
         if let Some(body) = self.read(notice::REBALANCE_PATH).await {
             notices.push(notice::rebalance(&body));
         }
+        if let Some(body) = self.read(notice::SCHEDULED_PATH).await {
+            notices.extend(notice::scheduled(&body));
+        }
         if let Some(body) = self.read(notice::LIFECYCLE_PATH).await {
             notices.extend(notice::lifecycle(&body, &self.identity.instance_id));
         }

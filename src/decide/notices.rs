@@ -1,5 +1,6 @@
 //! Notices from AWS (queue) and from workers' agents: an interruption takes a worker out of the
-//! job at once; a rebalance recommendation or a Capacity Block's end drains it gracefully.
+//! job at once; a rebalance recommendation, a Capacity Block's end or an EC2 scheduled change
+//! (reboot, stop, retirement, maintenance) drains it gracefully.
 
 use std::net::IpAddr;
 
@@ -26,7 +27,9 @@ impl Decider<'_> {
             }
             let drain = matches!(
                 n.kind,
-                NoticeKind::Rebalance | NoticeKind::CapacityBlockExpiring
+                NoticeKind::Rebalance
+                    | NoticeKind::CapacityBlockExpiring
+                    | NoticeKind::ScheduledChange
             );
             if drain && !self.can_remove() {
                 // A drain is voluntary: never on a partial view. The daemon keeps the notice.
@@ -69,6 +72,7 @@ impl Decider<'_> {
             }
             NoticeKind::Rebalance => self.drain(n, t, Cause::Rebalance),
             NoticeKind::CapacityBlockExpiring => self.drain(n, t, Cause::CapacityBlock),
+            NoticeKind::ScheduledChange => self.drain(n, t, Cause::ScheduledChange),
         }
     }
 
@@ -100,10 +104,18 @@ impl Decider<'_> {
     }
 
     /// Leaves gracefully, like a deleted elastic tag: terminated once the job acknowledges.
-    /// A rebalance recommendation respects `min`; a Capacity Block's end does not, as the
-    /// capacity goes away whatever we do.
+    /// A rebalance recommendation respects `min`; a Capacity Block's end and a scheduled change
+    /// do not, as the capacity goes away whatever we do.
     fn drain(&mut self, n: &Notice, t: Target, cause: Cause) {
-        let reason = format!("{} from the {}", describe(n.kind), n.source);
+        let mut reason = format!("{} from the {}", describe(n.kind), n.source);
+        if let (NoticeKind::ScheduledChange, Some(at)) = (n.kind, n.deadline) {
+            // People need the start time to judge it; the journal has no other field for it.
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at);
+            reason.push_str(&format!(
+                " (starts {})",
+                humantime::format_rfc3339_seconds(at)
+            ));
+        }
         let Some(pos) = self.st.members.iter().position(|m| m.id == t.id) else {
             let msg = format!("{reason}: {} is not in the job; nothing to drain", t.ip);
             self.event("notice", Some((&t.id, t.ip)), None, msg);
@@ -202,6 +214,7 @@ fn describe(kind: NoticeKind) -> &'static str {
         NoticeKind::Interruption => "interruption warning",
         NoticeKind::Rebalance => "rebalance recommendation",
         NoticeKind::CapacityBlockExpiring => "Capacity Block expiration warning",
+        NoticeKind::ScheduledChange => "EC2 scheduled change",
         NoticeKind::GroupTerminating => "Auto Scaling termination",
     }
 }

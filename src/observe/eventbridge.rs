@@ -3,17 +3,21 @@
 
 use serde::Deserialize;
 
-use crate::fsutil::millis_from_rfc3339;
+use crate::fsutil::{millis_from_gmt_date, millis_from_rfc3339};
 use crate::model::{Millis, Notice, NoticeKind, NoticeTarget};
 
 /// How long before a Capacity Block ends its instances start terminating: the warning comes
 /// 40 minutes before the end, terminations begin 10 minutes after it.
 const CAPACITY_BLOCK_GRACE_MS: Millis = 30 * 60_000;
 
+/// An AWS Health event names the instances it affects; more than this is not a worker notice.
+const MAX_AFFECTED_ENTITIES: usize = 1000;
+
 /// What one message asks of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
-    Notice(Notice),
+    /// One per worker it names (an AWS Health event may name several instances).
+    Notices(Vec<Notice>),
     /// Worth a pass now (a state change, a lifecycle action) but carries no rule of its own:
     /// the pass reads the instance and group state itself.
     Wake(String),
@@ -29,6 +33,8 @@ struct Envelope {
     detail_type: Option<String>,
     #[serde(default)]
     customer_event_id: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
     #[serde(default)]
     time: Option<String>,
     #[serde(default)]
@@ -50,28 +56,35 @@ pub fn parse(body: &str) -> Parsed {
         .or_else(|| env.customer_event_id.clone())
         .unwrap_or_else(|| format!("{kind}:{}", env.detail));
     let notice = |kind: NoticeKind, target: NoticeTarget, deadline: Option<Millis>| {
-        Parsed::Notice(Notice {
+        Parsed::Notices(vec![Notice {
             id: id.clone(),
             kind,
             target,
             deadline,
             source: "queue",
-        })
+        }])
     };
     let instance = || detail("instance-id").map(|i| NoticeTarget::Instance(i.to_string()));
+    // Names as AWS documents them: "Spot Instance interruption notices", "Monitor Capacity Blocks
+    // using EventBridge" (which names the expiration warning both ways across its versions, and
+    // the Capacity Reservation interruption warning), "Monitor interruptible Capacity
+    // Reservations with EventBridge and CloudTrail" (docs.aws.amazon.com/AWSEC2/latest/UserGuide/).
     match kind {
         "EC2 Spot Instance Interruption Warning"
-        | "EC2 Capacity Reservation Instance Interruption Warning" => match instance() {
-            Some(t) => {
-                let at = detail("instance-termination-time").or(env.time.as_deref());
-                notice(
-                    NoticeKind::Interruption,
-                    t,
-                    at.and_then(millis_from_rfc3339),
-                )
+        | "EC2 Capacity Reservation Instance Interruption Warning"
+        | "EC2 Interruptible Capacity Reservation Instance Interruption Warning" => {
+            match instance() {
+                Some(t) => {
+                    let at = detail("instance-termination-time").or(env.time.as_deref());
+                    notice(
+                        NoticeKind::Interruption,
+                        t,
+                        at.and_then(millis_from_rfc3339),
+                    )
+                }
+                None => Parsed::Ignored(format!("{kind} without an instance-id")),
             }
-            None => Parsed::Ignored(format!("{kind} without an instance-id")),
-        },
+        }
         "EC2 Instance Rebalance Recommendation" => match instance() {
             Some(t) => notice(NoticeKind::Rebalance, t, None),
             None => Parsed::Ignored(format!("{kind} without an instance-id")),
@@ -98,8 +111,66 @@ pub fn parse(body: &str) -> Parsed {
                 detail("EC2InstanceId").unwrap_or("an instance")
             ))
         }
+        "AWS Health Event" if env.source.as_deref() == Some("aws.health") => {
+            health(&env.detail, &id)
+        }
         other => Parsed::Ignored(format!("detail-type `{other}` is not handled")),
     }
+}
+
+/// An AWS Health event: only an EC2 scheduled change (reboot, stop, retirement, maintenance)
+/// that is not closed is a notice, one per instance it names, due at its `startTime`.
+/// Shape: "Reference: AWS Health events Amazon EventBridge schema" (AWS Health User Guide) and
+/// `statusCode` `open | closed | upcoming` from the AWS Health API reference's `Event`.
+fn health(detail: &serde_json::Value, id: &str) -> Parsed {
+    let field = |key: &str| detail.get(key).and_then(|v| v.as_str());
+    let (service, category) = (field("service"), field("eventTypeCategory"));
+    if service != Some("EC2") || category != Some("scheduledChange") {
+        return Parsed::Ignored(format!(
+            "AWS Health event for {} ({}) is not an EC2 scheduled change",
+            service.unwrap_or("no service"),
+            category.unwrap_or("no category")
+        ));
+    }
+    let code = field("eventTypeCode").unwrap_or("an EC2 scheduled change");
+    if field("statusCode") == Some("closed") {
+        return Parsed::Ignored(format!("{code} is closed"));
+    }
+    let start = field("startTime");
+    let deadline = start.and_then(|t| millis_from_gmt_date(t).or_else(|| millis_from_rfc3339(t)));
+    // Updates of one change come as new events with the same ARN: heeded once.
+    let key = field("eventArn").unwrap_or(id);
+    let notices: Vec<Notice> = affected_instances(detail)
+        .map(|instance| Notice {
+            id: format!("health:{key}:{instance}"),
+            kind: NoticeKind::ScheduledChange,
+            target: NoticeTarget::Instance(instance.to_string()),
+            deadline,
+            source: "queue",
+        })
+        .collect();
+    match notices.is_empty() {
+        true => Parsed::Ignored(format!("{code} names no instance")),
+        false => Parsed::Notices(notices),
+    }
+}
+
+/// The instance ids in `affectedEntities[].entityValue` (other entities, e.g. Dedicated Hosts,
+/// are skipped).
+fn affected_instances(detail: &serde_json::Value) -> impl Iterator<Item = &str> {
+    let entities = detail.get("affectedEntities").and_then(|v| v.as_array());
+    entities
+        .into_iter()
+        .flatten()
+        .take(MAX_AFFECTED_ENTITIES)
+        .filter_map(|e| e.get("entityValue").and_then(|v| v.as_str()))
+        .filter(|v| is_instance_id(v))
+}
+
+fn is_instance_id(v: &str) -> bool {
+    v.len() <= 32
+        && v.strip_prefix("i-")
+            .is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_alphanumeric()))
 }
 
 #[cfg(test)]
@@ -108,7 +179,7 @@ mod tests {
 
     fn notice(p: Parsed) -> Notice {
         match p {
-            Parsed::Notice(n) => n,
+            Parsed::Notices(mut n) if n.len() == 1 => n.remove(0),
             other => panic!("expected a notice, got {other:?}"),
         }
     }

@@ -121,6 +121,7 @@ fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
         AgentKind::SpotInterruption => NoticeKind::Interruption,
         AgentKind::LifecycleTerminate => NoticeKind::GroupTerminating,
         AgentKind::RebalanceRecommendation => NoticeKind::Rebalance,
+        AgentKind::ScheduledMaintenance => NoticeKind::ScheduledChange,
     };
     let valid_id = m.instance_id.starts_with("i-")
         && (m.instance_id.chars()).all(|c| c.is_ascii_alphanumeric() || c == '-');

@@ -1,6 +1,7 @@
 //! Test harness: a real AWS API (moto's server on a loopback port), the real SDK client, the AWS
 //! CLI as the person at the console, and the real `dtd` / `dtctl` binaries.
 #![allow(dead_code)]
+pub mod fixtures;
 pub mod imds;
 
 use std::net::TcpStream;
@@ -525,6 +526,18 @@ pub fn create_event_queue(c: &Cluster) -> String {
         "put-targets",
         "--rule",
         "itest-events",
+        "--targets",
+        &target.to_string(),
+    ]);
+    // AWS Health scheduled changes, through the stack's own rule pattern.
+    let health = fixtures::stack_rule_pattern("HealthEventsRule", "itest");
+    let rule = ["events", "put-rule", "--name", "itest-health"];
+    c.aws(&[&rule[..], &["--event-pattern", &health.to_string()]].concat());
+    c.aws(&[
+        "events",
+        "put-targets",
+        "--rule",
+        "itest-health",
         "--targets",
         &target.to_string(),
     ]);

@@ -1,0 +1,112 @@
+//! Every event kind dtd handles, as AWS publishes it (`tests/fixtures/events/`, each file naming
+//! its page), read by the real parser: the notice it becomes (kind, target, deadline), or that
+//! it is no notice. The stack test delivers the same files through the stack's rules.
+
+mod common;
+
+use common::fixtures::{filled, published};
+use dt::fsutil::millis_from_rfc3339;
+use dt::model::{Notice, NoticeKind, NoticeTarget};
+use dt::observe::eventbridge::{parse, Parsed};
+
+fn notices(event: &serde_json::Value) -> Vec<Notice> {
+    match parse(&event.to_string()) {
+        Parsed::Notices(n) => n,
+        other => panic!("expected notices from {event}, got {other:?}"),
+    }
+}
+
+fn one(name: &str) -> Notice {
+    let mut n = notices(&filled(name));
+    assert_eq!(n.len(), 1, "{name}: {n:?}");
+    n.remove(0)
+}
+
+fn instance(id: &str) -> NoticeTarget {
+    NoticeTarget::Instance(id.to_string())
+}
+
+#[test]
+fn spot_and_interruptible_reservation_warnings_are_interruptions_due_when_aws_acts() {
+    let spot = one("spot-interruption-warning.json");
+    assert_eq!(spot.kind, NoticeKind::Interruption);
+    assert_eq!(spot.target, instance("i-1234567890abcdef0"));
+    assert_eq!(spot.id, "12345678-1234-1234-1234-123456789012");
+    // The Spot sample has no termination time: the event's time stands for it.
+    assert_eq!(spot.deadline, millis_from_rfc3339("2026-11-23T10:00:00Z"));
+
+    let icr = one("interruptible-capacity-reservation-interruption-warning.json");
+    assert_eq!(icr.kind, NoticeKind::Interruption);
+    assert_eq!(icr.target, instance("i-1234567890abcdef0"));
+    assert_eq!(icr.deadline, millis_from_rfc3339("2026-11-23T10:00:00Z"));
+}
+
+#[test]
+fn a_rebalance_recommendation_has_no_deadline() {
+    let n = one("rebalance-recommendation.json");
+    assert_eq!(n.kind, NoticeKind::Rebalance);
+    assert_eq!(n.target, instance("i-1234567890abcdef0"));
+    assert_eq!(n.deadline, None);
+}
+
+#[test]
+fn both_capacity_block_names_drain_the_reservation_30_minutes_before_its_end() {
+    for name in [
+        "capacity-block-expiration-warning.json",
+        "capacity-block-reservation-expiration-warning.json",
+    ] {
+        let n = one(name);
+        assert_eq!(n.kind, NoticeKind::CapacityBlockExpiring, "{name}");
+        let cr = NoticeTarget::CapacityReservation("cr-0123456789abcdef0".into());
+        assert_eq!(n.target, cr, "{name}");
+        assert_eq!(n.id, "cr-0123456789abcdef0-approaching-expiry", "{name}");
+        assert_eq!(
+            n.deadline,
+            millis_from_rfc3339("2026-11-23T11:00:00Z"),
+            "{name}"
+        );
+        // As published, placeholders and all: still the reservation's notice, with no deadline.
+        let raw = notices(&published(name));
+        assert_eq!(raw[0].kind, NoticeKind::CapacityBlockExpiring, "{name}");
+        assert_eq!(raw[0].deadline, None, "{name}");
+    }
+}
+
+#[test]
+fn an_aws_health_ec2_scheduled_change_drains_at_its_start_time() {
+    let n = one("aws-health-ec2-scheduled-change.json");
+    assert_eq!(n.kind, NoticeKind::ScheduledChange);
+    assert_eq!(n.target, instance("i-abcd1111"));
+    assert_eq!(n.deadline, millis_from_rfc3339("2016-06-05T15:10:09Z"));
+    assert_eq!(n.source, "queue");
+    assert_eq!(
+        n.id,
+        "health:arn:aws:health:us-west-2::event/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED_90353408594353980:i-abcd1111"
+    );
+}
+
+#[test]
+fn a_closed_scheduled_change_or_another_health_event_is_no_notice() {
+    let mut closed = filled("aws-health-ec2-scheduled-change.json");
+    closed["detail"]["statusCode"] = "closed".into();
+    assert!(matches!(parse(&closed.to_string()), Parsed::Ignored(_)));
+    let mut upcoming = filled("aws-health-ec2-scheduled-change.json");
+    upcoming["detail"]["statusCode"] = "upcoming".into();
+    assert_eq!(notices(&upcoming).len(), 1);
+    let issue = filled("aws-health-ec2-issue.json");
+    assert!(matches!(parse(&issue.to_string()), Parsed::Ignored(_)));
+    let mut not_health = filled("aws-health-ec2-scheduled-change.json");
+    not_health["source"] = "my.app".into();
+    assert!(matches!(parse(&not_health.to_string()), Parsed::Ignored(_)));
+}
+
+#[test]
+fn state_changes_wake_and_reclamation_reports_are_ignored() {
+    let state = filled("instance-state-change.json");
+    assert_eq!(
+        parse(&state.to_string()),
+        Parsed::Wake("i-1234567890abcdef0 is pending".into())
+    );
+    let reclaimed = filled("interruptible-capacity-reservation-reclamation-complete.json");
+    assert!(matches!(parse(&reclaimed.to_string()), Parsed::Ignored(_)));
+}
