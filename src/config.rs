@@ -54,6 +54,10 @@ pub struct Config {
     /// How long one AWS API call may take before it is retried (three attempts per call).
     #[serde(default = "default_api_timeout", deserialize_with = "duration")]
     pub api_timeout: Duration,
+    /// How long a pass waits for the shared file system (or the state directory's) before it
+    /// reports it stalled and holds.
+    #[serde(default = "default_fs_timeout", deserialize_with = "duration")]
+    pub fs_timeout: Duration,
     /// The master node's private IP: never removed, never terminated, never listed as a worker.
     #[serde(default)]
     pub master: Option<IpAddr>,
@@ -440,6 +444,10 @@ fn default_max_prepare_failures() -> u32 {
 
 fn default_interval() -> Duration {
     Duration::from_secs(2)
+}
+
+fn default_fs_timeout() -> Duration {
+    Duration::from_secs(5)
 }
 
 fn default_api_timeout() -> Duration {

@@ -1,6 +1,9 @@
 //! `dtd run`: the control loop on the master node, observe -> decide -> act, every `interval`.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -8,7 +11,8 @@ use tokio::sync::mpsc;
 
 use crate::act;
 use crate::aws::Clients;
-use crate::config::Config;
+use crate::config::{Config, Notify};
+use crate::deadline::Deadline;
 use crate::decide::{decide_from, worker_views, Rules};
 use crate::fsutil::now_millis;
 use crate::model::*;
@@ -18,7 +22,8 @@ use crate::observe::eventbridge::Parsed;
 use crate::observe::markers::MarkerScanner;
 use crate::observe::queue::{self, QueueUpdate, Received};
 use crate::status::{SourceStatus, StatusReport};
-use crate::store::{load_state, save_json, Paths, StoreError};
+use crate::store::{load_state, require_mounted, save_json, Paths, StoreError};
+use crate::untrusted::{self, libc_flags};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -29,6 +34,8 @@ pub enum DaemonError {
     },
     #[error("another dtd holds {0}; only one daemon may manage a cluster")]
     Locked(String),
+    #[error("{0} is not a regular file; move it aside (a worker may have put it there)")]
+    LockNotAFile(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("installing signal handler: {0}")]
@@ -44,8 +51,13 @@ pub struct Daemon {
     inbox: Vec<Received>,
     queue_error: Option<String>,
     ec2: Ec2Observer,
-    markers: MarkerScanner,
-    acks: AckReader,
+    /// Read on a thread of their own, with `shared_fs`'s deadline.
+    readers: Arc<Mutex<SharedReaders>>,
+    /// Deadlines for work on the shared directory, and on the state directory.
+    shared_fs: Deadline,
+    state_fs: Deadline,
+    /// Journal events of this pass, appended at the next write of the state directory.
+    unjournaled: Vec<Event>,
     launch_template_id: Option<String>,
     state: State,
     /// What state.json holds, so an unchanged state is not rewritten (and fsynced) every pass.
@@ -58,25 +70,80 @@ pub struct Daemon {
 /// Held for the daemon's lifetime: a second `dtd` on the same state directory refuses to start.
 pub type Lock = nix::fcntl::Flock<std::fs::File>;
 
-pub fn lock_state_dir(paths: &Paths) -> Result<Lock, DaemonError> {
+/// Checks the state directory is on the shared file system, creates it, and locks it.
+pub fn lock_state_dir(cfg: &Config) -> Result<Lock, DaemonError> {
+    let paths = Paths::new(cfg.state_dir());
+    require_mounted(&paths.dir, &cfg.shared_dir, cfg.allow_local_state_dir)?;
     std::fs::create_dir_all(&paths.dir).map_err(|source| DaemonError::StateDir {
         path: paths.dir.display().to_string(),
         source,
     })?;
     let lock_path = paths.lock();
-    let file = std::fs::File::create(&lock_path).map_err(|source| DaemonError::StateDir {
+    let state_dir_error = |source| DaemonError::StateDir {
         path: lock_path.display().to_string(),
         source,
-    })?;
+    };
+    // Neither a FIFO (an open that blocks) nor a link planted where the lock goes.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc_flags::NONBLOCK | libc_flags::NOFOLLOW)
+        .open(&lock_path)
+        .map_err(state_dir_error)?;
+    if !file.metadata().map_err(state_dir_error)?.is_file() {
+        return Err(DaemonError::LockNotAFile(lock_path.display().to_string()));
+    }
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .map_err(|_| DaemonError::Locked(lock_path.display().to_string()))
+}
+
+/// What the pass reads from the shared directory, all on one thread with one deadline.
+struct SharedReaders {
+    markers: MarkerScanner,
+    acks: AckReader,
+    resume: PathBuf,
+}
+
+struct SharedView {
+    markers: Result<Markers, String>,
+    acks: Result<Acks, String>,
+    resume_requested: Option<Millis>,
+}
+
+impl SharedReaders {
+    fn read(&mut self) -> SharedView {
+        SharedView {
+            markers: self.markers.scan(),
+            acks: self.acks.read(),
+            resume_requested: resume_requested(&self.resume),
+        }
+    }
+}
+
+/// `dtctl resume` writes the time it was asked; anything unreadable is no request.
+fn resume_requested(path: &std::path::Path) -> Option<Millis> {
+    let bytes = untrusted::read(path, 32).ok()??;
+    String::from_utf8_lossy(&bytes).trim().parse().ok()
 }
 
 impl Daemon {
     pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(cfg.state_dir());
         let state = load_state(&paths.state())?;
+        let readers = SharedReaders {
+            markers: MarkerScanner::new(&cfg.shared_dir),
+            acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
+            resume: paths.resume(),
+        };
+        let deadline = |what: &str, dir: &std::path::Path| {
+            Deadline::new(format!("{what} {}", dir.display()), cfg.fs_timeout)
+        };
         Ok(Daemon {
+            shared_fs: deadline("shared directory", &cfg.shared_dir),
+            state_fs: deadline("state directory", &paths.dir),
+            readers: Arc::new(Mutex::new(readers)),
+            unjournaled: Vec::new(),
             ec2: Ec2Observer::new(
                 clients.ec2.clone(),
                 &cfg.workers.tags,
@@ -86,8 +153,6 @@ impl Daemon {
             queue: None,
             inbox: Vec::new(),
             queue_error: None,
-            markers: MarkerScanner::new(&cfg.shared_dir),
-            acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
             launch_template_id: None,
             failures: BTreeMap::new(),
             saved: None,
@@ -160,28 +225,65 @@ impl Daemon {
         let started = Instant::now();
         self.errors.clear();
         let (instances, calls) = self.observe_ec2().await;
-        let markers = self.markers.scan();
+        let shared = self.read_shared().await;
+        let stalled = shared.markers.is_err() && self.shared_fs.is_stuck();
         let snap = Snapshot {
             instances,
-            notices: self.notices(&markers),
-            markers,
-            acks: self.acks.read(),
+            notices: self.notices(&shared.markers),
+            markers: shared.markers,
+            acks: shared.acks,
             group: self.observe_group().await,
-            resume_requested: self.resume_requested(),
+            resume_requested: shared.resume_requested,
         };
-        let mut events = self.source_events(&snap);
-        let rules = self.rules();
-        let state = std::mem::take(&mut self.state);
-        let mut plan = decide_from(&rules, &snap, state, now_millis());
-        events.extend(plan.events.iter().cloned());
+        let events = self.source_events(&snap);
         self.record(&events);
+        if stalled {
+            // Hold: nothing decided, nothing acted on, no queue message deleted.
+            let plan = decide_from(&self.rules(), &snap, self.state.clone(), now_millis());
+            self.flush_journal().await;
+            self.write_status(&plan, &snap, calls, started.elapsed())
+                .await;
+            return;
+        }
+        let mut plan = decide_from(
+            &self.rules(),
+            &snap,
+            std::mem::take(&mut self.state),
+            now_millis(),
+        );
+        let decided = std::mem::take(&mut plan.events);
+        self.record(&decided);
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
         self.state = std::mem::take(&mut plan.state);
-        self.save_state();
+        self.save_state().await;
         self.apply(&plan).await;
-        self.save_state();
+        self.save_state().await;
         self.settle_inbox(&plan.deferred_notices).await;
-        self.write_status(&plan, &snap, calls, started.elapsed());
+        self.write_status(&plan, &snap, calls, started.elapsed())
+            .await;
+    }
+
+    /// Markers, acknowledgements and `dtctl resume`, read within the shared directory's deadline.
+    async fn read_shared(&mut self) -> SharedView {
+        let readers = Arc::clone(&self.readers);
+        let read = move || {
+            let mut r = readers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            r.read()
+        };
+        match self
+            .shared_fs
+            .run("reading markers and acknowledgements", read)
+            .await
+        {
+            Ok(view) => view,
+            Err(stalled) => SharedView {
+                markers: Err(stalled.clone()),
+                acks: Err(stalled),
+                resume_requested: None,
+            },
+        }
     }
 
     /// Deletes the messages this pass heeded; kept for the next pass if deleting failed or the
@@ -212,12 +314,6 @@ impl Daemon {
         let name = self.cfg.workers.auto_scaling_group.as_deref()?;
         let client = self.clients.autoscaling.as_ref()?;
         Some(crate::observe::asg::read_group(client, name).await)
-    }
-
-    /// `dtctl resume` writes the time it was asked; anything unreadable is no request.
-    fn resume_requested(&self) -> Option<Millis> {
-        let text = std::fs::read_to_string(self.paths.resume()).ok()?;
-        text.trim().parse().ok()
     }
 
     fn rules(&self) -> Rules {
@@ -286,19 +382,7 @@ impl Daemon {
     }
 
     async fn apply(&mut self, plan: &Plan) {
-        let written = act::hostfiles::ensure(&self.cfg.hostfiles, &plan.hosts);
-        let hostfiles_ok = written.is_ok();
-        if let Ok(true) = written {
-            tracing::info!(
-                generation = self.state.generation,
-                workers = plan.hosts.len(),
-                "host files rewritten"
-            );
-        }
-        let gen_file = self.cfg.generation_file();
-        let written = written
-            .and_then(|_| act::hostfiles::write_generation(&gen_file, self.state.generation));
-        self.note_failure("host files", written.err());
+        let hostfiles_ok = self.write_hostfiles(plan).await;
         if hostfiles_ok {
             if let Some(n) = &plan.notify {
                 self.notify(n).await;
@@ -310,6 +394,32 @@ impl Daemon {
             self.terminate(&plan.terminate).await;
         }
         self.apply_group(plan).await;
+    }
+
+    /// The host files, then the generation file; whether the host files are as planned.
+    async fn write_hostfiles(&mut self, plan: &Plan) -> bool {
+        let (specs, hosts) = (self.cfg.hostfiles.clone(), plan.hosts.clone());
+        let (gen_file, generation) = (self.cfg.generation_file(), self.state.generation);
+        let write = move || {
+            let written = act::hostfiles::ensure(&specs, &hosts)?;
+            act::hostfiles::write_generation(&gen_file, generation)?;
+            Ok::<bool, String>(written)
+        };
+        let written = self
+            .shared_fs
+            .run("writing host files", write)
+            .await
+            .and_then(|r| r);
+        if let Ok(true) = written {
+            tracing::info!(
+                generation,
+                workers = plan.hosts.len(),
+                "host files rewritten"
+            );
+        }
+        let ok = written.is_ok();
+        self.note_failure("host files", written.err());
+        ok
     }
 
     async fn apply_group(&mut self, plan: &Plan) {
@@ -356,7 +466,20 @@ impl Daemon {
             .first()
             .map(|h| h.path.clone())
             .unwrap_or_default();
-        match act::notify::send(&self.cfg.job.notify, n, &hostfile).await {
+        let sent = match self.cfg.job.notify.clone() {
+            // Reading the pidfile touches the shared directory: within its deadline.
+            Notify::Signal {
+                signal,
+                pidfile,
+                expect,
+            } => {
+                let send = move || act::notify::signal_job(signal, &pidfile, expect.as_deref());
+                let sent = self.shared_fs.run("signalling the job", send).await;
+                sent.unwrap_or_else(|e| Err(act::notify::NotifyError::Failed(e)))
+            }
+            how => act::notify::send(&how, n, &hostfile).await,
+        };
+        match sent {
             Ok(how) => {
                 self.note_failure("job notification", None);
                 tracing::info!(generation = n.generation, "job notified: {how}");
@@ -370,7 +493,16 @@ impl Daemon {
                 }]);
             }
             Err(e) => {
-                self.note_failure("job notification", Some(format!("{e} (retried next pass)")));
+                let message = format!("{e} (retried next pass)");
+                let changed = self.failures.get("job notification") != Some(&message);
+                let refused = matches!(e, act::notify::NotifyError::Refused(_));
+                self.note_failure("job notification", Some(message.clone()));
+                if changed && refused {
+                    self.record(&[Event {
+                        generation: Some(n.generation),
+                        ..Event::new(now_millis(), "notify_refused", message)
+                    }]);
+                }
             }
         }
     }
@@ -408,11 +540,28 @@ impl Daemon {
         self.record(&events);
     }
 
+    /// Logs events now; they reach the journal at the next write of the state directory.
     fn record(&mut self, events: &[Event]) {
         for e in events {
             tracing::info!(kind = %e.kind, instance = e.instance.as_deref().unwrap_or("-"), "{}", e.message);
         }
-        let r = act::journal::append(&self.paths.journal(), events);
+        self.unjournaled.extend_from_slice(events);
+    }
+
+    async fn flush_journal(&mut self) {
+        if self.unjournaled.is_empty() {
+            return;
+        }
+        let (path, events) = (self.paths.journal(), self.unjournaled.clone());
+        let append = move || act::journal::append(&path, &events);
+        let r = self
+            .state_fs
+            .run("appending to the journal", append)
+            .await
+            .and_then(|r| r);
+        if r.is_ok() {
+            self.unjournaled.clear();
+        }
         self.note_failure("events journal", r.err());
     }
 
@@ -424,18 +573,47 @@ impl Daemon {
         })
     }
 
-    fn save_state(&mut self) {
+    /// The journal, then the state it explains.
+    async fn save_state(&mut self) {
+        self.flush_journal().await;
         if self.saved.as_ref() == Some(&self.state) {
             return;
         }
-        let r = save_json(&self.paths.state(), &self.state).map_err(|e| e.to_string());
+        let (path, state) = (self.paths.state(), self.state.clone());
+        let save = move || save_json(&path, &state).map_err(|e| e.to_string());
+        let r = self
+            .state_fs
+            .run("saving the state", save)
+            .await
+            .and_then(|r| r);
         if r.is_ok() {
             self.saved = Some(self.state.clone());
         }
         self.note_failure("state file", r.err());
     }
 
-    fn write_status(&mut self, plan: &Plan, snap: &Snapshot, calls: u32, took: Duration) {
+    async fn write_status(&mut self, plan: &Plan, snap: &Snapshot, calls: u32, took: Duration) {
+        self.flush_journal().await;
+        let report = self.status_report(plan, snap, calls, took);
+        let path = self.paths.status();
+        let save = move || save_json(&path, &report).map_err(|e| e.to_string());
+        if let Err(e) = self
+            .state_fs
+            .run("writing the status", save)
+            .await
+            .and_then(|r| r)
+        {
+            tracing::warn!("{e}");
+        }
+    }
+
+    fn status_report(
+        &self,
+        plan: &Plan,
+        snap: &Snapshot,
+        calls: u32,
+        took: Duration,
+    ) -> StatusReport {
         let detail = |r: Result<String, &String>| match r {
             Ok(s) => (true, s),
             Err(e) => (false, e.clone()),
@@ -479,7 +657,7 @@ impl Daemon {
             ("event queue", detail)
         });
         let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
-        let report = StatusReport {
+        StatusReport {
             cluster: self.cfg.cluster.clone(),
             updated_at: now_millis(),
             pid: std::process::id(),
@@ -517,9 +695,6 @@ impl Daemon {
             errors: self.errors.clone(),
             hosts: plan.hosts.clone(),
             workers: worker_views(&plan.rows, snap, &self.state),
-        };
-        if let Err(e) = save_json(&self.paths.status(), &report) {
-            tracing::warn!("{e}");
         }
     }
 }

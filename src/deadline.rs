@@ -100,7 +100,10 @@ mod tests {
         let mut d = Deadline::new("shared directory /efs".into(), Duration::from_millis(50));
         assert_eq!(d.run("a read", || 7).await, Ok(7));
         let (release, wait) = mpsc::channel::<()>();
-        let e = d.run("scanning markers", move || wait.recv()).await.unwrap_err();
+        let e = d
+            .run("scanning markers", move || wait.recv())
+            .await
+            .unwrap_err();
         assert!(e.contains("scanning markers did not finish"), "{e}");
         let e = d.run("another", || 1).await.unwrap_err();
         assert!(e.contains("still waiting on scanning markers"), "{e}");

@@ -28,10 +28,7 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
     let result = (|| {
         // Left over from a crash, or planted: created anew (O_EXCL opens no FIFO, follows no link).
         remove_if_present(&tmp)?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(content)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -92,9 +89,10 @@ pub fn append_synced(path: &Path, content: &[u8]) -> io::Result<()> {
 
 fn refused_link(e: io::Error, path: &Path) -> io::Error {
     match e.raw_os_error() {
-        Some(libc_flags::ELOOP) => {
-            io::Error::other(format!("{} is a symbolic link; not followed", path.display()))
-        }
+        Some(libc_flags::ELOOP) => io::Error::other(format!(
+            "{} is a symbolic link; not followed",
+            path.display()
+        )),
         _ => e,
     }
 }

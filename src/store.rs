@@ -1,9 +1,11 @@
 //! The daemon's files in its state directory: remembered state, status report, events journal.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::fsutil::write_atomic;
 use crate::model::State;
+use crate::untrusted;
 
 #[derive(Debug, Clone)]
 pub struct Paths {
@@ -51,20 +53,63 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "state directory {dir} is on the root file system, not on a mounted shared file system: \
+         expected {expected} to be a mount (the shared file system, EFS on AWS) and it is not; \
+         mount it before starting dtd (systemd: RequiresMountsFor={expected}), or set \
+         `allow_local_state_dir: true` in the config to keep the state on this machine's disk \
+         (a one-machine demo or test)"
+    )]
+    NotMounted { dir: PathBuf, expected: PathBuf },
+}
+
+/// A state that is as large as this is not ours (10,000 workers take about 2 MiB).
+const STATE_LIMIT: u64 = 64 << 20;
+
+/// Refuses a state directory on the root file system: `dtd run` started before the shared file
+/// system was mounted would otherwise start a fresh state under the mount point, a second brain
+/// beside the real one. `expected` is the mount it should be on (the shared directory).
+pub fn require_mounted(dir: &Path, expected: &Path, allow_local: bool) -> Result<(), StoreError> {
+    if allow_local {
+        return Ok(());
+    }
+    let read = |path: &Path| {
+        std::fs::metadata(path).map_err(|source| StoreError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    // The directory may not exist yet: its nearest existing ancestor is where it would be made.
+    let existing = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("/"));
+    if read(existing)?.dev() == read(Path::new("/"))?.dev() {
+        let expected = if dir.starts_with(expected) {
+            expected
+        } else {
+            dir
+        };
+        return Err(StoreError::NotMounted {
+            dir: dir.to_path_buf(),
+            expected: expected.to_path_buf(),
+        });
+    }
+    Ok(())
 }
 
 /// A missing file is a first start; a file that does not parse stops the daemon, because
 /// starting from scratch would forget pending removals.
 pub fn load_state(path: &Path) -> Result<State, StoreError> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+    match untrusted::read(path, STATE_LIMIT) {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
             path: path.to_path_buf(),
             source,
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
-        Err(source) => Err(StoreError::Read {
+        Ok(None) => Ok(State::default()),
+        Err(e) => Err(StoreError::Read {
             path: path.to_path_buf(),
-            source,
+            source: std::io::Error::other(e),
         }),
     }
 }

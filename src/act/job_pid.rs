@@ -75,7 +75,9 @@ fn read_pidfile(pidfile: &Path) -> Result<(i32, SystemTime), String> {
 /// the job (a signal would stop `dtd` or the service manager that runs it).
 fn refuse_special(pid: i32) -> Result<(), String> {
     if pid <= 1 {
-        return Err(format!("PID {pid} is not a job (process groups and init are never signalled)"));
+        return Err(format!(
+            "PID {pid} is not a job (process groups and init are never signalled)"
+        ));
     }
     let me = std::process::id() as i32;
     if pid == me {

@@ -38,7 +38,12 @@ pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<Str
     }
 }
 
-fn signal_job(signal: Signal, pidfile: &Path, expect: Option<&str>) -> Result<String, NotifyError> {
+/// Sends `signal` to the process the pidfile names, once it is known to be the job.
+pub fn signal_job(
+    signal: Signal,
+    pidfile: &Path,
+    expect: Option<&str>,
+) -> Result<String, NotifyError> {
     let pid = job_pid(pidfile, expect).map_err(NotifyError::Refused)?;
     kill(Pid::from_raw(pid), signal)
         .map_err(|e| NotifyError::Failed(format!("sending {signal} to PID {pid}: {e}")))?;

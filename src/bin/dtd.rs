@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 
 use dt::config::Config;
 use dt::daemon::{lock_state_dir, Daemon};
-use dt::store::Paths;
 
 #[derive(Parser)]
 #[command(name = "dtd", version, about = "The dynamic-training daemon")]
@@ -54,7 +53,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(config: PathBuf) -> anyhow::Result<()> {
     let cfg = Config::load(&config)?;
-    let _lock = lock_state_dir(&Paths::new(cfg.state_dir()))?;
+    let _lock = lock_state_dir(&cfg)?;
     let clients = dt::aws::clients(&cfg).await;
     let daemon = Daemon::new(cfg, clients).context("starting dtd")?;
     daemon.run().await?;

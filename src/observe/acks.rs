@@ -57,7 +57,11 @@ impl AckReader {
             match log.read_new(&mut self.acks) {
                 Ok(()) => self.refused.clear(&log.path),
                 Err(e) if e.is_refused() => {
-                    self.refused.warn(&log.path, &e.to_string(), "ignored until it is a plain file again");
+                    self.refused.warn(
+                        &log.path,
+                        &e.to_string(),
+                        "ignored until it is a plain file again",
+                    );
                 }
                 Err(e) => return Err(format!("reading {}: {e}", log.path.display())),
             }
@@ -75,7 +79,8 @@ impl AckReader {
             Err(refused) => {
                 // Only delays terminations until the ack timeout, as a missing ack would.
                 let why = refused.to_string();
-                self.refused.warn(&self.ack_file, &why, "acknowledgement ignored");
+                self.refused
+                    .warn(&self.ack_file, &why, "acknowledgement ignored");
                 return Ok(None);
             }
         };
@@ -237,7 +242,10 @@ mod tests {
         let mut r = AckReader::new(&dir.path().join("ack"), Some(&log));
         let first = r.read().unwrap();
         assert_eq!(first.log_added[&ip("10.0.0.5")], 2);
-        assert!(first.log_lines < 2 + lines as u64, "read it all in one pass");
+        assert!(
+            first.log_lines < 2 + lines as u64,
+            "read it all in one pass"
+        );
         let mut passes = 1;
         while r.read().unwrap().log_lines < 2 + lines as u64 {
             passes += 1;
