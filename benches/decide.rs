@@ -16,6 +16,7 @@ use dt::model::*;
 
 const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
 const NOW: Millis = 1_700_000_000_000;
+const PREPARE_TIMEOUT: u64 = 3_600_000;
 const BASE: usize = 2;
 /// Workers in each transient state (joining, preparing, leaving, waiting for an ack).
 const FEW: usize = 5;
@@ -67,6 +68,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         ack_timeout_ms: 600_000,
         rebalance: dt::config::Rebalance::Drain,
         max_prepare_failures: 5,
+        prepare_timeout_ms: PREPARE_TIMEOUT,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;

@@ -12,6 +12,15 @@ use serde::{Deserialize, Deserializer};
 
 use crate::hostfile::{Format, HostTemplate};
 
+/// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
+/// the pass that reads its marker: added to the agent's own limit for the default prepare timeout.
+pub const PREPARE_MARGIN: Duration = Duration::from_secs(600);
+
+/// The longest a lifecycle hook can hold an instance in a wait state: its GlobalTimeout is 48 hours
+/// or 100 times the heartbeat timeout, whichever is smaller (Amazon EC2 Auto Scaling API
+/// Reference, "LifecycleHook"). A longer prepare timeout could never be reached.
+pub const HOOK_GLOBAL_TIMEOUT_MAX: Duration = Duration::from_secs(48 * 3600);
+
 /// Where the elastic tag key defaults from: `<cluster>-aws-dl-cfn-elastic-worker` (2018 protocol).
 pub const ELASTIC_TAG_SUFFIX: &str = "-aws-dl-cfn-elastic-worker";
 
@@ -80,6 +89,9 @@ pub struct Workers {
     pub page_size: i32,
     /// Consecutive prepare-data failures after which group workers are no longer replaced.
     pub max_prepare_failures: u32,
+    /// How long a group worker may wait in `Pending:Wait` for a marker before it is abandoned;
+    /// `None` here, resolved from the agent's limits by [`Config::prepare_timeout`].
+    pub prepare_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,6 +116,8 @@ struct RawWorkers {
     page_size: i32,
     #[serde(default = "default_max_prepare_failures")]
     max_prepare_failures: u32,
+    #[serde(default, deserialize_with = "prepare_timeout")]
+    prepare_timeout: Option<Duration>,
 }
 
 impl TryFrom<RawWorkers> for Workers {
@@ -153,6 +167,7 @@ impl TryFrom<RawWorkers> for Workers {
             slots: r.slots,
             page_size: r.page_size,
             max_prepare_failures: r.max_prepare_failures,
+            prepare_timeout: r.prepare_timeout,
         })
     }
 }
@@ -478,6 +493,15 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     Ok(parsed)
 }
 
+/// Inside `workers` serde loses the key's path (the section is parsed through RawWorkers), so
+/// the message names the key itself.
+fn prepare_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    use serde::de::Error;
+    duration(d)
+        .map(Some)
+        .map_err(|e| D::Error::custom(format!("prepare_timeout: {e}")))
+}
+
 /// Cluster names end up in tag keys and directory names, so only a safe alphabet is allowed.
 fn cluster_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     use serde::de::Error;
@@ -553,6 +577,7 @@ impl Config {
                 "agent.attempts must be at least 1",
             ));
         }
+        self.validate_prepare_timeout(text)?;
         if let Some(master) = self.master {
             if self.workers.base_hosts.contains(&master) {
                 return Err(at_key(
@@ -563,6 +588,49 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// A prepare timeout shorter than the agent's own limit would abandon a worker whose agent is
+    /// still retrying, before it could report either way.
+    fn validate_prepare_timeout(&self, text: &str) -> Result<(), String> {
+        let Some(t) = self.workers.prepare_timeout else {
+            return Ok(());
+        };
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        let agent = self.agent_limit();
+        if t < agent {
+            let msg = format!(
+                "workers.prepare_timeout ({}) is shorter than the agent's own limit ({}: agent.timeout \
+                 × agent.attempts plus the retry delays); a worker still preparing would be abandoned",
+                show(t),
+                show(agent)
+            );
+            return Err(at_key(text, "prepare_timeout", &msg));
+        }
+        if t > HOOK_GLOBAL_TIMEOUT_MAX {
+            let msg = format!(
+                "workers.prepare_timeout ({}) is longer than 48h, the most a lifecycle hook can hold an instance",
+                show(t)
+            );
+            return Err(at_key(text, "prepare_timeout", &msg));
+        }
+        Ok(())
+    }
+
+    /// The longest `dtd agent` takes before it writes a marker: every attempt running into its
+    /// timeout, with the pauses between them.
+    pub fn agent_limit(&self) -> Duration {
+        let a = &self.agent;
+        let pauses = a.retry_delay.saturating_mul(a.attempts.saturating_sub(1));
+        a.timeout.saturating_mul(a.attempts).saturating_add(pauses)
+    }
+
+    /// How long a new group worker held by the launching hook may go without a prepare-data
+    /// marker before it is abandoned: `workers.prepare_timeout`, or the agent's limit plus
+    /// [`PREPARE_MARGIN`].
+    pub fn prepare_timeout(&self) -> Duration {
+        (self.workers.prepare_timeout)
+            .unwrap_or_else(|| self.agent_limit().saturating_add(PREPARE_MARGIN))
     }
 
     /// Reads every host-file template now, so a bad one stops `dtd` at start, not mid-run.
@@ -781,6 +849,37 @@ interval: 1s
             "interval: 1s\nhostfiles:\n  - { path: /efs/h, format: mpi, template: /x }",
         ));
         assert!(e.contains("exactly one of format"), "{e}");
+    }
+
+    #[test]
+    fn prepare_timeout_defaults_to_the_agents_limit_plus_a_margin() {
+        let cfg = Config::parse(GOOD).unwrap();
+        // 1h × 3 attempts + 2 pauses of 10s + the 10m margin.
+        let expected = Duration::from_secs(3 * 3600 + 2 * 10 + 600);
+        assert_eq!(cfg.prepare_timeout(), expected);
+        let cfg = Config::parse(&format!(
+            "{GOOD}agent:\n  timeout: 20m\n  attempts: 2\n  retry_delay: 1m\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.prepare_timeout(), Duration::from_secs(41 * 60 + 600));
+        let cfg =
+            Config::parse(&GOOD.replace("  max: 4", "  max: 4\n  prepare_timeout: 5h")).unwrap();
+        assert_eq!(cfg.prepare_timeout(), Duration::from_secs(5 * 3600));
+    }
+
+    #[test]
+    fn a_prepare_timeout_the_agent_or_the_hook_cannot_honour_is_refused() {
+        let e = error_of(&GOOD.replace("  max: 4", "  max: 4\n  prepare_timeout: 30m"));
+        assert!(
+            e.contains("workers.prepare_timeout (30m)")
+                && e.contains("3h 20s")
+                && e.contains("line 6"),
+            "{e}"
+        );
+        let e = error_of(&GOOD.replace("  max: 4", "  max: 4\n  prepare_timeout: 3d"));
+        assert!(e.contains("prepare_timeout") && e.contains("48h"), "{e}");
+        let e = error_of(&GOOD.replace("  max: 4", "  max: 4\n  prepare_timeout: soon"));
+        assert!(e.contains("prepare_timeout: bad duration `soon`"), "{e}");
     }
 
     #[test]

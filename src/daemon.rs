@@ -441,20 +441,10 @@ impl Daemon {
                 Err(e) => errors.push(e),
             }
         }
-        for a in &plan.complete_hooks {
-            match act::asg::complete(&client, &group, a).await {
-                Ok(()) => {
-                    tracing::info!(instance = %a.instance, hook = %a.hook, "lifecycle action completed: {}", a.result);
-                    done.push(a.instance.clone());
-                }
-                Err(e) => errors.push(e),
-            }
-        }
-        for (id, hook) in &plan.heartbeats {
-            if let Err(e) = act::asg::heartbeat(&client, &group, id, hook).await {
-                errors.push(e);
-            }
-        }
+        let (completed, failed) =
+            act::asg::apply_hooks(&client, &group, &plan.complete_hooks, &plan.heartbeats).await;
+        done.extend(completed);
+        errors.extend(failed);
         self.mark_sent(&done, "Auto Scaling group accepted the end of");
         self.note_failure("group actions", errors.into_iter().next());
     }

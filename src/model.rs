@@ -304,9 +304,26 @@ pub struct State {
     /// When the launching hook of each instance held in `Pending:Wait` last got a heartbeat.
     #[serde(default)]
     pub launch_heartbeats: BTreeMap<String, Millis>,
+    /// Each instance held in `Pending:Wait` by the launching hook: since when, and how its wait
+    /// ended. Remembered so that a restarted dtd neither resets the prepare timeout nor counts
+    /// or journals an abandoned worker twice.
+    #[serde(default)]
+    pub launch_waits: BTreeMap<String, LaunchWait>,
     /// The `dtctl resume` request already honoured.
     #[serde(default)]
     pub resumed_at: Option<Millis>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchWait {
+    /// The first pass that saw it in `Pending:Wait`.
+    pub since: Millis,
+    /// No marker within the prepare timeout: `prepare_never_reported` is journaled.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// ABANDON decided: counted as one prepare-data failure, and resent until the group acts.
+    #[serde(default)]
+    pub abandoned: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,6 +15,8 @@ use dt::model::*;
 
 const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
 const TIMEOUT: u64 = 60_000;
+/// No groups here: the launching hook's prepare timeout never applies.
+const PREPARE_TIMEOUT: u64 = 3_600_000;
 const START: Millis = 1_000_000;
 /// Elastic worker slots: each may hold one instance at a time (a new one gets a new id).
 const WORKERS: usize = 8;
@@ -68,6 +70,7 @@ fn rules(min: usize, max: usize) -> Rules {
         ack_timeout_ms: TIMEOUT,
         rebalance: dt::config::Rebalance::Drain,
         max_prepare_failures: 5,
+        prepare_timeout_ms: PREPARE_TIMEOUT,
     }
 }
 

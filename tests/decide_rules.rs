@@ -10,6 +10,8 @@ use dt::model::*;
 
 const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
 const TIMEOUT: u64 = 600_000;
+/// How long a worker held by the launching hook may go without a marker.
+const PREPARE_TIMEOUT: u64 = 3_600_000;
 /// Base hosts, deliberately not in sorted order: the host file keeps the config's order.
 const BASE: [&str; 2] = ["10.0.0.5", "10.0.0.4"];
 const MASTER: &str = "10.0.0.2";
@@ -33,6 +35,7 @@ fn rules() -> Rules {
         ack_timeout_ms: TIMEOUT,
         rebalance: dt::config::Rebalance::Drain,
         max_prepare_failures: 5,
+        prepare_timeout_ms: PREPARE_TIMEOUT,
     }
 }
 
@@ -1219,6 +1222,254 @@ fn a_new_group_worker_whose_prepare_data_failed_is_abandoned_and_counted() {
         .as_deref()
         .unwrap()
         .contains("no space"));
+    // The group has not moved it on yet: the completion is resent, the failure not recounted.
+    let again = pass(&r, &mut w, &plan.state, 3_000);
+    assert_eq!(
+        hook(&again),
+        [("i-1".into(), "grp-launching".into(), "ABANDON")]
+    );
+    assert_eq!(again.state.prepare_failures, 1, "one worker, one failure");
+}
+
+/// One group worker i-1 (10.0.1.1) held in `Pending:Wait` by the launching hook, first seen at
+/// `HELD_AT`, with no marker of either kind (its user data died before `dtd agent` started).
+const HELD_AT: Millis = 1_000;
+
+fn held_at_launch(r: &Rules) -> (World, Plan) {
+    let mut w = World::with(vec![group_instance("i-1", "10.0.1.1", 100)]);
+    w.group = Some(Ok(group_of(&w, 1)));
+    w.lifecycle("i-1", "Pending:Wait");
+    let plan = pass(r, &mut w, &State::default(), HELD_AT);
+    (w, plan)
+}
+
+fn beats(plan: &Plan) -> usize {
+    plan.heartbeats.len()
+}
+
+fn count_kind(plan: &Plan, kind: &str) -> usize {
+    kinds(plan).iter().filter(|k| **k == kind).count()
+}
+
+/// What dtd does across a restart: the state goes through state.json and back.
+fn reloaded(state: &State) -> State {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    dt::store::save_json(&path, state).unwrap();
+    dt::store::load_state(&path).unwrap()
+}
+
+#[test]
+fn a_held_worker_that_never_reports_is_heartbeated_until_the_prepare_timeout_then_abandoned() {
+    let r = group_rules();
+    let (mut w, first) = held_at_launch(&r);
+    assert_eq!(worker(&first, &w, "i-1").label(), "PREPARING");
+    assert!(
+        waiting_for(&first, &w, "i-1").contains("abandoned if none within 1h"),
+        "{}",
+        waiting_for(&first, &w, "i-1")
+    );
+    // Before the timeout: a heartbeat every half heartbeat timeout, nothing completed.
+    let mut state = first.state;
+    let mut now = HELD_AT;
+    let mut sent = 0;
+    while now + HEARTBEAT / 2 < HELD_AT + PREPARE_TIMEOUT {
+        now += HEARTBEAT / 2;
+        let plan = pass(&r, &mut w, &state, now);
+        assert!(plan.complete_hooks.is_empty(), "completed at {now}");
+        assert!(plan.events.is_empty(), "{:?}", plan.events);
+        sent += beats(&plan);
+        state = plan.state;
+    }
+    assert_eq!(sent as u64, PREPARE_TIMEOUT / (HEARTBEAT / 2) - 1);
+    let last = pass(&r, &mut w, &state, HELD_AT + PREPARE_TIMEOUT - 1);
+    assert!(last.complete_hooks.is_empty(), "one millisecond early");
+
+    // At the timeout: ABANDON, journaled, counted, and no more heartbeats.
+    let over = pass(&r, &mut w, &last.state, HELD_AT + PREPARE_TIMEOUT);
+    assert_eq!(
+        hook(&over),
+        [("i-1".into(), "grp-launching".into(), "ABANDON")]
+    );
+    assert_eq!(beats(&over), 0);
+    assert_eq!(count_kind(&over, "prepare_never_reported"), 1);
+    let event = over
+        .events
+        .iter()
+        .find(|e| e.kind == "prepare_never_reported");
+    let event = event.unwrap();
+    assert_eq!(event.instance.as_deref(), Some("i-1"));
+    assert!(
+        event.message.contains("never reported within 1h"),
+        "{}",
+        event.message
+    );
+    assert_eq!(tagged(&over, WorkerStatus::PrepareFailed), ["i-1"]);
+    assert!(waiting_for(&over, &w, "i-1").contains("the group to replace it"));
+    assert_eq!(over.state.prepare_failures, 1);
+
+    // The group is slow to act: ABANDON is resent, nothing journaled or counted again, and
+    // still no heartbeat however long it takes.
+    let abandon = hook(&over);
+    let mut state = over.state;
+    for n in 1..=4 {
+        let plan = pass(
+            &r,
+            &mut w,
+            &state,
+            HELD_AT + PREPARE_TIMEOUT + n * HEARTBEAT,
+        );
+        assert_eq!(hook(&plan), abandon);
+        assert_eq!(beats(&plan), 0, "heartbeat after ABANDON");
+        assert_eq!(count_kind(&plan, "prepare_never_reported"), 0);
+        assert_eq!(plan.state.prepare_failures, 1);
+        state = plan.state;
+    }
+    w.lifecycle("i-1", "Terminating");
+    let gone = pass(
+        &r,
+        &mut w,
+        &state,
+        HELD_AT + PREPARE_TIMEOUT + 10 * HEARTBEAT,
+    );
+    assert!(gone.complete_hooks.is_empty() && gone.heartbeats.is_empty());
+    assert!(gone.state.launch_waits.is_empty() && gone.state.launch_heartbeats.is_empty());
+}
+
+#[test]
+fn a_marker_just_before_the_prepare_timeout_still_joins() {
+    let r = group_rules();
+    let (mut w, first) = held_at_launch(&r);
+    w.ready("10.0.1.1");
+    let ready = pass(&r, &mut w, &first.state, HELD_AT + PREPARE_TIMEOUT - 1);
+    let cont = [("i-1".into(), "grp-launching".into(), "CONTINUE")];
+    assert_eq!(hook(&ready), cont);
+    // The group has not put it in service by the time the timeout passes: still CONTINUE.
+    let late = pass(&r, &mut w, &ready.state, HELD_AT + PREPARE_TIMEOUT + 1_000);
+    assert_eq!(hook(&late), cont);
+    assert_eq!(count_kind(&late, "prepare_never_reported"), 0);
+    assert_eq!(late.state.prepare_failures, 0);
+    w.lifecycle("i-1", "InService");
+    let joined = pass(&r, &mut w, &late.state, HELD_AT + PREPARE_TIMEOUT + 2_000);
+    assert_eq!(hosts(&joined), with_base(&["10.0.1.1"]));
+}
+
+#[test]
+fn a_restarted_dtd_keeps_the_prepare_clock_and_journals_once() {
+    let r = group_rules();
+    let (mut w, first) = held_at_launch(&r);
+    let halfway = pass(&r, &mut w, &first.state, HELD_AT + PREPARE_TIMEOUT / 2);
+    // dtd restarts: the wait is measured from when it was first seen, not from the restart.
+    let over = pass(
+        &r,
+        &mut w,
+        &reloaded(&halfway.state),
+        HELD_AT + PREPARE_TIMEOUT,
+    );
+    assert_eq!(
+        hook(&over),
+        [("i-1".into(), "grp-launching".into(), "ABANDON")]
+    );
+    assert_eq!(count_kind(&over, "prepare_never_reported"), 1);
+    // Restarting again before the group acted neither journals nor counts it a second time.
+    let again = pass(
+        &r,
+        &mut w,
+        &reloaded(&over.state),
+        HELD_AT + PREPARE_TIMEOUT + 2_000,
+    );
+    assert_eq!(hook(&again), hook(&over));
+    assert_eq!(count_kind(&again, "prepare_never_reported"), 0);
+    assert_eq!(again.state.prepare_failures, 1);
+    assert_eq!(beats(&again), 0);
+}
+
+#[test]
+fn a_state_file_from_before_the_prepare_timeout_starts_the_clock_at_the_first_pass() {
+    let r = group_rules();
+    let (mut w, _) = held_at_launch(&r);
+    // Written by a dtd without launch_waits: the key is absent.
+    let old: State = serde_json::from_str(
+        r#"{"generation": 0, "members": [], "removals": [], "launch_heartbeats": {"i-1": 500}}"#,
+    )
+    .unwrap();
+    let seen = pass(&r, &mut w, &old, 2_000);
+    assert!(seen.complete_hooks.is_empty());
+    let early = pass(&r, &mut w, &seen.state, 2_000 + PREPARE_TIMEOUT - 1);
+    assert!(early.complete_hooks.is_empty());
+    let over = pass(&r, &mut w, &early.state, 2_000 + PREPARE_TIMEOUT);
+    assert_eq!(hook(&over).len(), 1);
+}
+
+#[test]
+fn a_partial_view_never_abandons_a_held_worker() {
+    let r = group_rules();
+    let (mut w, first) = held_at_launch(&r);
+    for (markers, acks) in [(false, true), (true, false)] {
+        let snap = Snapshot {
+            markers: if markers {
+                Ok(w.markers.clone())
+            } else {
+                Err("EFS unreachable".into())
+            },
+            acks: if acks {
+                Ok(w.acks.clone())
+            } else {
+                Err("ack file unreadable".into())
+            },
+            ..w.snap()
+        };
+        let plan = decide(&r, &snap, &first.state, HELD_AT + PREPARE_TIMEOUT + 1);
+        assert!(plan.complete_hooks.is_empty(), "{:?}", plan.complete_hooks);
+        assert_eq!(beats(&plan), 1, "kept alive until the view is complete");
+        assert_eq!(count_kind(&plan, "prepare_never_reported"), 0);
+    }
+    let complete = pass(&r, &mut w, &first.state, HELD_AT + PREPARE_TIMEOUT + 2);
+    assert_eq!(hook(&complete).len(), 1);
+}
+
+#[test]
+fn never_reporting_counts_toward_max_prepare_failures_and_resume_rearms_it() {
+    let r = Rules {
+        max_prepare_failures: 1,
+        ..group_rules()
+    };
+    let (mut w, first) = held_at_launch(&r);
+    let abandoned = pass(&r, &mut w, &first.state, HELD_AT + PREPARE_TIMEOUT);
+    assert_eq!(abandoned.state.prepare_failures, 1);
+    // The group replaced it with i-2, whose user data dies the same way.
+    w.vanish("i-1");
+    w.instances.push(group_instance("i-2", "10.0.1.2", 200));
+    w.group = Some(Ok(group_of(&w, 1)));
+    w.lifecycle("i-2", "Pending:Wait");
+    let t2 = HELD_AT + PREPARE_TIMEOUT + 1_000;
+    let seen = pass(&r, &mut w, &abandoned.state, t2);
+    let held = pass(&r, &mut w, &seen.state, t2 + PREPARE_TIMEOUT);
+    assert!(held.complete_hooks.is_empty(), "replacing has stopped");
+    assert_eq!(count_kind(&held, "prepare_never_reported"), 1);
+    assert_eq!(tagged(&held, WorkerStatus::PrepareFailed), ["i-2"]);
+    let why = waiting_for(&held, &w, "i-2");
+    assert!(
+        why.contains("a person") && why.contains("dtctl resume"),
+        "{why}"
+    );
+    // Held for a person: the hook is kept alive, the event not journaled again.
+    let later = pass(&r, &mut w, &held.state, t2 + PREPARE_TIMEOUT + HEARTBEAT);
+    assert_eq!(beats(&later), 1);
+    assert_eq!(count_kind(&later, "prepare_never_reported"), 0);
+    w.resume = Some(t2 + PREPARE_TIMEOUT + HEARTBEAT);
+    let resumed = pass(
+        &r,
+        &mut w,
+        &later.state,
+        t2 + PREPARE_TIMEOUT + 2 * HEARTBEAT,
+    );
+    assert_eq!(
+        hook(&resumed),
+        [("i-2".into(), "grp-launching".into(), "ABANDON")]
+    );
+    assert_eq!(resumed.state.prepare_failures, 1);
+    assert_eq!(beats(&resumed), 0);
 }
 
 #[test]

@@ -194,12 +194,13 @@ fn dtctl_scale_grows_and_shrinks_the_job_and_refuses_outside_the_group() {
         .filter(|id| !group_instances(&c).contains_key(*id))
         .collect();
     for id in drained {
+        // Journaled once the group API answered, which can be just after moto acted.
+        c.wait_events("terminated", id, 1);
         assert_eq!(
             c.events_of("acknowledged", id),
             1,
             "{id} left only after the job let it go"
         );
-        assert_eq!(c.events_of("terminated", id), 1);
     }
     assert_eq!(desired_capacity(&c), "1");
 
@@ -219,15 +220,12 @@ fn a_person_scaling_in_removing_or_putting_a_worker_in_standby_is_drained_first(
     c.start_dtd();
     c.wait_hosts("three group workers", |h| h.len() == 3);
     let _job = start_example_job(&c);
-    wait_until(
-        "the workers to be protected",
-        Duration::from_secs(20),
-        || {
-            c.status_json()["workers"]
-                .as_array()
-                .is_some_and(|w| w.iter().all(|w| w["status"] == "ADDED"))
-        },
-    );
+    // The host file is written before dtd's first status report: poll the report.
+    c.wait_status("three ADDED workers, protected from scale-in", |s| {
+        s["workers"]
+            .as_array()
+            .is_some_and(|w| w.len() == 3 && w.iter().all(|w| w["status"] == "ADDED"))
+    });
 
     // The group itself is asked to shrink: it cannot pick a protected worker, dtd drains one.
     c.aws(&[
@@ -270,7 +268,9 @@ fn a_person_scaling_in_removing_or_putting_a_worker_in_standby_is_drained_first(
         "--should-decrement-desired-capacity",
     ]);
     c.wait_hosts("the Standby worker to leave", |h| !h.contains(&ip));
-    std::thread::sleep(Duration::from_secs(2));
+    // Once the job let it go, a terminated instance would follow within a pass or two.
+    c.wait_events("acknowledged", &standby, 1);
+    c.wait_passes(3);
     assert_eq!(c.state_of(&standby), "running");
     assert_eq!(c.events_of("terminated", &standby), 0);
 }
@@ -296,16 +296,21 @@ fn workers_failing_prepare_data_are_replaced_until_the_limit_and_resume_rearms()
         text.contains("checksum mismatch"),
         "the last failure's output: {text}"
     );
-    let replaced = c
-        .journal()
-        .iter()
-        .filter(|e| e["kind"] == "terminated")
-        .count();
-    assert_eq!(replaced, 2);
+    let terminated = |c: &Cluster| {
+        let journal = c.journal();
+        journal.iter().filter(|e| e["kind"] == "terminated").count()
+    };
+    wait_for(
+        "the two replaced workers' terminations in the journal",
+        Duration::from_secs(10),
+        || terminated(&c),
+        |n| *n >= 2,
+    );
     let stuck = group_instances(&c);
     assert_eq!(stuck.len(), 1, "the third is left for a person");
-    std::thread::sleep(Duration::from_secs(1));
+    c.wait_passes(3);
     assert_eq!(group_instances(&c), stuck);
+    assert_eq!(terminated(&c), 2);
 
     let out = c.dtctl(&["resume"]);
     assert!(

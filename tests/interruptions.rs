@@ -93,9 +93,8 @@ fn a_spot_warning_rescales_the_job_at_once_and_it_checkpoints() {
     assert_eq!(t.c.state_of(id), "running", "AWS reclaims it, not dtd");
     assert_eq!(t.c.events_of("terminated", id), 0);
 
-    let status = t.c.dtctl(&["status"]);
-    let text = stdout(&status);
-    assert!(text.contains("1 worker(s) lost to interruptions"), "{text}");
+    // The queue message is deleted just before the pass writes its status report.
+    let text = t.c.wait_status_text("1 worker(s) lost to interruptions");
     let row = text.lines().find(|l| l.contains(id.as_str())).unwrap();
     assert!(
         row.contains("INTERRUPTED") && row.contains("On-Demand"),
@@ -166,7 +165,7 @@ fn duplicate_late_and_foreign_events_change_nothing_more() {
         .all(|e| e["instance"] != foreign.as_str()));
     assert_eq!(c.tag(&foreign, STATUS), None);
     assert_eq!(c.state_of(&foreign), "running");
-    assert_eq!(c.status_json()["interruptions"], 1);
+    c.wait_status("1 interruption", |s| s["interruptions"] == 1);
 }
 
 #[test]
@@ -251,7 +250,7 @@ fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
         queue_depth(&t.c, &t.queue) == 0
     });
     // A few more passes, which read the agent's marker again.
-    std::thread::sleep(Duration::from_secs(1));
+    t.c.wait_passes(3);
     let _ = agent.kill();
     let _ = agent.wait();
     assert_eq!(t.c.events_of("interrupted", id), 1);

@@ -89,12 +89,13 @@ fn removal_waits_for_the_host_worker_log_acknowledgement() {
     let (id, ip) = cluster_with_member(&mut c, 0, &job);
     // An old REMOVED line for the same IP, written before the removal, must not count.
     c.append_log(&format!("1 REMOVED {ip} 2026-11-22 09:00:00\n"));
-    std::thread::sleep(Duration::from_millis(700));
+    // Read by a pass before the removal, so the removal's mark lies after it.
+    c.wait_passes(2);
 
     c.delete_elastic_tag(&id);
     c.wait_hosts("the worker to leave the host file", |h| h.is_empty());
     c.wait_tag(&id, "REMOVAL_QUEUED");
-    std::thread::sleep(Duration::from_secs(2));
+    c.wait_passes(3);
     assert_eq!(
         c.state_of(&id),
         "running",
@@ -129,11 +130,12 @@ fn removal_waits_for_the_ack_file_written_by_dtctl_ack() {
     let out = c.dtctl(&["remove", &id]);
     assert!(out.status.success(), "{}", stderr(&out));
     c.wait_tag(&id, "REMOVAL_QUEUED");
-    assert_eq!(c.status_json()["generation"], 2);
+    // The tag is written mid-pass, the status report at its end.
+    c.wait_status("generation 2", |s| s["generation"] == 2);
 
     // Acknowledging the join's generation is not enough: generation 2 no longer lists it.
     assert!(c.dtctl(&["ack", "1"]).status.success());
-    std::thread::sleep(Duration::from_secs(2));
+    c.wait_passes(3);
     assert_eq!(c.state_of(&id), "running");
 
     let out = c.dtctl(&["ack", "2"]);
@@ -187,7 +189,7 @@ fn base_hosts_are_never_removed_or_terminated() {
         Duration::from_secs(10),
         || c.events_of("removal_refused", &base_id) == 1,
     );
-    std::thread::sleep(Duration::from_secs(3));
+    c.wait_passes(5);
     assert_eq!(c.hosts(), vec![base_ip.clone()]);
     assert_eq!(c.state_of(&base_id), "running");
     assert_eq!(
@@ -211,7 +213,7 @@ fn voluntary_removal_stops_at_min() {
     wait_until("the hold in the journal", Duration::from_secs(10), || {
         c.events_of("removal_held", &id) == 1
     });
-    std::thread::sleep(Duration::from_secs(2));
+    c.wait_passes(3);
     assert_eq!(c.hosts(), vec![ip]);
     assert_eq!(c.state_of(&id), "running");
     let text = stdout(&c.dtctl(&["status"]));
@@ -231,7 +233,7 @@ fn instances_outside_the_cluster_are_left_alone() {
     c.marker(&ip);
     c.wait_hosts("the cluster's worker to join", |h| h.contains(&ip));
     c.delete_elastic_tag(&fid);
-    std::thread::sleep(Duration::from_secs(2));
+    c.wait_passes(3);
     assert!(!c.hosts().contains(&fip), "a foreign instance never joins");
     assert_eq!(c.tag(&fid, STATUS), None);
     assert_eq!(c.state_of(&fid), "running");
@@ -253,11 +255,8 @@ fn a_worker_whose_prepare_data_failed_says_why() {
     let report = r#"{"exit_code": 2, "attempts": 3, "duration_s": 4.2, "output_tail": ["downloading", "checksum mismatch"]}"#;
     std::fs::write(c.efs().join(format!("prepare_data_failed_{ip}")), report).unwrap();
     c.wait_tag(&id, "PREPARE_FAILED");
-    let text = stdout(&c.dtctl(&["status"]));
-    assert!(
-        text.contains("exit 2 after 3 attempt(s): checksum mismatch"),
-        "{text}"
-    );
+    // The tag is written mid-pass; the report that explains it at the pass's end.
+    c.wait_status_text("exit 2 after 3 attempt(s): checksum mismatch");
     assert!(c.hosts().is_empty());
 }
 

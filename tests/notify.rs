@@ -86,8 +86,10 @@ fn a_hook_command_gets_the_change_in_its_environment_and_is_retried() {
     assert!(!c.efs().join("hook-1").exists());
 
     std::fs::write(c.efs().join("ok"), "").unwrap();
-    wait_until("the hook to run", Duration::from_secs(10), || {
-        c.efs().join("hook-1").exists()
+    // Delivered means the hook exited, so its file is whole (`env >` creates it before writing).
+    wait_until("delivery recorded", Duration::from_secs(10), || {
+        let s = c.try_status();
+        s.is_object() && s["pending_notification"].is_null()
     });
     let env = std::fs::read_to_string(c.efs().join("hook-1")).unwrap();
     for line in [
@@ -98,10 +100,6 @@ fn a_hook_command_gets_the_change_in_its_environment_and_is_retried() {
     ] {
         assert!(env.lines().any(|l| l == line), "missing {line} in {env}");
     }
-    wait_until("delivery recorded", Duration::from_secs(10), || {
-        let s = c.try_status();
-        s.is_object() && s["pending_notification"].is_null()
-    });
     assert!(c
         .journal()
         .iter()

@@ -176,10 +176,14 @@ fn dtd_killed_mid_removal_converges_and_terminates_once() {
         });
     }
     c.wait_hosts("only the staying worker", |h| h == [staying[0].1.clone()]);
-    std::thread::sleep(Duration::from_secs(1));
+    for (id, _) in leaving {
+        // Journaled once EC2 answered, which can be just after the state changed.
+        c.wait_events("terminated", id, 1);
+    }
     c.kill_dtd();
     c.start_dtd();
-    std::thread::sleep(Duration::from_secs(2));
+    // The restarted daemon's passes: a second termination would be journaled in them.
+    c.wait_passes(3);
     for (id, _) in leaving {
         assert_eq!(
             c.events_of("terminated", id),

@@ -71,3 +71,29 @@ pub async fn heartbeat(client: &Client, group: &str, id: &str, hook: &str) -> Re
             )
         })
 }
+
+/// Completes the plan's lifecycle actions, then records its heartbeats. Returns the instances
+/// whose completion the group accepted, and the errors.
+pub async fn apply_hooks(
+    client: &Client,
+    group: &str,
+    complete_hooks: &[HookAction],
+    heartbeats: &[(String, String)],
+) -> (Vec<String>, Vec<String>) {
+    let (mut done, mut errors) = (Vec::new(), Vec::new());
+    for a in complete_hooks {
+        match complete(client, group, a).await {
+            Ok(()) => {
+                tracing::info!(instance = %a.instance, hook = %a.hook, "lifecycle action completed: {}", a.result);
+                done.push(a.instance.clone());
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    for (id, hook) in heartbeats {
+        if let Err(e) = heartbeat(client, group, id, hook).await {
+            errors.push(e);
+        }
+    }
+    (done, errors)
+}

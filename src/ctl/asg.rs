@@ -55,8 +55,11 @@ fn wait_for(cfg: &Config, replicas: usize, timeout: Duration) -> anyhow::Result<
     let started = Instant::now();
     let mut last = String::new();
     loop {
-        let status = load_status(cfg)?;
-        let (line, done) = progress(&status, replicas);
+        // A dtd started a moment ago has not written its first report yet: wait for it too.
+        let (line, done) = match load_status(cfg) {
+            Ok(status) => progress(&status, replicas),
+            Err(e) => (format!("waiting for dtd's status report: {e:#}"), false),
+        };
         if line != last {
             println!("{:>5}s  {line}", started.elapsed().as_secs());
             last = line;

@@ -78,40 +78,122 @@ impl<'a> Decider<'a> {
     }
 
     /// A group instance not in service: never in the host files. A new one held by the
-    /// launching hook is let in once its data is ready, or abandoned when it failed.
+    /// launching hook waits for its prepare-data (see `held_at_launch`).
     pub(super) fn outside_service(&mut self, at: usize, ready: bool, failed: Option<&String>) {
         let state = self
             .lifecycle(at)
             .map_or("", |m| m.lifecycle_state.as_str());
         let hook = self.group.and_then(|g| g.launching_hook.as_ref());
-        let id = self.list[at].id.clone();
         match (state, hook) {
-            ("Pending:Wait", Some(hook)) if ready && self.can_join() => {
-                self.complete(&id, &hook.name, "CONTINUE");
-                let why = Some("the group to put it in service".to_string());
-                self.view(at, Some(WorkerStatus::Preparing), why);
-            }
-            ("Pending:Wait", Some(hook)) if failed.is_some() && self.replacing() => {
-                let why = failed.cloned().unwrap_or_default();
-                self.count_failure(at, &why);
-                self.complete(&id, &hook.name, "ABANDON");
-                let why = format!("the group to replace it: prepare-data failed ({why})");
-                self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
-            }
-            ("Pending:Wait", Some(hook)) => {
-                self.launch_heartbeat(&id, hook);
-                let why = format!(
-                    "prepare-data marker prepare_data_success_{} (held in Pending:Wait by {})",
-                    self.list[at].ip, hook.name
-                );
-                self.view(at, Some(WorkerStatus::Preparing), Some(why));
-            }
+            ("Pending:Wait", Some(hook)) => self.held_at_launch(at, hook, ready, failed),
             _ => {
                 let why = format!("lifecycle state {state}: not in the job");
                 let status = failed.map(|_| WorkerStatus::PrepareFailed);
                 self.view(at, status.or(Some(WorkerStatus::Preparing)), Some(why));
             }
         }
+    }
+
+    /// Let in once its data is ready; abandoned (the group replaces it) when prepare-data failed
+    /// or never reported within the prepare timeout; kept alive by heartbeats meanwhile.
+    ///
+    /// The timeout runs from the first pass that saw the instance in `Pending:Wait`, remembered
+    /// in the state, not from its launch time: the hook's own timeout starts when the instance
+    /// enters the wait state ("How lifecycle hooks work", Amazon EC2 Auto Scaling User Guide),
+    /// which can be long after launch (an instance from a warm pool, or attached to the group).
+    fn held_at_launch(&mut self, at: usize, hook: &Hook, ready: bool, failed: Option<&String>) {
+        let id = self.list[at].id.clone();
+        let now = self.now;
+        let wait = (self.st.launch_waits.entry(id.clone()))
+            .or_insert_with(|| LaunchWait {
+                since: now,
+                ..LaunchWait::default()
+            })
+            .clone();
+        let why = match failed {
+            Some(f) => format!("prepare-data failed ({f})"),
+            None => self.never_reported_why(at),
+        };
+        if wait.abandoned {
+            // Resent until the group moves it on: a completion that failed is retried.
+            self.complete(&id, &hook.name, "ABANDON");
+            let why = format!("the group to replace it: {why}");
+            self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+        } else if ready && self.can_join() {
+            self.complete(&id, &hook.name, "CONTINUE");
+            let why = Some("the group to put it in service".to_string());
+            self.view(at, Some(WorkerStatus::Preparing), why);
+        } else if failed.is_some() {
+            self.abandon_or_hold(at, hook, &why);
+        } else if now.saturating_sub(wait.since) >= self.rules.prepare_timeout_ms
+            && self.can_remove()
+        {
+            self.never_reported(at, hook, &why, wait.timed_out);
+        } else {
+            self.launch_heartbeat(&id, hook);
+            let left = (wait.since + self.rules.prepare_timeout_ms).saturating_sub(now);
+            let why = format!(
+                "prepare-data marker prepare_data_success_{} (held in Pending:Wait by {}; abandoned if none within {})",
+                self.list[at].ip,
+                hook.name,
+                show_ms(left)
+            );
+            self.view(at, Some(WorkerStatus::Preparing), Some(why));
+        }
+    }
+
+    fn never_reported_why(&self, at: usize) -> String {
+        let limit = show_ms(self.rules.prepare_timeout_ms);
+        format!(
+            "prepare-data never reported within {limit} (no marker from {})",
+            self.list[at].ip
+        )
+    }
+
+    /// Journaled once, then treated like a prepare-data failure: the user data died before the
+    /// agent could write a marker, and would die the same way on every replacement.
+    fn never_reported(&mut self, at: usize, hook: &Hook, why: &str, journaled: bool) {
+        let inst = &self.list[at];
+        let (id, ip) = (inst.id.clone(), inst.ip);
+        if let Some(w) = self.st.launch_waits.get_mut(&id) {
+            w.timed_out = true;
+        }
+        let abandoning = self.replacing();
+        if !journaled {
+            let then = match abandoning {
+                true => "abandoned; the group replaces it",
+                false => "held for a person: replacing failed workers has stopped",
+            };
+            let msg = format!("{ip} held in Pending:Wait by {}: {why}; {then}", hook.name);
+            self.event("prepare_never_reported", Some((&id, ip)), None, msg);
+        }
+        self.abandon_or_hold(at, hook, why);
+    }
+
+    /// Abandons a worker that failed, counted once; past `max_prepare_failures` in a row it is
+    /// held (heartbeats go on) for a person, like any failed group worker.
+    fn abandon_or_hold(&mut self, at: usize, hook: &Hook, why: &str) {
+        let id = self.list[at].id.clone();
+        if !self.can_remove() {
+            self.launch_heartbeat(&id, hook);
+            let why = format!("a complete view to replace it: {why}");
+            self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+            return;
+        }
+        if !self.replacing() {
+            self.launch_heartbeat(&id, hook);
+            let limit = self.rules.max_prepare_failures;
+            let why = format!("a person: {why}; replacing stopped after {limit} failures in a row, `dtctl resume` re-arms it");
+            self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+            return;
+        }
+        self.count_failure(at, why);
+        if let Some(w) = self.st.launch_waits.get_mut(&id) {
+            w.abandoned = true;
+        }
+        self.complete(&id, &hook.name, "ABANDON");
+        let why = format!("the group to replace it: {why}");
+        self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
     }
 
     /// Keeps a long prepare-data from running into the launching hook's timeout (ABANDON).
@@ -136,6 +218,7 @@ impl<'a> Decider<'a> {
                 .is_some_and(|m| m.lifecycle_state == "Pending:Wait")
         };
         self.st.launch_heartbeats.retain(|id, _| held(id));
+        self.st.launch_waits.retain(|id, _| held(id));
     }
 
     fn complete(&mut self, instance: &str, hook: &str, result: &'static str) {
@@ -165,6 +248,8 @@ impl<'a> Decider<'a> {
         self.st.prepare_failures < self.rules.max_prepare_failures
     }
 
+    /// `why` is the whole reason, e.g. "prepare-data failed (exit 3)", shown by `dtctl status`
+    /// once replacing stops.
     fn count_failure(&mut self, at: usize, why: &str) {
         let ip = self.list[at].ip;
         self.st.prepare_failures += 1;
@@ -188,7 +273,7 @@ impl<'a> Decider<'a> {
             self.view(at, Some(WorkerStatus::PrepareFailed), Some(wait));
             return;
         }
-        self.count_failure(at, why);
+        self.count_failure(at, &format!("prepare-data failed ({why})"));
         let inst = &self.list[at];
         let reason = format!("prepare-data failed ({why}); the group replaces it");
         let mut r = self.new_removal(&inst.id, inst.ip, Cause::PrepareFailed, &reason);
@@ -280,4 +365,10 @@ impl<'a> Decider<'a> {
         ids.sort();
         ids
     }
+}
+
+/// A duration for people, to the second: `3h 10m 20s`.
+fn show_ms(ms: Millis) -> String {
+    let secs = std::time::Duration::from_secs(ms.div_ceil(1000));
+    humantime::format_duration(secs).to_string()
 }

@@ -34,6 +34,8 @@ pub struct Rules {
     pub ack_timeout_ms: u64,
     pub rebalance: Rebalance,
     pub max_prepare_failures: u32,
+    /// How long a worker held by the launching hook may go without a prepare-data marker.
+    pub prepare_timeout_ms: u64,
 }
 
 impl Rules {
@@ -51,6 +53,7 @@ impl Rules {
             ack_timeout_ms: cfg.job.ack.timeout.as_millis() as u64,
             rebalance: cfg.events.rebalance,
             max_prepare_failures: cfg.workers.max_prepare_failures,
+            prepare_timeout_ms: cfg.prepare_timeout().as_millis() as u64,
         }
     }
 

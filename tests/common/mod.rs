@@ -96,14 +96,35 @@ pub fn signal(pid: i32, sig: &str) {
         .status();
 }
 
-/// Polls `f` until it holds; panics with `what` after `timeout`.
+/// Polls `f` until it holds; panics with `what` after `timeout`. Prefer [`wait_for`] when there
+/// is a value to show: a failing wait should say what it last saw.
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    wait_for(what, timeout, &mut f, |done| *done);
+}
+
+/// Polls `probe` until `done` holds for what it returns, and returns that value. After `timeout`
+/// panics with what it waited for and the last value seen, so a slow machine and a wrong outcome
+/// can be told apart.
+pub fn wait_for<T: std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
     let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+    loop {
+        let value = probe();
+        if done(&value) {
+            return value;
+        }
+        if start.elapsed() >= timeout {
+            let mut last = format!("{value:#?}");
+            if last.len() > 4000 {
+                last.truncate(4000);
+                last.push_str("...");
+            }
+            panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -373,15 +394,75 @@ impl Cluster {
     }
 
     pub fn wait_hosts(&self, what: &str, f: impl Fn(&[String]) -> bool) {
-        wait_until(what, Duration::from_secs(30), || f(&self.hosts()));
+        let what = format!("{what} (host_worker)");
+        wait_for(&what, Duration::from_secs(30), || self.hosts(), |h| f(h));
     }
 
     pub fn wait_tag(&self, id: &str, value: &str) {
-        wait_until(
-            &format!("{id} to be tagged {value}"),
+        wait_for(
+            &format!("{id} to be tagged {STATUS}={value}"),
             Duration::from_secs(30),
-            || self.tag(id, STATUS).as_deref() == Some(value),
+            || self.tag(id, STATUS),
+            |t| t.as_deref() == Some(value),
         );
+    }
+
+    /// Waits until `id` has `n` journal lines of `kind`; on timeout shows the instance's lines.
+    pub fn wait_events(&self, kind: &str, id: &str, n: usize) {
+        wait_for(
+            &format!("{n} `{kind}` event(s) for {id} in the journal"),
+            Duration::from_secs(30),
+            || self.journal_of(id),
+            |lines| lines.iter().filter(|e| e["kind"] == kind).count() == n,
+        );
+    }
+
+    /// The journal lines about one instance.
+    pub fn journal_of(&self, id: &str) -> Vec<serde_json::Value> {
+        let mut lines = self.journal();
+        lines.retain(|e| e["instance"] == id);
+        lines
+    }
+
+    /// Waits until dtd's status report satisfies `f` and returns it; polls, so a report not
+    /// written yet (dtd still in its first pass) or one pass behind is waited for, not a failure.
+    pub fn wait_status(
+        &self,
+        what: &str,
+        f: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_for(
+            &format!("dtd's status report to show {what}"),
+            Duration::from_secs(30),
+            || self.try_status(),
+            |s| s.is_object() && f(s),
+        )
+    }
+
+    /// Waits until `dtctl status` prints `text`, and returns what it printed.
+    pub fn wait_status_text(&self, text: &str) -> String {
+        wait_for(
+            &format!("`{text}` in dtctl status"),
+            Duration::from_secs(30),
+            || {
+                let out = self.dtctl(&["status"]);
+                format!("{}{}", stdout(&out), stderr(&out))
+            },
+            |printed| printed.contains(text),
+        )
+    }
+
+    /// Waits until dtd has finished `n` more passes (its status report rewritten `n` times):
+    /// what a check that something does *not* happen needs, where a fixed sleep may cover no
+    /// pass at all on a loaded machine.
+    pub fn wait_passes(&self, n: usize) {
+        let mut last = self.wait_status("a first pass", |_| true)["updated_at"].clone();
+        for i in 1..=n {
+            let s = self.wait_status(&format!("pass {i} of {n} after {last}"), |s| {
+                s["updated_at"] != last
+            });
+            last = s["updated_at"].clone();
+        }
     }
 
     pub fn journal(&self) -> Vec<serde_json::Value> {
@@ -405,14 +486,22 @@ impl Cluster {
         serde_json::from_slice(&out.stdout).unwrap_or_default()
     }
 
+    /// The status report, waiting for dtd to write its first one (it does so at the end of its
+    /// first pass, after the host files): panics with dtctl's last error if none comes.
     pub fn status_json(&self) -> serde_json::Value {
-        let out = self.dtctl(&["status", "-o", "json"]);
-        assert!(
-            out.status.success(),
-            "dtctl status: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let report = wait_for(
+            "dtd's first status report (dtctl status -o json)",
+            Duration::from_secs(30),
+            || {
+                let out = self.dtctl(&["status", "-o", "json"]);
+                match out.status.success() {
+                    true => serde_json::from_slice(&out.stdout).map_err(|e| e.to_string()),
+                    false => Err(stderr(&out)),
+                }
+            },
+            |r: &Result<serde_json::Value, String>| r.is_ok(),
         );
-        serde_json::from_slice(&out.stdout).expect("status JSON")
+        report.unwrap_or_default()
     }
 
     pub fn append_log(&self, line: &str) {
