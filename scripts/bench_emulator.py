@@ -97,6 +97,7 @@ job:
   ack: {{ timeout: 10m }}
 interval: {interval}
 api_timeout: {api_timeout}
+allow_local_state_dir: true
 """)
         if queue:
             f.write(f"events:\n  queue_url: {queue}\n")

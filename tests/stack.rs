@@ -909,6 +909,8 @@ fn write_config(out: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
             template.display()
         ),
     );
+    // The stack's EFS is a local temp dir here; on AWS the mount check passes without this.
+    config.push_str("allow_local_state_dir: true\n");
     let path = dir.join("dtd.yaml");
     std::fs::write(&path, config).unwrap();
     path

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::output::Tail;
 use super::Identity;
 use crate::config::Config;
-use crate::observe::markers::{FAILED_PREFIX, SUCCESS_PREFIX};
+use crate::observe::markers::{FAILED_PREFIX, MAX_REPORT_BYTES, SUCCESS_PREFIX};
 
 /// After the program exits, how long its output may still take to drain (a leftover background
 /// process can hold the pipe open for ever; its output is not waited for).
@@ -136,7 +136,11 @@ pub fn already_prepared(spec: &Spec) -> bool {
 
 /// The instance a marker names, when it names one other than `mine`.
 fn foreign_owner(path: &Path, mine: &str) -> std::io::Result<Option<String>> {
-    let body = std::fs::read(path)?;
+    let body = match crate::untrusted::read_prefix(path, MAX_REPORT_BYTES) {
+        Ok(Some(body)) => body,
+        Ok(None) => return Err(std::io::ErrorKind::NotFound.into()),
+        Err(e) => return Err(std::io::Error::other(e.to_string())),
+    };
     let owner = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v.get("instance_id")?.as_str().map(str::to_string));

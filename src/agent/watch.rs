@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use super::imds::{Imds, ImdsFailure};
 use super::notice::{self, InterruptionMarker, Notice};
 use super::Identity;
+use crate::observe::markers::MAX_REPORT_BYTES;
 
 pub struct Watcher {
     imds: Imds,
@@ -110,9 +111,9 @@ impl Watcher {
 /// The marker this instance wrote before a restart. One naming another instance is left over from
 /// an earlier owner of the IP (long terminated) and is removed, so it is not taken for this one's.
 fn load_held(path: &std::path::Path, instance_id: &str) -> Option<InterruptionMarker> {
-    let body = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+    let body = match crate::untrusted::read_prefix(path, MAX_REPORT_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => return None,
         Err(e) => {
             tracing::warn!(path = %path.display(), "cannot read the interruption marker: {e}");
             return None;

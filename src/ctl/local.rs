@@ -11,6 +11,10 @@ use crate::fsutil::{now_millis, write_atomic};
 use crate::hostfile::{render, Format};
 use crate::status::StatusReport;
 use crate::store::Paths;
+use crate::untrusted;
+
+/// A status report lists every worker: about 300 bytes each; more than this is not dtd's.
+const STATUS_LIMIT: u64 = 64 << 20;
 
 pub fn config_check(file: &Path) -> anyhow::Result<()> {
     let cfg = Config::load(file)?;
@@ -28,9 +32,9 @@ pub fn config_check(file: &Path) -> anyhow::Result<()> {
 
 pub fn load_status(cfg: &Config) -> anyhow::Result<StatusReport> {
     let path = Paths::new(cfg.state_dir()).status();
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+    let bytes = match untrusted::read(&path, STATUS_LIMIT) {
+        Ok(Some(b)) => b,
+        Ok(None) => bail!(
             "no status at {}: dtd has not run for cluster {} (start it with `dtd run --config FILE`)",
             path.display(),
             cfg.cluster

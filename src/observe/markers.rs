@@ -18,7 +18,7 @@ pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
 pub const FAILED_PREFIX: &str = "prepare_data_failed_";
 
 /// A failure report is small; more than this is not read (a marker is not a log file).
-const MAX_REPORT_BYTES: u64 = 16 * 1024;
+pub const MAX_REPORT_BYTES: u64 = 16 * 1024;
 
 pub struct MarkerScanner {
     dir: PathBuf,

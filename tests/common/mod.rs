@@ -294,7 +294,7 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "cluster: {CLUSTER}\nworkers:\n  launch_template: itest-worker-template\n  min: {min}\n  max: {max}\n  base_hosts: [{base}]\n{}shared_dir: {efs}\nhostfiles:\n  - {{ path: {efs}/host_worker, format: mxnet }}\n  - {{ path: {efs}/hosts.mpi, format: mpi }}\njob:\n{job}\ninterval: 300ms\n{}",
+            "cluster: {CLUSTER}\nworkers:\n  launch_template: itest-worker-template\n  min: {min}\n  max: {max}\n  base_hosts: [{base}]\n{}shared_dir: {efs}\nhostfiles:\n  - {{ path: {efs}/host_worker, format: mxnet }}\n  - {{ path: {efs}/hosts.mpi, format: mpi }}\njob:\n{job}\ninterval: 300ms\nallow_local_state_dir: true\n{}",
             self.worker_extra, self.extra
         )
     }
