@@ -8,7 +8,7 @@
 //! costs one thread, not one per pass.
 
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -22,7 +22,6 @@ pub struct Deadline {
 struct Stuck {
     thread: JoinHandle<()>,
     what: &'static str,
-    since: Instant,
 }
 
 impl Deadline {
@@ -63,30 +62,24 @@ impl Deadline {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(_)) => Err(format!("{what}: the file-system thread died")),
             Err(_) => {
-                self.stuck = Some(Stuck {
-                    thread,
-                    what,
-                    since: Instant::now(),
-                });
-                Err(format!(
-                    "{}: {what} did not finish within {}: the file system is not answering",
-                    self.name,
-                    humantime::format_duration(self.limit)
-                ))
+                self.stuck = Some(Stuck { thread, what });
+                Err(self.stalled(what))
             }
         }
     }
 
+    /// The same words at every pass of one stall, so it is logged and journaled once.
     fn still_stuck(&self) -> String {
-        match &self.stuck {
-            Some(s) => format!(
-                "{}: not answering (still waiting on {} for {}s)",
-                self.name,
-                s.what,
-                s.since.elapsed().as_secs() + self.limit.as_secs()
-            ),
-            None => format!("{}: not answering", self.name),
-        }
+        let what = self.stuck.as_ref().map_or("work", |s| s.what);
+        self.stalled(what)
+    }
+
+    fn stalled(&self, what: &str) -> String {
+        format!(
+            "{}: {what} did not finish within {}: the file system is not answering",
+            self.name,
+            humantime::format_duration(self.limit)
+        )
     }
 }
 
@@ -105,8 +98,8 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.contains("scanning markers did not finish"), "{e}");
-        let e = d.run("another", || 1).await.unwrap_err();
-        assert!(e.contains("still waiting on scanning markers"), "{e}");
+        let again = d.run("another", || 1).await.unwrap_err();
+        assert_eq!(again, e, "one stall, one message");
         release.send(()).unwrap();
         while d.is_stuck() {
             tokio::time::sleep(Duration::from_millis(5)).await;

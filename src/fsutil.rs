@@ -63,8 +63,10 @@ pub fn write_if_changed(path: &Path, content: &[u8]) -> io::Result<bool> {
         Ok(_) => write_atomic(path, content).map(|_| true),
         Err(untrusted::ReadError::Io(e)) => Err(e),
         Err(refused) => {
+            write_atomic(path, content)?;
+            // Logged once it is gone: a directory that cannot be replaced fails the write instead.
             tracing::warn!(file = %path.display(), "{refused}: replaced by the new content");
-            write_atomic(path, content).map(|_| true)
+            Ok(true)
         }
     }
 }
