@@ -69,6 +69,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         rebalance: dt::config::Rebalance::Drain,
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
+        scheduled_change_lead_ms: 3_600_000,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;

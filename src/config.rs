@@ -374,6 +374,13 @@ pub struct Events {
     /// SQS long-poll wait per receive (1s..=20s).
     #[serde(default = "default_queue_wait", deserialize_with = "duration")]
     pub wait: Duration,
+    /// How long before an EC2 scheduled change starts its worker is drained: AWS announces
+    /// retirements days or weeks ahead, and the GPUs are worth using until then.
+    #[serde(
+        default = "default_scheduled_change_lead",
+        deserialize_with = "duration"
+    )]
+    pub scheduled_change_lead: Duration,
 }
 
 impl Default for Events {
@@ -382,8 +389,13 @@ impl Default for Events {
             queue_url: None,
             rebalance: Rebalance::default(),
             wait: default_queue_wait(),
+            scheduled_change_lead: default_scheduled_change_lead(),
         }
     }
+}
+
+fn default_scheduled_change_lead() -> Duration {
+    Duration::from_secs(3600)
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -71,6 +71,7 @@ fn rules(min: usize, max: usize) -> Rules {
         rebalance: dt::config::Rebalance::Drain,
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
+        scheduled_change_lead_ms: 3_600_000,
     }
 }
 

@@ -36,6 +36,7 @@ fn rules() -> Rules {
         rebalance: dt::config::Rebalance::Drain,
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
+        scheduled_change_lead_ms: 3_600_000,
     }
 }
 
@@ -1072,6 +1073,36 @@ fn a_capacity_block_ending_drains_its_workers_below_min_and_before_the_end() {
     let mut terminated = deadline.terminate.clone();
     terminated.sort();
     assert_eq!(terminated, ["i-1", "i-2"]);
+}
+
+#[test]
+fn a_scheduled_change_weeks_away_drains_only_its_lead_before_it_starts() {
+    let (r, mut w, state) = two_members();
+    let starts = 3_000 + 14 * 24 * 3_600_000;
+    let mut n = notice(
+        "health:arn:i-1",
+        NoticeKind::ScheduledChange,
+        NoticeTarget::Instance("i-1".into()),
+    );
+    n.deadline = Some(starts);
+    w.notices = vec![n];
+    // Two weeks ahead: the GPUs keep training; the notice is kept and the hold says until when.
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert_eq!(plan.deferred_notices, ["health:arn:i-1"]);
+    assert!(
+        plan.holds.iter().any(|h| h.contains("i-1: drains from")),
+        "{:?}",
+        plan.holds
+    );
+    assert!(kinds(&plan).is_empty(), "{:?}", kinds(&plan));
+    // An hour (the default lead) before it starts, it drains, terminated by the start at the latest.
+    let from = starts - r.scheduled_change_lead_ms;
+    let plan = pass(&r, &mut w, &plan.state, from);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert!(plan.deferred_notices.is_empty());
+    assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
+    assert!(plan.state.removals.iter().all(|x| x.deadline <= starts));
 }
 
 // ---- the worker Auto Scaling group ----

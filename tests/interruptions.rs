@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use common::imds::ImdsStandIn;
 use common::*;
@@ -189,18 +189,49 @@ fn a_rebalance_recommendation_drains_the_worker_gracefully() {
     assert_eq!(t.c.status_json()["interruptions"], 0);
 }
 
-/// AWS's EC2 Health sample (tests/fixtures/events/) for this worker, with a start time ahead:
-/// the worker drains gracefully, due at that start time.
+/// AWS's EC2 Health sample (tests/fixtures/events/) for this worker with `startTime` set, as
+/// AWS writes it (RFC 1123, GMT).
+fn put_scheduled_change(t: &Training, id: &str, arn: &str, starts: SystemTime) {
+    let mut event = common::fixtures::filled("aws-health-ec2-scheduled-change.json");
+    event["detail"]["affectedEntities"][0]["entityValue"] = json!(id);
+    event["detail"]["eventArn"] = json!(arn);
+    event["detail"]["startTime"] = json!(gmt(starts));
+    event["resources"] = json!([id]);
+    let entry = json!([common::fixtures::put_events_entry(&event)]);
+    t.c.aws(&["events", "put-events", "--entries", &entry.to_string()]);
+}
+
+/// `2026-11-23T10:00:00Z` as `23 Nov 2026 10:00:00 GMT`.
+fn gmt(at: SystemTime) -> String {
+    let rfc = humantime::format_rfc3339_seconds(at).to_string();
+    let (y, m, d) = (&rfc[0..4], &rfc[5..7], &rfc[8..10]);
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = months[m.parse::<usize>().unwrap() - 1];
+    format!("{d} {month} {y} {} GMT", &rfc[11..19])
+}
+
+/// A retirement weeks away waits (the GPUs keep training, the status says until when); one within
+/// `events.scheduled_change_lead` (default 1h) drains the worker gracefully, due at its start.
 #[test]
 fn an_aws_health_scheduled_change_drains_the_worker_by_its_start_time() {
     let t = training("300ms");
     let (id, ip) = &t.workers[0];
-    let mut event = common::fixtures::filled("aws-health-ec2-scheduled-change.json");
-    event["detail"]["affectedEntities"][0]["entityValue"] = json!(id);
-    event["detail"]["startTime"] = json!("Mon, 23 Nov 2099 10:00:00 GMT");
-    event["resources"] = json!([id]);
-    let entry = json!([common::fixtures::put_events_entry(&event)]);
-    t.c.aws(&["events", "put-events", "--entries", &entry.to_string()]);
+    let weeks = SystemTime::now() + Duration::from_secs(14 * 24 * 3600);
+    put_scheduled_change(&t, id, "arn:aws:health:us-east-1::event/EC2/far", weeks);
+    let s = t.c.wait_status("the far scheduled change held", |s| {
+        s["holds"]
+            .to_string()
+            .contains(&format!("{id}: drains from"))
+    });
+    assert!(t.c.hosts().contains(ip), "{s}");
+    t.c.wait_passes(3);
+    assert!(t.c.hosts().contains(ip));
+    assert_eq!(t.c.events_of("removal_queued", id), 0);
+
+    let soon = SystemTime::now() + Duration::from_secs(30 * 60);
+    put_scheduled_change(&t, id, "arn:aws:health:us-east-1::event/EC2/soon", soon);
     t.c.wait_hosts("the worker to be drained", |h| !h.contains(ip));
     wait_until(
         "the worker to be REMOVAL_QUEUED",
@@ -215,8 +246,11 @@ fn an_aws_health_scheduled_change_drains_the_worker_by_its_start_time() {
         .collect();
     assert_eq!(queued.len(), 1, "{queued:?}");
     let msg = queued[0]["message"].as_str().unwrap_or_default();
+    let starts = humantime::format_rfc3339_seconds(soon).to_string();
     assert!(
-        msg.contains("EC2 scheduled change from the queue (starts 2099-11-23T10:00:00Z)"),
+        msg.contains(&format!(
+            "EC2 scheduled change from the queue (starts {starts})"
+        )),
         "{msg}"
     );
     assert_eq!(t.c.status_json()["interruptions"], 0);

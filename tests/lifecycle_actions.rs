@@ -91,6 +91,7 @@ fn group_rules() -> Rules {
         rebalance: dt::config::Rebalance::Drain,
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
+        scheduled_change_lead_ms: 3_600_000,
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Rules {
     pub max_prepare_failures: u32,
     /// How long a worker held by the launching hook may go without a prepare-data marker.
     pub prepare_timeout_ms: u64,
+    /// How long before an EC2 scheduled change starts its worker is drained.
+    pub scheduled_change_lead_ms: u64,
 }
 
 impl Rules {
@@ -54,6 +56,7 @@ impl Rules {
             rebalance: cfg.events.rebalance,
             max_prepare_failures: cfg.workers.max_prepare_failures,
             prepare_timeout_ms: cfg.prepare_timeout().as_millis() as u64,
+            scheduled_change_lead_ms: cfg.events.scheduled_change_lead.as_millis() as u64,
         }
     }
 

@@ -36,6 +36,18 @@ impl Decider<'_> {
                 self.deferred.push(n.id.clone());
                 continue;
             }
+            if let Some(from) = self.drains_from(n).filter(|from| now < *from) {
+                // Kept (the queue's message, the agent's marker) until its time comes.
+                self.deferred.push(n.id.clone());
+                self.holds.push(format!(
+                    "{} from the {} for {}: drains from {} (events.scheduled_change_lead before it starts)",
+                    describe(n.kind),
+                    n.source,
+                    target_text(&n.target),
+                    rfc3339(from)
+                ));
+                continue;
+            }
             let targets = self.targets(&n.target);
             if targets.is_empty() {
                 // Not this cluster's, or already gone: nothing to do, nothing to remember.
@@ -45,6 +57,16 @@ impl Decider<'_> {
             for t in targets {
                 self.heed(n, t);
             }
+        }
+    }
+
+    /// When a scheduled change's worker starts to drain: `scheduled_change_lead` before it starts.
+    fn drains_from(&self, n: &Notice) -> Option<Millis> {
+        match (n.kind, n.deadline) {
+            (NoticeKind::ScheduledChange, Some(at)) => {
+                Some(at.saturating_sub(self.rules.scheduled_change_lead_ms))
+            }
+            _ => None,
         }
     }
 
@@ -110,11 +132,7 @@ impl Decider<'_> {
         let mut reason = format!("{} from the {}", describe(n.kind), n.source);
         if let (NoticeKind::ScheduledChange, Some(at)) = (n.kind, n.deadline) {
             // People need the start time to judge it; the journal has no other field for it.
-            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at);
-            reason.push_str(&format!(
-                " (starts {})",
-                humantime::format_rfc3339_seconds(at)
-            ));
+            reason.push_str(&format!(" (starts {})", rfc3339(at)));
         }
         let Some(pos) = self.st.members.iter().position(|m| m.id == t.id) else {
             let msg = format!("{reason}: {} is not in the job; nothing to drain", t.ip);
@@ -216,5 +234,17 @@ fn describe(kind: NoticeKind) -> &'static str {
         NoticeKind::CapacityBlockExpiring => "Capacity Block expiration warning",
         NoticeKind::ScheduledChange => "EC2 scheduled change",
         NoticeKind::GroupTerminating => "Auto Scaling termination",
+    }
+}
+
+fn rfc3339(at: Millis) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at))
+}
+
+fn target_text(t: &NoticeTarget) -> String {
+    match t {
+        NoticeTarget::Instance(id) => id.clone(),
+        NoticeTarget::Ip(ip) => ip.to_string(),
+        NoticeTarget::CapacityReservation(cr) => cr.clone(),
     }
 }
