@@ -506,18 +506,7 @@ fn check_published_events(moto: &Moto, out: &BTreeMap<String, String>) {
     let entries: Vec<Json> = names
         .map(|n| fixtures::put_events_entry(&fixtures::filled(n)))
         .collect();
-    for chunk in entries.chunks(10) {
-        let put = aws_json(
-            moto,
-            &[
-                "events",
-                "put-events",
-                "--entries",
-                &Json::from(chunk.to_vec()).to_string(),
-            ],
-        );
-        assert_eq!(put["FailedEntryCount"], 0, "{put}");
-    }
+    put_events(moto, &entries);
     let mut got: Vec<(String, Option<NoticeKind>)> = drain_queue(moto, out)
         .iter()
         .map(|body| {
@@ -642,19 +631,7 @@ fn check_delivery(moto: &Moto, out: &BTreeMap<String, String>) {
         .map(|e| e["DetailType"].as_str().unwrap().to_string())
         .collect();
     entries.extend(others);
-    // PutEvents takes at most ten entries per call.
-    for chunk in entries.chunks(10) {
-        let put = aws_json(
-            moto,
-            &[
-                "events",
-                "put-events",
-                "--entries",
-                &Json::from(chunk.to_vec()).to_string(),
-            ],
-        );
-        assert_eq!(put["FailedEntryCount"], 0, "{put}");
-    }
+    put_events(moto, &entries);
     let endpoint = moto.endpoint();
     let mut delivered = Vec::new();
     loop {
@@ -914,6 +891,22 @@ fn write_config(out: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
     let path = dir.join("dtd.yaml");
     std::fs::write(&path, config).unwrap();
     path
+}
+
+/// PutEvents takes at most ten entries per call.
+fn put_events(moto: &Moto, entries: &[Json]) {
+    for chunk in entries.chunks(10) {
+        let put = aws_json(
+            moto,
+            &[
+                "events",
+                "put-events",
+                "--entries",
+                &Json::from(chunk.to_vec()).to_string(),
+            ],
+        );
+        assert_eq!(put["FailedEntryCount"], 0, "{put}");
+    }
 }
 
 fn dtctl(moto: &Moto, config: &Path, args: &[&str]) -> std::process::Output {

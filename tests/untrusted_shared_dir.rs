@@ -74,6 +74,14 @@ impl Drop for CountingJob {
     }
 }
 
+/// A cluster whose job counts its signals and has written its pidfile.
+fn with_job() -> (Cluster, CountingJob) {
+    let c = Cluster::new();
+    let job = CountingJob::start(&c);
+    job.write_pidfile(&c);
+    (c, job)
+}
+
 fn start(c: &mut Cluster) {
     let job = job_config(&c.efs());
     c.write_config(&c.config(0, 8, &[], &job));
@@ -151,9 +159,7 @@ fn refusals(c: &Cluster) -> Vec<String> {
 
 #[test]
 fn a_fifo_as_ack_is_ignored_and_passes_go_on() {
-    let mut c = Cluster::new();
-    let job = CountingJob::start(&c);
-    job.write_pidfile(&c);
+    let (mut c, job) = with_job();
     mkfifo(&c.efs().join("ack"));
     start(&mut c);
     join_one(&c);
@@ -168,9 +174,7 @@ fn a_fifo_as_ack_is_ignored_and_passes_go_on() {
 
 #[test]
 fn a_fifo_as_host_worker_log_is_ignored() {
-    let mut c = Cluster::new();
-    let job = CountingJob::start(&c);
-    job.write_pidfile(&c);
+    let (mut c, _job) = with_job();
     mkfifo(&c.efs().join("host_worker_log"));
     start(&mut c);
     join_one(&c);
@@ -183,9 +187,7 @@ fn a_fifo_as_host_worker_log_is_ignored() {
 
 #[test]
 fn a_fifo_as_the_host_file_is_replaced_by_a_real_one() {
-    let mut c = Cluster::new();
-    let job = CountingJob::start(&c);
-    job.write_pidfile(&c);
+    let (mut c, _job) = with_job();
     let host_worker = c.efs().join("host_worker");
     mkfifo(&host_worker);
     start(&mut c);
@@ -227,9 +229,7 @@ fn a_fifo_as_the_pidfile_is_refused_once_and_retried() {
 
 #[test]
 fn a_link_to_dev_zero_is_not_read_through() {
-    let mut c = Cluster::new();
-    let job = CountingJob::start(&c);
-    job.write_pidfile(&c);
+    let (mut c, _job) = with_job();
     std::os::unix::fs::symlink("/dev/zero", c.efs().join("host_worker_log")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", c.efs().join("ack")).unwrap();
     start(&mut c);
@@ -249,9 +249,7 @@ fn a_link_to_dev_zero_is_not_read_through() {
 
 #[test]
 fn a_three_gib_sparse_ack_is_refused_unread() {
-    let mut c = Cluster::new();
-    let job = CountingJob::start(&c);
-    job.write_pidfile(&c);
+    let (mut c, _job) = with_job();
     let ack = std::fs::File::create(c.efs().join("ack")).unwrap();
     ack.set_len(3 << 30).unwrap();
     start(&mut c);
@@ -265,9 +263,7 @@ fn a_three_gib_sparse_ack_is_refused_unread() {
 
 #[test]
 fn a_directory_where_a_file_should_be() {
-    let mut c = Cluster::new();
-    let job = CountingJob::start(&c);
-    job.write_pidfile(&c);
+    let (mut c, job) = with_job();
     std::fs::create_dir(c.efs().join("ack")).unwrap();
     std::fs::create_dir(c.efs().join("hosts.mpi")).unwrap();
     start(&mut c);
@@ -346,9 +342,7 @@ fn a_reused_pid_in_a_stale_pidfile_is_not_signalled() {
 
 #[test]
 fn expect_names_the_job() {
-    let mut c = Cluster::new();
-    let job = CountingJob::start(&c);
-    job.write_pidfile(&c);
+    let (mut c, job) = with_job();
     let efs = c.efs().display().to_string();
     let notify = format!("  notify: {{ signal: SIGUSR1, pidfile: {efs}/job.pid, expect: train.py }}\n  ack: {{ timeout: 10m }}");
     c.write_config(&c.config(0, 8, &[], &notify));
