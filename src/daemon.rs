@@ -198,7 +198,7 @@ impl Daemon {
         match update {
             QueueUpdate::Messages(m) => {
                 self.queue_error = None;
-                self.inbox.extend(m);
+                keep(&mut self.inbox, m);
             }
             QueueUpdate::Failed(e) => self.queue_error = Some(e),
         }
@@ -238,12 +238,7 @@ impl Daemon {
         let events = self.source_events(&snap);
         self.record(&events);
         if stalled {
-            // Hold: nothing decided, nothing acted on, no queue message deleted.
-            let plan = decide_from(&self.rules(), &snap, self.state.clone(), now_millis());
-            self.flush_journal().await;
-            self.write_status(&plan, &snap, calls, started.elapsed())
-                .await;
-            return;
+            return self.hold(&snap, calls, started).await;
         }
         let mut plan = decide_from(
             &self.rules(),
@@ -260,6 +255,15 @@ impl Daemon {
         self.save_state().await;
         self.settle_inbox(&plan.deferred_notices).await;
         self.write_status(&plan, &snap, calls, started.elapsed())
+            .await;
+    }
+
+    /// The shared directory is not answering: nothing decided, nothing acted on, no queue
+    /// message deleted; the status says so (the plan is only for the report).
+    async fn hold(&mut self, snap: &Snapshot, calls: u32, started: Instant) {
+        let plan = decide_from(&self.rules(), snap, self.state.clone(), now_millis());
+        self.flush_journal().await;
+        self.write_status(&plan, snap, calls, started.elapsed())
             .await;
     }
 
@@ -689,6 +693,19 @@ impl Daemon {
     }
 }
 
+/// Adds received messages to the inbox. One redelivered while kept (a stall, a deferral) keeps
+/// one copy with its newest receipt: SQS deletes a message only by the receipt of its latest
+/// delivery ("DeleteMessage", Amazon SQS API Reference), and a long stall must not grow the inbox
+/// by a copy every visibility timeout.
+fn keep(inbox: &mut Vec<Received>, received: Vec<Received>) {
+    for r in received {
+        match inbox.iter_mut().find(|kept| kept.parsed == r.parsed) {
+            Some(kept) => kept.receipt = r.receipt,
+            None => inbox.push(r),
+        }
+    }
+}
+
 async fn recv(queue: &mut Option<mpsc::Receiver<QueueUpdate>>) -> Option<QueueUpdate> {
     match queue {
         Some(q) => q.recv().await,
@@ -730,4 +747,32 @@ fn acknowledged(state: &State, snap: &Snapshot, log_form: bool) -> Option<u64> {
         oldest_unconfirmed.map_or(state.generation, |g| g.saturating_sub(1))
     });
     acks.generation.max(from_log.filter(|g| *g > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn received(receipt: &str, body: &str) -> Received {
+        Received {
+            receipt: receipt.into(),
+            parsed: crate::observe::eventbridge::parse(body),
+        }
+    }
+
+    #[test]
+    fn a_redelivered_message_is_kept_once_with_its_newest_receipt() {
+        let warning = r#"{"id":"e-1","detail-type":"EC2 Spot Instance Interruption Warning","detail":{"instance-id":"i-1"}}"#;
+        let other = r#"{"id":"e-2","detail-type":"EC2 Spot Instance Interruption Warning","detail":{"instance-id":"i-2"}}"#;
+        let mut inbox = Vec::new();
+        keep(
+            &mut inbox,
+            vec![received("r1", warning), received("r2", other)],
+        );
+        for n in 3..10 {
+            keep(&mut inbox, vec![received(&format!("r{n}"), warning)]);
+        }
+        let receipts: Vec<&str> = inbox.iter().map(|r| r.receipt.as_str()).collect();
+        assert_eq!(receipts, ["r9", "r2"]);
+    }
 }

@@ -473,6 +473,15 @@ impl Drop for Fuse {
 fn a_stalled_shared_file_system_is_reported_and_held_and_the_queue_waits() {
     let mut c = Cluster::new();
     let queue = create_event_queue(&c);
+    // Redelivered every second while dtd keeps it: only the newest receipt can delete it.
+    c.aws(&[
+        "sqs",
+        "set-queue-attributes",
+        "--queue-url",
+        &queue,
+        "--attributes",
+        "VisibilityTimeout=1",
+    ]);
     let fuse = Fuse::mount(&c.efs(), &c.dir.path().join("mnt"));
     let (efs, mnt) = (
         c.efs().display().to_string(),
@@ -521,4 +530,13 @@ fn a_stalled_shared_file_system_is_reported_and_held_and_the_queue_waits() {
         .filter(|e| e["kind"] == "source_recovered")
         .count();
     assert_eq!(recovered, 2);
+    assert_eq!(c.events_of("interrupted", &id), 1);
+    wait_until(
+        "the heeded warning deleted from the queue",
+        Duration::from_secs(30),
+        || queue_depth(&c, &queue) == 0,
+    );
+    c.wait_passes(2);
+    let s = c.status_json();
+    assert!(!s["errors"].to_string().contains("event queue"), "{s}");
 }
