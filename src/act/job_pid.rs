@@ -164,6 +164,11 @@ mod tests {
     fn a_process_started_after_the_pidfile_was_written_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        // Its command line is there once the exec has completed, which spawn does not wait for.
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        while std::fs::read(&cmdline).unwrap_or_default().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let p = pidfile(dir.path(), child.id());
         assert_eq!(job_pid(&p, None).unwrap(), child.id() as i32);
         assert_eq!(job_pid(&p, Some("sleep")).unwrap(), child.id() as i32);
