@@ -632,53 +632,13 @@ fn check_delivery(moto: &Moto, out: &BTreeMap<String, String>) {
         .collect();
     entries.extend(others);
     put_events(moto, &entries);
-    let endpoint = moto.endpoint();
-    let mut delivered = Vec::new();
-    loop {
-        // An empty receive prints nothing at all.
-        let text = aws(
-            moto,
-            &[
-                "--endpoint-url",
-                &endpoint,
-                "sqs",
-                "receive-message",
-                "--queue-url",
-                &out["EventQueueUrl"],
-                "--max-number-of-messages",
-                "10",
-                "--wait-time-seconds",
-                "1",
-                "--output",
-                "json",
-            ],
-        );
-        if text.trim().is_empty() {
-            break;
-        }
-        let got: Json = serde_json::from_str(&text).unwrap();
-        let Some(messages) = got["Messages"].as_array().filter(|m| !m.is_empty()) else {
-            break;
-        };
-        for m in messages {
-            let body: Json = serde_json::from_str(m["Body"].as_str().unwrap()).unwrap();
-            delivered.push(body["detail-type"].as_str().unwrap().to_string());
-            let receipt = m["ReceiptHandle"].as_str().unwrap();
-            aws(
-                moto,
-                &[
-                    "--endpoint-url",
-                    &endpoint,
-                    "sqs",
-                    "delete-message",
-                    "--queue-url",
-                    &out["EventQueueUrl"],
-                    "--receipt-handle",
-                    receipt,
-                ],
-            );
-        }
-    }
+    let mut delivered: Vec<String> = drain_queue(moto, out)
+        .iter()
+        .map(|b| {
+            let body: Json = serde_json::from_str(b).unwrap();
+            body["detail-type"].as_str().unwrap().to_string()
+        })
+        .collect();
     delivered.sort();
     let mut expected = expected;
     expected.sort();
