@@ -409,11 +409,7 @@ impl Daemon {
             act::hostfiles::write_generation(&gen_file, generation)?;
             Ok::<bool, String>(written)
         };
-        let written = self
-            .shared_fs
-            .run("writing host files", write)
-            .await
-            .and_then(|r| r);
+        let written = self.shared_fs.try_run("writing host files", write).await;
         if let Ok(true) = written {
             tracing::info!(
                 generation,
@@ -550,9 +546,8 @@ impl Daemon {
         let append = move || act::journal::append(&path, &events);
         let r = self
             .state_fs
-            .run("appending to the journal", append)
-            .await
-            .and_then(|r| r);
+            .try_run("appending to the journal", append)
+            .await;
         if r.is_ok() {
             self.unjournaled.clear();
         }
@@ -573,17 +568,19 @@ impl Daemon {
         if self.saved.as_ref() == Some(&self.state) {
             return;
         }
+        // The copy written is the one remembered as saved: one clone, not two.
         let (path, state) = (self.paths.state(), self.state.clone());
-        let save = move || save_json(&path, &state).map_err(|e| e.to_string());
-        let r = self
-            .state_fs
-            .run("saving the state", save)
-            .await
-            .and_then(|r| r);
-        if r.is_ok() {
-            self.saved = Some(self.state.clone());
+        let save = move || {
+            save_json(&path, &state)
+                .map(|_| state)
+                .map_err(|e| e.to_string())
+        };
+        let r = self.state_fs.try_run("saving the state", save).await;
+        let failed = r.as_ref().err().cloned();
+        if let Ok(saved) = r {
+            self.saved = Some(saved);
         }
-        self.note_failure("state file", r.err());
+        self.note_failure("state file", failed);
     }
 
     async fn write_status(&mut self, plan: &Plan, snap: &Snapshot, calls: u32, took: Duration) {
@@ -591,12 +588,7 @@ impl Daemon {
         let report = self.status_report(plan, snap, calls, took);
         let path = self.paths.status();
         let save = move || save_json(&path, &report).map_err(|e| e.to_string());
-        if let Err(e) = self
-            .state_fs
-            .run("writing the status", save)
-            .await
-            .and_then(|r| r)
-        {
+        if let Err(e) = self.state_fs.try_run("writing the status", save).await {
             tracing::warn!("{e}");
         }
     }

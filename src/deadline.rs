@@ -69,6 +69,15 @@ impl Deadline {
     }
 
     /// The same words at every pass of one stall, so it is logged and journaled once.
+    /// [`run`](Self::run) for work that can fail itself: its error and a stall read alike.
+    pub async fn try_run<T: Send + 'static>(
+        &mut self,
+        what: &'static str,
+        work: impl FnOnce() -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        self.run(what, work).await.and_then(|r| r)
+    }
+
     fn still_stuck(&self) -> String {
         let what = self.stuck.as_ref().map_or("work", |s| s.what);
         self.stalled(what)
