@@ -44,6 +44,10 @@ pub struct Config {
     pub region: Option<String>,
     pub workers: Workers,
     pub shared_dir: PathBuf,
+    /// The EFS file system mounted at `shared_dir` (the stack fills it in): lets `dtd` say when a
+    /// worker's Availability Zone has no mount target, and `dtctl doctor` check the file system.
+    #[serde(default, deserialize_with = "file_system_id")]
+    pub shared_fs_id: Option<String>,
     #[serde(default)]
     pub hostfiles: Vec<HostfileSpec>,
     #[serde(default)]
@@ -532,6 +536,25 @@ fn cluster_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     }
 }
 
+/// An EFS file system id as the EFS API writes it: `fs-` and 8 or 17 hex digits (older ids have
+/// 8). It reaches API calls and messages only, but a typo should fail here, not at the first call.
+fn file_system_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    use serde::de::Error;
+    let id = String::deserialize(d)?;
+    let hex = id.strip_prefix("fs-").unwrap_or("");
+    let ok = (hex.len() == 8 || hex.len() == 17)
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if ok {
+        Ok(Some(id))
+    } else {
+        Err(D::Error::custom(format!(
+            "shared_fs_id `{id}` is not an EFS file system id (fs- and 8 or 17 lowercase hex digits)"
+        )))
+    }
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -770,6 +793,19 @@ interval: 1s
         assert_eq!(cfg.state_dir(), Path::new("/efs/.dt/demo"));
         assert_eq!(cfg.workers.tags.get("NodeType").unwrap(), "Worker");
         assert!(matches!(cfg.job.notify, Notify::Signal { .. }));
+    }
+
+    #[test]
+    fn shared_fs_id_must_be_an_efs_id() {
+        let with =
+            |id: &str| GOOD.replace("interval: 1s", &format!("interval: 1s\nshared_fs_id: {id}"));
+        let cfg = Config::parse(&with("fs-0123abcd")).unwrap();
+        assert_eq!(cfg.shared_fs_id.as_deref(), Some("fs-0123abcd"));
+        assert!(Config::parse(&with("fs-0123456789abcdef0")).is_ok());
+        for bad in ["fs-0123ABCD", "fs-123", "fsap-0123abcd", "'fs-0123abcd/..'"] {
+            let e = error_of(&with(bad));
+            assert!(e.contains("shared_fs_id"), "{bad}: {e}");
+        }
     }
 
     fn error_of(text: &str) -> String {
