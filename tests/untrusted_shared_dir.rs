@@ -365,15 +365,6 @@ fn expect_names_the_job() {
     });
 }
 
-/// A tmpfs mounted for the test, unmounted when dropped.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_state_directory_not_on_a_mount_is_refused() {
     let mut c = Cluster::new();
@@ -399,16 +390,7 @@ fn a_state_directory_not_on_a_mount_is_refused() {
     );
 
     // Mounted (a tmpfs stands in for EFS), the same config starts.
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
-        .arg(c.efs())
-        .status()
-        .expect("mount");
-    assert!(
-        mounted.success(),
-        "mounting a tmpfs needs root (CI runs as root)"
-    );
-    let _mount = Mount(c.efs());
+    let _mount = Mount::tmpfs(&c.efs(), "tmpfs");
     c.start_dtd();
     c.wait_passes(1);
     assert!(c.state_dir().join("state.json").exists());

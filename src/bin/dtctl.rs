@@ -76,6 +76,11 @@ enum Command {
         #[arg(long, default_value = "30m")]
         timeout: humantime::Duration,
     },
+    /// Whether this cluster can work: a line per check, ✔ or ✖ with what to do; exit 1 on any ✖.
+    Doctor {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Re-arm replacing workers whose prepare-data failed, after dtd stopped at the limit.
     Resume,
     /// Acknowledge generation G on behalf of the job (writes the ack file).
@@ -126,6 +131,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             timeout,
         } => ctl::asg::scale(&cfg, replicas, wait.then(|| timeout.into())).await,
         Command::Resume => ctl::asg::resume(&cfg),
+        Command::Doctor { output } => {
+            if !ctl::doctor::doctor(&cfg, json(output)).await? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Config { .. } => unreachable!("handled above"),
     }
 }

@@ -2,5 +2,6 @@
 //! talk to AWS.
 
 pub mod asg;
+pub mod doctor;
 pub mod ec2;
 pub mod local;

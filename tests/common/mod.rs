@@ -158,6 +158,32 @@ pub fn aws_cli(endpoint: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// A tmpfs mounted for a test, unmounted (lazily: dtd may still hold a file) when dropped.
+pub struct Mount(PathBuf);
+
+impl Mount {
+    /// `source` is the name the mount table shows for it (a tmpfs takes any).
+    pub fn tmpfs(at: &Path, source: &str) -> Mount {
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16m", source])
+            .arg(at)
+            .status()
+            .expect("running mount");
+        assert!(
+            mounted.success(),
+            "mounting a tmpfs at {} needs root (CI runs as root)",
+            at.display()
+        );
+        Mount(at.to_path_buf())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// One cluster: an emulator, a launch template, a shared directory and (when started) `dtd`.
 pub struct Cluster {
     pub moto: Moto,
@@ -330,9 +356,14 @@ impl Cluster {
     }
 
     pub fn dtctl(&self, args: &[&str]) -> Output {
+        self.dtctl_with(&self.config_path(), args)
+    }
+
+    /// `dtctl` with another config file than the cluster's own.
+    pub fn dtctl_with(&self, config: &Path, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_dtctl"))
             .arg("--config")
-            .arg(self.config_path())
+            .arg(config)
             .args(args)
             .envs(aws_env(&self.moto.endpoint()))
             .output()

@@ -1,0 +1,56 @@
+//! `dtctl doctor`: whether this cluster can work, one line per check, with what to do about each
+//! one that fails. Every check only reads, or asks EC2 with `DryRun`; nothing is changed.
+
+mod daemon;
+mod events;
+mod file_system;
+mod group;
+mod identity;
+mod mounts;
+mod permissions;
+mod report;
+mod template;
+
+use crate::aws::sdk_config;
+use crate::config::Config;
+
+pub use report::{Check, Outcome, Report};
+
+/// What the AWS checks share: one SDK configuration, and what earlier checks learned.
+pub(crate) struct Context<'a> {
+    pub cfg: &'a Config,
+    pub sdk: aws_config::SdkConfig,
+    pub ec2: aws_sdk_ec2::Client,
+}
+
+/// Runs every check and prints the report; `Ok(false)` when any check failed.
+pub async fn doctor(cfg: &Config, json: bool) -> anyhow::Result<bool> {
+    let report = run(cfg).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(report.ok)
+}
+
+pub async fn run(cfg: &Config) -> Report {
+    let sdk = sdk_config(cfg.region.as_deref(), cfg.api_timeout).await;
+    let cx = Context {
+        cfg,
+        ec2: aws_sdk_ec2::Client::new(&sdk),
+        sdk,
+    };
+    let mut checks = identity::checks(&cx).await;
+    let template = template::checks(&cx).await;
+    let group = group::checks(&cx).await;
+    let workers = template::Workers::merge(&template.workers, &group.workers);
+    checks.extend(template.checks);
+    checks.extend(group.checks);
+    checks.extend(file_system::checks(&cx, &workers).await);
+    checks.push(mounts::check(cfg));
+    checks.extend(permissions::checks(&cx, template.found).await);
+    checks.extend(events::checks(&cx).await);
+    checks.extend(daemon::checks(cfg));
+    Report::new(&cfg.cluster, checks)
+}
