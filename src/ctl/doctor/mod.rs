@@ -41,16 +41,25 @@ pub async fn run(cfg: &Config) -> Report {
         ec2: aws_sdk_ec2::Client::new(&sdk),
         sdk,
     };
-    let mut checks = identity::checks(&cx).await;
-    let template = template::checks(&cx).await;
-    let group = group::checks(&cx).await;
+    // Independent reads run together: the report takes the time of its slowest chain of calls.
+    let (identity, template, group, events) = tokio::join!(
+        identity::checks(&cx),
+        template::checks(&cx),
+        group::checks(&cx),
+        events::checks(&cx),
+    );
     let workers = template::Workers::merge(&template.workers, &group.workers);
+    let (file_system, permissions) = tokio::join!(
+        file_system::checks(&cx, &workers),
+        permissions::checks(&cx, template.found.clone()),
+    );
+    let mut checks = identity;
     checks.extend(template.checks);
     checks.extend(group.checks);
-    checks.extend(file_system::checks(&cx, &workers).await);
+    checks.extend(file_system);
     checks.push(mounts::check(cfg));
-    checks.extend(permissions::checks(&cx, template.found).await);
-    checks.extend(events::checks(&cx).await);
+    checks.extend(permissions);
+    checks.extend(events);
     checks.extend(daemon::checks(cfg));
     Report::new(&cfg.cluster, checks)
 }
