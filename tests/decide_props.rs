@@ -335,6 +335,7 @@ impl World {
             notices: self.notices.clone(),
             group: None,
             resume_requested: None,
+            mount_targets: None,
         }
     }
 
