@@ -18,7 +18,7 @@ use crate::fsutil::now_millis;
 use crate::model::*;
 use crate::observe::acks::AckReader;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
-use crate::observe::efs::{mount_target_zones, MountTargetCache};
+use crate::observe::efs::MountTargetWatch;
 use crate::observe::eventbridge::Parsed;
 use crate::observe::markers::MarkerScanner;
 use crate::observe::queue::{self, QueueUpdate, Received};
@@ -53,7 +53,7 @@ pub struct Daemon {
     queue_error: Option<String>,
     ec2: Ec2Observer,
     /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
-    mount_targets: Option<MountTargetCache>,
+    mount_targets: Option<MountTargetWatch>,
     /// Read on a thread of their own, with `shared_fs`'s deadline.
     readers: Arc<Mutex<SharedReaders>>,
     /// Deadlines for work on the shared directory, and on the state directory.
@@ -152,8 +152,8 @@ impl Daemon {
                 &cfg.workers.tags,
                 cfg.workers.page_size,
             ),
-            mount_targets: (cfg.shared_fs_id.as_deref())
-                .map(|fs| MountTargetCache::new(fs, cfg.shared_fs_refresh)),
+            mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
+                .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
             clients,
             queue: None,
             inbox: Vec::new(),
@@ -327,21 +327,17 @@ impl Daemon {
         Some(crate::observe::asg::read_group(client, name).await)
     }
 
-    /// The cached mount-target zones, re-read when due (see `MountTargetCache::due`).
+    /// The mount-target zones, re-read when due (see `MountTargetCache::due`).
     async fn observe_mount_targets(
         &mut self,
         instances: &Result<Vec<Instance>, String>,
     ) -> Option<MountTargets> {
-        let (Some(cache), Some(client)) = (self.mount_targets.as_mut(), &self.clients.efs) else {
-            return None;
-        };
-        let now = Instant::now();
+        let watch = self.mount_targets.as_mut()?;
         let zones = (instances.iter().flatten()).map(|i| i.az.as_str());
-        if cache.due(now, zones.filter(|z| !z.is_empty())) {
-            let read = mount_target_zones(client, cache.fs_id()).await;
-            cache.update(now, read);
-        }
-        let (view, error) = (cache.view(), cache.error().map(str::to_string));
+        let view = watch
+            .poll(Instant::now(), zones.filter(|z| !z.is_empty()))
+            .await;
+        let error = watch.cache().error().map(str::to_string);
         self.note_failure("EFS mount targets", error);
         view
     }
@@ -670,7 +666,7 @@ impl Daemon {
         });
         // Unknown zones hold nothing: a failed read is a source shown as failed, not a hold.
         let efs = (self.mount_targets.as_ref()).map(|c| {
-            let detail = match c.summary() {
+            let detail = match c.cache().summary() {
                 Ok(zones) => (true, zones),
                 Err(e) => (false, e),
             };

@@ -3,13 +3,15 @@
 //! The answer rarely changes, so the daemon keeps it in a [`MountTargetCache`] and re-reads it on
 //! a period, and sooner when a worker shows up in a zone the last answer lacks (a person may just
 //! have created the mount target it waits for). A read that fails or is incomplete is "unknown":
-//! nothing is concluded from it.
+//! nothing is concluded from it. [`MountTargetWatch`] does the reading without letting a slow
+//! EFS endpoint hold up a pass.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use aws_sdk_efs::types::{LifeCycleState, MountTargetDescription};
 use aws_sdk_efs::Client;
+use tokio::task::JoinHandle;
 
 use crate::aws::describe_error;
 use crate::model::MountTargets;
@@ -21,12 +23,19 @@ pub const MIN_GAP: Duration = Duration::from_secs(60);
 /// means the service keeps answering with new markers, and the read is given up as partial.
 const MAX_PAGES: usize = 100;
 
+/// How long a pass waits for a read it started. A read normally answers well within it, so the
+/// pass decides on a fresh answer; a slower one finishes in the background, and until then the
+/// zones are unknown rather than the pass (and any interruption it heeds) being held up.
+const PASS_WAIT: Duration = Duration::from_secs(2);
+
 #[derive(Debug, thiserror::Error)]
 pub enum MountTargetError {
     #[error("DescribeMountTargets {fs_id}: {message}")]
     Describe { fs_id: String, message: String },
     #[error("DescribeMountTargets {fs_id}: {why}; the answer is incomplete")]
     Partial { fs_id: String, why: String },
+    #[error("reading the mount targets of {fs_id}: {why}")]
+    Task { fs_id: String, why: String },
 }
 
 /// The zones (names, as this account sees them) where `fs_id` has a mount target that is, or is
@@ -138,10 +147,14 @@ impl MountTargetCache {
         unexplained && age >= MIN_GAP.min(self.refresh)
     }
 
-    /// Records a read made at `now`: a failure forgets the previous answer rather than keep
-    /// showing it as current.
-    pub fn update(&mut self, now: Instant, read: Result<BTreeSet<String>, MountTargetError>) {
+    /// A read starts at `now`: the schedule counts from here.
+    pub fn begin(&mut self, now: Instant) {
         self.last_read = Some(now);
+    }
+
+    /// Records a read's answer: a failure forgets the previous answer rather than keep showing
+    /// it as current.
+    pub fn finish(&mut self, read: Result<BTreeSet<String>, MountTargetError>) {
         match read {
             Ok(zones) => {
                 if self.known.as_ref() != Some(&zones) {
@@ -187,6 +200,54 @@ impl MountTargetCache {
     }
 }
 
+/// The cache and the reads that fill it, one at a time, each on a task of its own.
+pub struct MountTargetWatch {
+    client: Client,
+    cache: MountTargetCache,
+    reading: Option<JoinHandle<Result<BTreeSet<String>, MountTargetError>>>,
+}
+
+impl MountTargetWatch {
+    pub fn new(client: Client, fs_id: &str, refresh: Duration) -> MountTargetWatch {
+        MountTargetWatch {
+            client,
+            cache: MountTargetCache::new(fs_id, refresh),
+            reading: None,
+        }
+    }
+
+    pub fn cache(&self) -> &MountTargetCache {
+        &self.cache
+    }
+
+    /// This pass's zones: starts a read when one is due, waits for it a little, and says
+    /// "unknown" while one is still out (it may be re-checking a zone just seen uncovered).
+    pub async fn poll<'z>(
+        &mut self,
+        now: Instant,
+        worker_zones: impl IntoIterator<Item = &'z str>,
+    ) -> Option<MountTargets> {
+        if self.reading.is_none() && self.cache.due(now, worker_zones) {
+            self.cache.begin(now);
+            let (client, fs_id) = (self.client.clone(), self.cache.fs_id.clone());
+            let read = async move { mount_target_zones(&client, &fs_id).await };
+            self.reading = Some(tokio::spawn(read));
+        }
+        if let Some(handle) = self.reading.as_mut() {
+            let joined = tokio::time::timeout(PASS_WAIT, handle).await.ok()?;
+            self.reading = None;
+            let read = joined.unwrap_or_else(|e| {
+                Err(MountTargetError::Task {
+                    fs_id: self.cache.fs_id.clone(),
+                    why: e.to_string(),
+                })
+            });
+            self.cache.finish(read);
+        }
+        self.cache.view()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,7 +271,8 @@ mod tests {
         let mut c = MountTargetCache::new("fs-0123abcd", REFRESH);
         assert!(c.due(t0, ["us-east-1a"]));
         assert_eq!(c.view(), None, "unknown before the first read");
-        c.update(t0, Ok(zones(&["us-east-1a"])));
+        c.begin(t0);
+        c.finish(Ok(zones(&["us-east-1a"])));
         assert!(!c.due(t0 + Duration::from_secs(299), ["us-east-1a"]));
         assert!(c.due(t0 + REFRESH, ["us-east-1a"]));
         assert_eq!(c.view().unwrap().zones, zones(&["us-east-1a"]));
@@ -220,13 +282,15 @@ mod tests {
     fn a_worker_in_an_uncovered_zone_triggers_a_read_at_most_once_a_minute() {
         let t0 = Instant::now();
         let mut c = MountTargetCache::new("fs-0123abcd", REFRESH);
-        c.update(t0, Ok(zones(&["us-east-1a"])));
+        c.begin(t0);
+        c.finish(Ok(zones(&["us-east-1a"])));
         let both = ["us-east-1a", "us-east-1c"];
         assert!(!c.due(t0 + Duration::from_secs(59), both));
         assert!(c.due(t0 + MIN_GAP, both));
         // A short refresh period bounds it too (the tests use one).
         let mut short = MountTargetCache::new("fs-0123abcd", Duration::from_secs(2));
-        short.update(t0, Ok(zones(&["us-east-1a"])));
+        short.begin(t0);
+        short.finish(Ok(zones(&["us-east-1a"])));
         assert!(short.due(t0 + Duration::from_secs(2), both));
     }
 
@@ -234,13 +298,16 @@ mod tests {
     fn a_failed_read_is_unknown_and_retried_after_the_gap() {
         let t0 = Instant::now();
         let mut c = MountTargetCache::new("fs-0123abcd", REFRESH);
-        c.update(t0, Ok(zones(&["us-east-1a"])));
-        c.update(t0, Err(failed()));
+        c.begin(t0);
+        c.finish(Ok(zones(&["us-east-1a"])));
+        c.begin(t0);
+        c.finish(Err(failed()));
         assert_eq!(c.view(), None, "never a smaller set from a failed read");
         assert!(c.summary().unwrap_err().contains("throttled"));
         assert!(!c.due(t0 + Duration::from_secs(30), ["us-east-1a"]));
         assert!(c.due(t0 + MIN_GAP, ["us-east-1a"]));
-        c.update(t0 + MIN_GAP, Ok(zones(&["us-east-1a", "us-east-1b"])));
+        c.begin(t0 + MIN_GAP);
+        c.finish(Ok(zones(&["us-east-1a", "us-east-1b"])));
         assert_eq!(c.error(), None);
         assert_eq!(
             c.summary().unwrap(),
