@@ -130,6 +130,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         notices: Vec::new(),
         group: None,
         resume_requested: None,
+        mount_targets: None,
     };
     // One pass fills what the daemon remembers between passes (the `since` times).
     let mut warm = snap.clone();

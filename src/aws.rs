@@ -38,17 +38,23 @@ pub async fn autoscaling_client(cfg: &crate::config::Config) -> aws_sdk_autoscal
     aws_sdk_autoscaling::Client::new(&sdk_config(cfg.region.as_deref(), cfg.api_timeout).await)
 }
 
+pub async fn efs_client(cfg: &crate::config::Config) -> aws_sdk_efs::Client {
+    aws_sdk_efs::Client::new(&sdk_config(cfg.region.as_deref(), cfg.api_timeout).await)
+}
+
 /// The SDK's error with its whole chain of causes, for logs and `dtctl` messages.
 pub fn describe_error<E: std::error::Error>(e: &E) -> String {
     aws_sdk_ec2::error::DisplayErrorContext(e).to_string()
 }
 
-/// Every client the daemon uses; the queue and group clients only when the config names them.
+/// Every client the daemon uses; the queue, group and file-system clients only when the config
+/// names them.
 #[derive(Clone)]
 pub struct Clients {
     pub ec2: aws_sdk_ec2::Client,
     pub sqs: Option<aws_sdk_sqs::Client>,
     pub autoscaling: Option<aws_sdk_autoscaling::Client>,
+    pub efs: Option<aws_sdk_efs::Client>,
 }
 
 pub async fn clients(cfg: &crate::config::Config) -> Clients {
@@ -67,5 +73,6 @@ pub async fn clients(cfg: &crate::config::Config) -> Clients {
         sqs,
         autoscaling: (cfg.workers.auto_scaling_group.as_ref())
             .map(|_| aws_sdk_autoscaling::Client::new(&shared)),
+        efs: (cfg.shared_fs_id.as_ref()).map(|_| aws_sdk_efs::Client::new(&shared)),
     }
 }

@@ -48,6 +48,10 @@ pub struct Config {
     /// worker's Availability Zone has no mount target, and `dtctl doctor` check the file system.
     #[serde(default, deserialize_with = "file_system_id")]
     pub shared_fs_id: Option<String>,
+    /// How often `dtd` re-reads the file system's mount targets; a worker seen in a zone without
+    /// one triggers a read sooner, but never more often than this or once a minute.
+    #[serde(default = "default_shared_fs_refresh", deserialize_with = "duration")]
+    pub shared_fs_refresh: Duration,
     #[serde(default)]
     pub hostfiles: Vec<HostfileSpec>,
     #[serde(default)]
@@ -473,6 +477,10 @@ fn default_max_prepare_failures() -> u32 {
     5
 }
 
+fn default_shared_fs_refresh() -> Duration {
+    Duration::from_secs(300)
+}
+
 fn default_interval() -> Duration {
     Duration::from_secs(2)
 }
@@ -610,6 +618,13 @@ impl Config {
                 text,
                 "attempts",
                 "agent.attempts must be at least 1",
+            ));
+        }
+        if self.shared_fs_refresh < Duration::from_secs(1) {
+            return Err(at_key(
+                text,
+                "shared_fs_refresh",
+                "shared_fs_refresh must be at least 1s",
             ));
         }
         self.validate_prepare_timeout(text)?;
@@ -802,6 +817,12 @@ interval: 1s
         let cfg = Config::parse(&with("fs-0123abcd")).unwrap();
         assert_eq!(cfg.shared_fs_id.as_deref(), Some("fs-0123abcd"));
         assert!(Config::parse(&with("fs-0123456789abcdef0")).is_ok());
+        assert_eq!(cfg.shared_fs_refresh, Duration::from_secs(300));
+        let e = error_of(&GOOD.replace("interval: 1s", "interval: 1s\nshared_fs_refresh: 0s"));
+        assert!(
+            e.contains("shared_fs_refresh") && e.contains("line 12"),
+            "{e}"
+        );
         for bad in ["fs-0123ABCD", "fs-123", "fsap-0123abcd", "'fs-0123abcd/..'"] {
             let e = error_of(&with(bad));
             assert!(e.contains("shared_fs_id"), "{bad}: {e}");

@@ -18,6 +18,7 @@ use crate::fsutil::now_millis;
 use crate::model::*;
 use crate::observe::acks::AckReader;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
+use crate::observe::efs::MountTargetWatch;
 use crate::observe::eventbridge::Parsed;
 use crate::observe::markers::MarkerScanner;
 use crate::observe::queue::{self, QueueUpdate, Received};
@@ -51,6 +52,8 @@ pub struct Daemon {
     inbox: Vec<Received>,
     queue_error: Option<String>,
     ec2: Ec2Observer,
+    /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
+    mount_targets: Option<MountTargetWatch>,
     /// Read on a thread of their own, with `shared_fs`'s deadline.
     readers: Arc<Mutex<SharedReaders>>,
     /// Deadlines for work on the shared directory, and on the state directory.
@@ -149,6 +152,8 @@ impl Daemon {
                 &cfg.workers.tags,
                 cfg.workers.page_size,
             ),
+            mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
+                .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
             clients,
             queue: None,
             inbox: Vec::new(),
@@ -225,6 +230,7 @@ impl Daemon {
         let started = Instant::now();
         self.errors.clear();
         let (instances, calls) = self.observe_ec2().await;
+        let mount_targets = self.observe_mount_targets(&instances).await;
         let shared = self.read_shared().await;
         let stalled = shared.markers.is_err() && self.shared_fs.is_stuck();
         let snap = Snapshot {
@@ -234,6 +240,7 @@ impl Daemon {
             acks: shared.acks,
             group: self.observe_group().await,
             resume_requested: shared.resume_requested,
+            mount_targets,
         };
         let events = self.source_events(&snap);
         self.record(&events);
@@ -318,6 +325,21 @@ impl Daemon {
         let name = self.cfg.workers.auto_scaling_group.as_deref()?;
         let client = self.clients.autoscaling.as_ref()?;
         Some(crate::observe::asg::read_group(client, name).await)
+    }
+
+    /// The mount-target zones, re-read when due (see `MountTargetCache::due`).
+    async fn observe_mount_targets(
+        &mut self,
+        instances: &Result<Vec<Instance>, String>,
+    ) -> Option<MountTargets> {
+        let watch = self.mount_targets.as_mut()?;
+        let zones = (instances.iter().flatten()).map(|i| i.az.as_str());
+        let view = watch
+            .poll(Instant::now(), zones.filter(|z| !z.is_empty()))
+            .await;
+        let error = watch.cache().error().map(str::to_string);
+        self.note_failure("EFS mount targets", error);
+        view
     }
 
     fn rules(&self) -> Rules {
@@ -642,6 +664,14 @@ impl Daemon {
             };
             ("event queue", detail)
         });
+        // Unknown zones hold nothing: a failed read is a source shown as failed, not a hold.
+        let efs = (self.mount_targets.as_ref()).map(|c| {
+            let detail = match c.cache().summary() {
+                Ok(zones) => (true, zones),
+                Err(e) => (false, e),
+            };
+            ("EFS mount targets", detail)
+        });
         let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
         StatusReport {
             cluster: self.cfg.cluster.clone(),
@@ -671,6 +701,7 @@ impl Daemon {
             sources: sources
                 .into_iter()
                 .chain(queue)
+                .chain(efs)
                 .map(|(name, (ok, detail))| SourceStatus {
                     name: name.into(),
                     ok,

@@ -110,6 +110,17 @@ pub struct Snapshot {
     pub group: Option<Result<Group, String>>,
     /// When `dtctl resume` last asked to re-arm replacing failed workers.
     pub resume_requested: Option<Millis>,
+    /// The zones where the shared file system has a mount target; `None` when `shared_fs_id` is
+    /// not configured or the last read failed (unknown: nothing is concluded from it).
+    pub mount_targets: Option<MountTargets>,
+}
+
+/// The Availability Zones (names, as this account sees them) where an EFS file system has a
+/// mount target a worker can mount through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountTargets {
+    pub fs_id: String,
+    pub zones: BTreeSet<String>,
 }
 
 /// The worker Auto Scaling group as DescribeAutoScalingGroups and DescribeLifecycleHooks see it.
@@ -312,6 +323,10 @@ pub struct State {
     /// The `dtctl resume` request already honoured.
     #[serde(default)]
     pub resumed_at: Option<Millis>,
+    /// Instances already journaled as waiting in a zone without a mount target, so a pass (or
+    /// a restarted dtd) does not journal them again.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub no_mount_target: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -344,6 +359,11 @@ pub struct Event {
     pub ip: Option<IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
+    /// The instance's Availability Zone, and the EFS file system, when the event is about them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub az: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_id: Option<String>,
     pub message: String,
 }
 
@@ -356,6 +376,8 @@ impl Event {
             instance: None,
             ip: None,
             generation: None,
+            az: None,
+            fs_id: None,
             message,
         }
     }

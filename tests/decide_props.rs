@@ -106,7 +106,8 @@ fn make_instance(
         id: id_of(slot, incarnation),
         ip: slot_ip(slot),
         instance_type: "p3.2xlarge".into(),
-        az: "us-east-1a".into(),
+        // Two zones, so that some workers are where the file system may have no mount target.
+        az: ["us-east-1a", "us-east-1b"][slot % 2].into(),
         market: "spot".into(),
         launched_at: START + slot as u64 * 7 + incarnation as u64 * 1000,
         tags,
@@ -181,6 +182,8 @@ struct Step {
     shutdown: bool,
     /// The job notification is delivered (the daemon clears it).
     delivered: bool,
+    /// The file system's mount-target zones: unknown, none, or us-east-1a only.
+    mount_targets: u8,
 }
 
 #[derive(Debug, Clone)]
@@ -265,17 +268,21 @@ fn step() -> impl Strategy<Value = Step> {
         prop::bool::weighted(0.7),
         any::<bool>(),
         prop::bool::weighted(0.7),
+        0u8..3,
     )
         .prop_map(
-            |(ops, ec2_err, markers_err, acks_err, dt, terminate_ok, shutdown, delivered)| Step {
-                ops,
-                ec2_err,
-                markers_err,
-                acks_err,
-                dt,
-                terminate_ok,
-                shutdown,
-                delivered,
+            |(ops, ec2_err, markers_err, acks_err, dt, terminate_ok, shutdown, delivered, mt)| {
+                Step {
+                    ops,
+                    ec2_err,
+                    markers_err,
+                    acks_err,
+                    dt,
+                    terminate_ok,
+                    shutdown,
+                    delivered,
+                    mount_targets: mt,
+                }
             },
         )
 }
@@ -335,6 +342,16 @@ impl World {
             notices: self.notices.clone(),
             group: None,
             resume_requested: None,
+            mount_targets: match step.mount_targets {
+                0 => None,
+                n => Some(MountTargets {
+                    fs_id: "fs-0123abcd".into(),
+                    zones: (n == 2)
+                        .then(|| "us-east-1a".to_string())
+                        .into_iter()
+                        .collect(),
+                }),
+            },
         }
     }
 
@@ -803,6 +820,44 @@ proptest! {
             Ok(())
         })?;
     }
+
+    /// What the file system's mount targets say only explains a wait: without them the pass
+    /// decides the same membership, tags, terminations and hook actions, and journals the same
+    /// events but `no_mount_target`.
+    #[test]
+    fn mount_targets_change_nothing_but_what_a_worker_waits_for(sc in scenario()) {
+        run(&sc, |p| {
+            let blind = Snapshot { mount_targets: None, ..p.snap.clone() };
+            let other = decide(p.rules, &blind, p.prev, p.now);
+            let (a, b) = (p.plan, &other);
+            let same = a.hosts == b.hosts
+                && a.tags == b.tags
+                && a.terminate == b.terminate
+                && a.group_terminate == b.group_terminate
+                && a.complete_hooks == b.complete_hooks
+                && a.heartbeats == b.heartbeats
+                && a.protect == b.protect
+                && a.notify == b.notify
+                && a.holds == b.holds
+                && a.deferred_notices == b.deferred_notices;
+            if !same {
+                return p.fail(format!("the mount targets changed the plan; without them: {other:?}"));
+            }
+            let mut state = a.state.clone();
+            state.no_mount_target = b.state.no_mount_target.clone();
+            if state != b.state {
+                return p.fail(format!("the mount targets changed the state: {:?}", a.state));
+            }
+            let events = |plan: &Plan| -> Vec<Event> {
+                let kept = plan.events.iter().filter(|e| e.kind != "no_mount_target");
+                kept.cloned().collect()
+            };
+            if events(a) != events(b) {
+                return p.fail("the mount targets changed the journal beyond no_mount_target".into());
+            }
+            Ok(())
+        })?;
+    }
 }
 
 /// The properties only mean something if the random runs reach the rules they guard: over a
@@ -840,6 +895,7 @@ fn the_random_runs_reach_every_rule() {
                 "removal_cancelled",
                 "gone",
                 "interrupted",
+                "no_mount_target",
             ] {
                 count(kind, p.plan.events.iter().any(|e| e.kind == kind));
             }

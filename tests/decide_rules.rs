@@ -71,6 +71,7 @@ struct World {
     notices: Vec<Notice>,
     group: Option<Result<Group, String>>,
     resume: Option<Millis>,
+    mount_targets: Option<MountTargets>,
 }
 
 impl World {
@@ -89,6 +90,7 @@ impl World {
             notices: self.notices.clone(),
             group: self.group.clone(),
             resume_requested: self.resume,
+            mount_targets: self.mount_targets.clone(),
         }
     }
 
@@ -1663,4 +1665,138 @@ fn an_interruption_on_a_partial_view_is_remembered_until_the_view_is_complete() 
     w.notices.clear();
     let complete = pass(&r, &mut w, &plan.state, 4_000);
     assert!(complete.state.removals.is_empty());
+}
+
+const FS: &str = "fs-0123abcd";
+const NO_TARGET_IN_1C: &str =
+    "an EFS mount target in us-east-1c: fs-0123abcd has none there, so it cannot mount the shared directory";
+
+fn mount_targets_in(zones: &[&str]) -> Option<MountTargets> {
+    Some(MountTargets {
+        fs_id: FS.into(),
+        zones: zones.iter().map(|z| z.to_string()).collect(),
+    })
+}
+
+/// i-1 (10.0.1.1) in us-east-1a, which has a mount target; i-2 (10.0.1.2) in us-east-1c, which
+/// has none. Neither has a marker yet.
+fn split_across_zones() -> World {
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 200),
+    ]);
+    w.inst("i-2").az = "us-east-1c".into();
+    w.mount_targets = mount_targets_in(&["us-east-1a"]);
+    w
+}
+
+#[test]
+fn a_worker_in_a_zone_without_a_mount_target_waits_for_one_and_is_journaled_once() {
+    let r = rules();
+    let mut w = split_across_zones();
+    let first = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(waiting_for(&first, &w, "i-2"), NO_TARGET_IN_1C);
+    assert_eq!(
+        waiting_for(&first, &w, "i-1"),
+        "prepare-data marker prepare_data_success_10.0.1.1"
+    );
+    assert_eq!(worker(&first, &w, "i-2").label(), "PREPARING");
+    let journaled: Vec<&Event> = (first.events.iter())
+        .filter(|e| e.kind == "no_mount_target")
+        .collect();
+    assert_eq!(journaled.len(), 1, "{:?}", first.events);
+    let e = journaled[0];
+    assert_eq!(e.instance.as_deref(), Some("i-2"));
+    assert_eq!(e.ip, Some(ip("10.0.1.2")));
+    assert_eq!(e.az.as_deref(), Some("us-east-1c"));
+    assert_eq!(e.fs_id.as_deref(), Some(FS));
+    assert!(e.message.contains("us-east-1c") && e.message.contains(FS));
+
+    // Later passes, and a restarted dtd, say the same without journaling it again.
+    let second = pass(&r, &mut w, &first.state, 2_000);
+    let restarted = pass(&r, &mut w, &reloaded(&second.state), 3_000);
+    for plan in [&second, &restarted] {
+        assert_eq!(waiting_for(plan, &w, "i-2"), NO_TARGET_IN_1C);
+        assert_eq!(count_kind(plan, "no_mount_target"), 0, "{:?}", plan.events);
+    }
+}
+
+#[test]
+fn the_check_only_explains_a_wait_it_never_removes_terminates_or_holds() {
+    let r = rules();
+    let mut w = split_across_zones();
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert!(plan.terminate.is_empty() && plan.state.removals.is_empty());
+    assert!(plan.holds.is_empty(), "{:?}", plan.holds);
+    assert_eq!(tagged(&plan, WorkerStatus::Preparing), ["i-1", "i-2"]);
+    // A marker that does appear (the agent found another way) still joins.
+    w.ready("10.0.1.2");
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+}
+
+#[test]
+fn once_the_zone_has_a_mount_target_the_marker_wait_comes_back() {
+    let r = rules();
+    let mut w = split_across_zones();
+    let first = pass(&r, &mut w, &State::default(), 1_000);
+    w.mount_targets = mount_targets_in(&["us-east-1a", "us-east-1c"]);
+    let covered = pass(&r, &mut w, &first.state, 2_000);
+    assert_eq!(
+        waiting_for(&covered, &w, "i-2"),
+        "prepare-data marker prepare_data_success_10.0.1.2"
+    );
+    assert_eq!(count_kind(&covered, "no_mount_target"), 0);
+    w.ready("10.0.1.2");
+    let joined = pass(&r, &mut w, &covered.state, 3_000);
+    assert_eq!(hosts(&joined), with_base(&["10.0.1.2"]));
+}
+
+#[test]
+fn unknown_zones_claim_nothing() {
+    let r = rules();
+    let mut w = split_across_zones();
+    // Not configured, or the last read failed: the usual wait, nothing journaled.
+    w.mount_targets = None;
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(
+        waiting_for(&plan, &w, "i-2"),
+        "prepare-data marker prepare_data_success_10.0.1.2"
+    );
+    assert_eq!(count_kind(&plan, "no_mount_target"), 0);
+    assert!(plan.state.no_mount_target.is_empty());
+    // An instance whose zone EC2 did not give is not judged either.
+    w.mount_targets = mount_targets_in(&["us-east-1a"]);
+    w.inst("i-2").az = String::new();
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(count_kind(&plan, "no_mount_target"), 0);
+}
+
+#[test]
+fn an_instance_that_is_gone_is_forgotten() {
+    let r = rules();
+    let mut w = split_across_zones();
+    let first = pass(&r, &mut w, &State::default(), 1_000);
+    assert!(first.state.no_mount_target.contains("i-2"));
+    w.vanish("i-2");
+    let after = pass(&r, &mut w, &first.state, 2_000);
+    assert!(after.state.no_mount_target.is_empty());
+}
+
+#[test]
+fn a_group_worker_held_at_launch_in_a_zone_without_a_mount_target_says_so() {
+    let r = group_rules();
+    let mut w = World::with(vec![group_instance("i-1", "10.0.1.1", 100)]);
+    w.group = Some(Ok(group_of(&w, 1)));
+    w.lifecycle("i-1", "Pending:Wait");
+    w.inst("i-1").az = "us-east-1c".into();
+    w.mount_targets = mount_targets_in(&["us-east-1a"]);
+    let plan = pass(&r, &mut w, &State::default(), HELD_AT);
+    let why = waiting_for(&plan, &w, "i-1");
+    assert!(
+        why.starts_with(NO_TARGET_IN_1C) && why.contains("abandoned if none within 1h"),
+        "{why}"
+    );
+    assert_eq!(count_kind(&plan, "no_mount_target"), 1);
+    assert!(plan.complete_hooks.is_empty(), "held, not abandoned early");
 }

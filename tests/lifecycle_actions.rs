@@ -139,6 +139,7 @@ fn held_worker() -> Snapshot {
         notices: Vec::new(),
         group: Some(Ok(group)),
         resume_requested: None,
+        mount_targets: None,
     }
 }
 

@@ -132,9 +132,13 @@ impl<'a> Decider<'a> {
         } else {
             self.launch_heartbeat(&id, hook);
             let left = (wait.since + self.rules.prepare_timeout_ms).saturating_sub(now);
+            let marker = format!(
+                "prepare-data marker prepare_data_success_{}",
+                self.list[at].ip
+            );
             let why = format!(
-                "prepare-data marker prepare_data_success_{} (held in Pending:Wait by {}; abandoned if none within {})",
-                self.list[at].ip,
+                "{} (held in Pending:Wait by {}; abandoned if none within {})",
+                self.missing_mount_target(at).unwrap_or(marker),
                 hook.name,
                 show_ms(left)
             );

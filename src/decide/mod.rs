@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 
 mod group;
+mod mount_targets;
 mod notices;
 
 use crate::config::{Config, Rebalance, Slots};
@@ -141,6 +142,7 @@ struct Decider<'a> {
     resume: Option<Millis>,
     markers: Option<&'a Markers>,
     acks: Option<&'a Acks>,
+    mount_targets: Option<&'a MountTargets>,
     st: State,
     next_gen: u64,
     added: Vec<IpAddr>,
@@ -197,6 +199,7 @@ impl<'a> Decider<'a> {
             resume: snap.resume_requested,
             markers: snap.markers.as_ref().ok(),
             acks: snap.acks.as_ref().ok(),
+            mount_targets: snap.mount_targets.as_ref(),
             // Never reuse a generation the ack file already holds (state file lost, or a
             // `dtctl ack` ahead of the daemon): a removal numbered at or below it would count as
             // acknowledged at once, and the worker be terminated before the job saw it leave.
@@ -474,7 +477,8 @@ impl<'a> Decider<'a> {
             let why = format!("a person: prepare-data failed ({why})");
             self.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
         } else {
-            let why = format!("prepare-data marker prepare_data_success_{ip}");
+            let why = (self.missing_mount_target(at))
+                .unwrap_or_else(|| format!("prepare-data marker prepare_data_success_{ip}"));
             self.view(at, Some(WorkerStatus::Preparing), Some(why));
         }
     }
@@ -672,6 +676,7 @@ impl<'a> Decider<'a> {
         if self.ec2_ok {
             let index = &self.index;
             self.st.held.retain(|id, _| index.contains_key(id.as_str()));
+            (self.st.no_mount_target).retain(|id| index.contains_key(id.as_str()));
         }
         let tags = self.tags();
         let rows = self.rows();

@@ -3,6 +3,7 @@
 pub mod acks;
 pub mod asg;
 pub mod ec2;
+pub mod efs;
 pub mod eventbridge;
 pub mod markers;
 pub mod queue;
