@@ -39,18 +39,28 @@ pub enum MountTargetError {
 }
 
 /// The zones (names, as this account sees them) where `fs_id` has a mount target that is, or is
-/// about to be, usable. Reads every page (DescribeMountTargets, Amazon EFS API Reference:
-/// https://docs.aws.amazon.com/efs/latest/ug/API_DescribeMountTargets.html, paginated by
-/// `Marker` / `NextMarker`); an error or an incomplete answer is an `Err`, never a smaller set.
+/// about to be, usable; an incomplete answer is an `Err`, never a smaller set.
 pub async fn mount_target_zones(
     client: &Client,
     fs_id: &str,
 ) -> Result<BTreeSet<String>, MountTargetError> {
-    let partial = |why: String| MountTargetError::Partial {
-        fs_id: fs_id.to_string(),
-        why,
-    };
     let mut zones = BTreeSet::new();
+    for mt in mount_targets(client, fs_id).await? {
+        if let Some(zone) = usable_zone(&mt).map_err(|why| partial(fs_id, why))? {
+            zones.insert(zone.to_string());
+        }
+    }
+    Ok(zones)
+}
+
+/// Every mount target of `fs_id`, from every page (DescribeMountTargets, Amazon EFS API
+/// Reference: https://docs.aws.amazon.com/efs/latest/ug/API_DescribeMountTargets.html, paginated
+/// by `Marker` / `NextMarker`); an error or an incomplete answer is an `Err`.
+pub async fn mount_targets(
+    client: &Client,
+    fs_id: &str,
+) -> Result<Vec<MountTargetDescription>, MountTargetError> {
+    let mut all = Vec::new();
     let mut seen_markers = BTreeSet::new();
     let mut marker: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -64,21 +74,27 @@ pub async fn mount_target_zones(
                 fs_id: fs_id.to_string(),
                 message: describe_error(&e),
             })?;
-        for mt in page.mount_targets() {
-            if let Some(zone) = usable_zone(mt).map_err(partial)? {
-                zones.insert(zone.to_string());
-            }
-        }
+        all.extend(page.mount_targets().iter().cloned());
         // The SDK's paginator ends quietly on a repeated marker; here that is a partial read.
         match page.next_marker().filter(|m| !m.is_empty()) {
-            None => return Ok(zones),
+            None => return Ok(all),
             Some(next) if !seen_markers.insert(next.to_string()) => {
-                return Err(partial(format!("marker {next} came back twice")));
+                return Err(partial(fs_id, format!("marker {next} came back twice")));
             }
             Some(next) => marker = Some(next.to_string()),
         }
     }
-    Err(partial(format!("still more after {MAX_PAGES} pages")))
+    Err(partial(
+        fs_id,
+        format!("still more after {MAX_PAGES} pages"),
+    ))
+}
+
+fn partial(fs_id: &str, why: String) -> MountTargetError {
+    MountTargetError::Partial {
+        fs_id: fs_id.to_string(),
+        why,
+    }
 }
 
 /// The zone of a mount target a worker can mount through now or once it is created; `None` for

@@ -86,20 +86,7 @@ type Targets = Result<Vec<MountTargetDescription>, String>;
 type Subnets = Result<BTreeMap<String, (String, String)>, String>;
 
 async fn mount_targets(efs: &aws_sdk_efs::Client, fs: &str) -> Targets {
-    let mut all = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
-        let out = (efs.describe_mount_targets().file_system_id(fs))
-            .set_marker(marker.clone())
-            .send()
-            .await
-            .map_err(|e| format!("DescribeMountTargets {fs} failed: {}", describe_error(&e)))?;
-        all.extend(out.mount_targets().iter().cloned());
-        marker = out.next_marker().map(str::to_string);
-        if marker.is_none() {
-            return Ok(all);
-        }
-    }
+    (crate::observe::efs::mount_targets(efs, fs).await).map_err(|e| e.to_string())
 }
 
 async fn subnets(cx: &Context<'_>, ids: &BTreeSet<String>) -> Subnets {
