@@ -612,3 +612,251 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
         "{text}"
     );
 }
+
+/// The healthy cluster's config with one line changed, written beside it for doctor alone.
+fn variant(h: &Healthy, name: &str, from: &str, to: &str) -> PathBuf {
+    let body = config(&h.c, &h.n, &h.c.efs());
+    assert!(body.contains(from), "{from:?} not in {body}");
+    let path = h.c.dir.path().join(name);
+    std::fs::write(&path, body.replace(from, to)).unwrap();
+    path
+}
+
+#[test]
+fn doctor_names_what_is_missing_a_skewed_clock_and_a_failing_dtd_source() {
+    let mut h = healthy();
+    expect_healthy(&h);
+    let n = &h.n;
+    let missing = [
+        (
+            "template.exists",
+            format!("launch_template: {}\n", n.template),
+            "launch_template: itest-no-such-template\n".to_string(),
+        ),
+        (
+            "group.exists",
+            format!("auto_scaling_group: {}\n", n.group),
+            "auto_scaling_group: itest-no-such-group\n".to_string(),
+        ),
+        (
+            "queue.exists",
+            format!("queue_url: {}\n", n.queue),
+            format!(
+                "queue_url: {}/123456789012/no-such-queue\n",
+                h.c.moto.endpoint()
+            ),
+        ),
+    ];
+    for (id, from, to) in &missing {
+        let path = variant(&h, &format!("{id}.yaml"), from, to);
+        expect_only(&h, id, Some(&path));
+    }
+
+    // A file system that is gone, mounted (as far as the mount table tells) where shared_dir is.
+    let gone = aws_text(
+        &h.c,
+        &["efs", "create-file-system", "--query", "FileSystemId"],
+    );
+    let dir = h.c.dir.path().join("efs-gone");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _gone_mount = Mount::tmpfs(&dir, &format!("{gone}{FS_DNS_SUFFIX}"));
+    h.c.aws(&["efs", "delete-file-system", "--file-system-id", &gone]);
+    let body = config(&h.c, &h.n, &dir).replace(
+        &format!("shared_fs_id: {}\n", h.n.fs),
+        &format!("shared_fs_id: {gone}\n"),
+    );
+    let path = h.c.dir.path().join("gone.yaml");
+    std::fs::write(&path, body).unwrap();
+    let line = expect_only(&h, "efs.available", Some(&path));
+    assert!(line["detail"].as_str().unwrap().contains(&gone), "{line:#}");
+
+    // The local clock a minute behind AWS's (libfaketime; the monotonic clock left alone).
+    let out = std::process::Command::new("faketime")
+        .args(["-f", "-60s", env!("CARGO_BIN_EXE_dtctl"), "--config"])
+        .arg(h.c.config_path())
+        .args(["doctor", "-o", "json"])
+        .envs(aws_env(&h.c.moto.endpoint()))
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .output()
+        .expect("faketime (scripts/setup installs it)");
+    let report: Value =
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    assert_eq!(failed(&report), ["clock"], "{report:#}");
+    let clock = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "clock")
+        .unwrap();
+    assert!(
+        clock["detail"].as_str().unwrap().contains("behind"),
+        "{clock:#}"
+    );
+
+    // dtd itself cannot read a source (here: its own config names a queue that does not exist);
+    // doctor, with the right queue, sees it in dtd's status.
+    h.c.kill_dtd();
+    let (from, to) = (&missing[2].1, &missing[2].2);
+    h.c.write_config(&config(&h.c, &h.n, &h.c.efs()).replace(from.as_str(), to.as_str()));
+    h.c.start_dtd();
+    let good = h.c.dir.path().join("good.yaml");
+    std::fs::write(&good, config(&h.c, &h.n, &h.c.efs())).unwrap();
+    let line = expect_only(&h, "dtd.sources", Some(&good));
+    assert!(
+        line["detail"].as_str().unwrap().contains("no-such-queue"),
+        "{line:#}"
+    );
+}
+
+/// IAM as AWS applies it, where moto can: with `INITIAL_NO_AUTH_ACTION_COUNT` moto checks every
+/// request after the first few against the caller's IAM policies (moto's "IAM-like access
+/// control"), so a dry run answers UnauthorizedOperation-style refusals as EC2 would.
+#[test]
+fn doctor_names_a_permission_the_role_lacks() {
+    // The three setup calls below are the only ones moto lets through unauthenticated.
+    let moto = Moto::start_with(&[("INITIAL_NO_AUTH_ACTION_COUNT", "3")]);
+    let admin = |args: &[&str]| aws_cli(&moto.endpoint(), args);
+    admin(&["iam", "create-user", "--user-name", "dtd-master"]);
+    let key: Value = serde_json::from_str(&admin(&[
+        "iam",
+        "create-access-key",
+        "--user-name",
+        "dtd-master",
+        "--output",
+        "json",
+    ]))
+    .unwrap();
+    let policy = json!({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "*", "Resource": "*"},
+        {"Effect": "Deny", "Action": "ec2:TerminateInstances", "Resource": "*"}]});
+    admin(&[
+        "iam",
+        "put-user-policy",
+        "--user-name",
+        "dtd-master",
+        "--policy-name",
+        "dtd",
+        "--policy-document",
+        &policy.to_string(),
+    ]);
+    let id = key["AccessKey"]["AccessKeyId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let secret = key["AccessKey"]["SecretAccessKey"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let env = |secret: &str| {
+        let mut e = aws_env(&moto.endpoint());
+        e.retain(|(k, _)| !k.starts_with("AWS_ACCESS_KEY_ID") && !k.starts_with("AWS_SECRET"));
+        e.push(("AWS_ACCESS_KEY_ID", id.clone()));
+        e.push(("AWS_SECRET_ACCESS_KEY", secret.to_string()));
+        e
+    };
+    let as_user = |args: &[&str]| {
+        let out = std::process::Command::new(
+            std::env::var("DT_AWS_CLI").unwrap_or_else(|_| "aws".into()),
+        )
+        .args(["--endpoint-url", &moto.endpoint()])
+        .args(args)
+        .envs(env(&secret))
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "aws {args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let data = json!({"ImageId": "ami-12c6146b", "InstanceType": "p3.2xlarge",
+        "MetadataOptions": {"HttpTokens": "required"},
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": [
+            {"Key": "NodeType", "Value": "Worker"}, {"Key": ELASTIC, "Value": "true"}]}]});
+    as_user(&[
+        "ec2",
+        "create-launch-template",
+        "--launch-template-name",
+        "itest-iam",
+        "--launch-template-data",
+        &data.to_string(),
+    ]);
+    as_user(&[
+        "ec2",
+        "run-instances",
+        "--launch-template",
+        "LaunchTemplateName=itest-iam",
+        "--count",
+        "1",
+    ]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("efs");
+    std::fs::create_dir_all(&shared).unwrap();
+    let config = dir.path().join("dtd.yaml");
+    std::fs::write(&config, format!("cluster: {CLUSTER}\nworkers:\n  launch_template: itest-iam\n  max: 4\nshared_dir: {}\njob:\n  notify: none\ninterval: 300ms\nallow_local_state_dir: true\n", shared.display())).unwrap();
+    let mut dtd = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .envs(env(&secret))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let doctor = |secret: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dtctl"))
+            .arg("--config")
+            .arg(&config)
+            .args(["doctor", "-o", "json"])
+            .envs(env(secret))
+            .output()
+            .unwrap();
+        let report: Value =
+            serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+        (out.status.success(), report)
+    };
+    let (ok, report) = wait_for(
+        "only the refused dry run to fail",
+        Duration::from_secs(30),
+        || doctor(&secret),
+        |(_, r)| failed(r) == ["perm.terminate"],
+    );
+    let _ = dtd.kill();
+    let _ = dtd.wait();
+    assert!(!ok);
+    let line = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "perm.terminate")
+        .unwrap();
+    assert!(
+        line["detail"].as_str().unwrap().contains("is not allowed"),
+        "{line:#}"
+    );
+    let passed = |id: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"] == id && c["outcome"] == "pass")
+    };
+    assert!(
+        passed("perm.create_tags") && passed("perm.run_instances"),
+        "{report:#}"
+    );
+
+    // Credentials AWS does not know: the first line says so, with what to do.
+    let (ok, report) = doctor("not-the-secret");
+    assert!(!ok);
+    let line = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "credentials")
+        .unwrap();
+    assert_eq!(line["outcome"], "fail", "{report:#}");
+    assert!(
+        line["fix"]
+            .as_str()
+            .unwrap()
+            .contains("sts get-caller-identity"),
+        "{line:#}"
+    );
+}

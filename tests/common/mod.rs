@@ -48,9 +48,15 @@ pub struct Moto {
 
 impl Moto {
     pub fn start() -> Moto {
+        Moto::start_with(&[])
+    }
+
+    /// With moto's own settings in its environment (e.g. `INITIAL_NO_AUTH_ACTION_COUNT`).
+    pub fn start_with(env: &[(&str, &str)]) -> Moto {
         let port = free_port();
         let child = Command::new(tool("DT_MOTO_SERVER", "moto_server"))
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
