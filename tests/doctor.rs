@@ -227,7 +227,7 @@ fn queue_arn(c: &Cluster, url: &str) -> String {
 fn config(c: &Cluster, h: &Names, shared: &Path) -> String {
     let state = c.state_dir().display().to_string();
     format!(
-        "cluster: {CLUSTER}\nregion: us-east-1\nworkers:\n  launch_template: {}\n  auto_scaling_group: {}\n  min: 0\n  max: 4\nshared_dir: {}\nshared_fs_id: {}\nstate_dir: {state}\njob:\n  notify: none\nevents:\n  queue_url: {}\ninterval: 300ms\n",
+        "cluster: {CLUSTER}\nworkers:\n  launch_template: {}\n  auto_scaling_group: {}\n  min: 0\n  max: 4\nshared_dir: {}\nshared_fs_id: {}\nstate_dir: {state}\njob:\n  notify: none\nevents:\n  queue_url: {}\ninterval: 300ms\n",
         h.template, h.group, shared.display(), h.fs, h.queue
     )
 }

@@ -70,7 +70,7 @@ fn clock(date: Option<String>, local_ms: i64) -> Check {
         return Check::skip("clock", "clock", "AWS's answer carried no Date header");
     };
     let skew = local_ms - aws_ms as i64;
-    let detail = format!("{} from AWS's clock", describe_skew(skew));
+    let detail = format!("{} AWS's clock", describe_skew(skew));
     Check::verdict("clock", "clock", skew.abs() <= MAX_SKEW_MS, detail, || {
         "synchronize the clock: `chronyc tracking` (Amazon Linux uses the Amazon Time Sync \
          Service at 169.254.169.123 by default)"
@@ -81,8 +81,8 @@ fn clock(date: Option<String>, local_ms: i64) -> Check {
 fn describe_skew(skew_ms: i64) -> String {
     let s = skew_ms.abs() / 1000;
     match skew_ms {
-        d if d.abs() < 1000 => "within a second".into(),
-        d if d > 0 => format!("{s} s ahead"),
+        d if d.abs() < 1000 => "within a second of".into(),
+        d if d > 0 => format!("{s} s ahead of"),
         _ => format!("{s} s behind"),
     }
 }
@@ -136,9 +136,9 @@ mod tests {
         );
         let ahead = clock(Some(aws.clone()), at + 42_000);
         assert_eq!(ahead.outcome, super::super::Outcome::Fail);
-        assert_eq!(ahead.detail, "42 s ahead from AWS's clock");
+        assert_eq!(ahead.detail, "42 s ahead of AWS's clock");
         let behind = clock(Some(aws), at - 11_000);
-        assert_eq!(behind.detail, "11 s behind from AWS's clock");
+        assert_eq!(behind.detail, "11 s behind AWS's clock");
         assert_eq!(clock(None, at).outcome, super::super::Outcome::Skip);
     }
 }

@@ -57,7 +57,8 @@ pub async fn run(cfg: &Config) -> Report {
     checks.extend(template.checks);
     checks.extend(group.checks);
     checks.extend(file_system);
-    checks.push(mounts::check(cfg));
+    let region = cx.sdk.region().map_or("", |r| r.as_ref());
+    checks.push(mounts::check(cfg, region));
     checks.extend(permissions);
     checks.extend(events);
     checks.extend(daemon::checks(cfg));

@@ -20,7 +20,9 @@ struct Mount {
     options: String,
 }
 
-pub fn check(cfg: &Config) -> Check {
+/// `region` is the one the SDK resolved (the config's, or the environment's): mount.efs names
+/// the file system by its DNS name in that region.
+pub fn check(cfg: &Config, region: &str) -> Check {
     let Some(fs) = cfg.shared_fs_id.as_deref() else {
         return Check::skip(
             "efs.mounted",
@@ -47,7 +49,6 @@ pub fn check(cfg: &Config) -> Check {
             return Check::skip("efs.mounted", TITLE, detail);
         }
     };
-    let region = cfg.region.as_deref().unwrap_or("");
     match verdict(&table, &dir, fs, region, Path::new(EFS_UTILS_STATE)) {
         Ok(detail) => Check::pass("efs.mounted", TITLE, detail),
         Err(detail) => Check::fail("efs.mounted", TITLE, detail, fix),
