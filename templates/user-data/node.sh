@@ -64,7 +64,6 @@ echo 'DT_CONFIG=/etc/dt/dtd.yaml' >/etc/profile.d/dt.sh
 cat >/etc/systemd/system/dtd.service <<'DT_UNIT_END'
 [Unit]
 Description=dynamic-training: dtd ${DtdRole}
-Documentation=file:///etc/dt/dtd.yaml
 Wants=network-online.target
 After=network-online.target remote-fs.target
 RequiresMountsFor=/myEFSvolume
