@@ -176,7 +176,8 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
     );
     let data = &version["LaunchTemplateData"];
     assert_eq!(data["MetadataOptions"]["HttpTokens"], "required", "IMDSv2");
-    assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "enabled");
+    // Nothing reads tags from IMDS, and enabled it fails launches for some tag keys.
+    assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "disabled");
     let specs = data["TagSpecifications"].as_array().expect("tag specs");
     for kind in ["instance", "volume"] {
         let spec = specs
@@ -194,22 +195,73 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
     assert!(tags_of(&instance["Tags"]).contains_key(ELASTIC_KEY));
 
     // The user data is templates/user-data/node.sh, rendered for the worker role.
+    let ap = access_point(moto, &out["FileSystemId"]);
+    let ap_id = ap["AccessPointId"].as_str().unwrap();
     let user_data = decode_base64(data["UserData"].as_str().expect("user data"));
+    let user_data = moto_access_point_ref(&user_data, ap_id);
     let source = std::fs::read_to_string(repo().join("templates/user-data/node.sh")).unwrap();
-    for line in source.lines().filter(|l| !l.contains("${")) {
-        assert!(user_data.contains(line), "user data lacks {line:?}");
-    }
+    assert_embedded(&user_data, &source);
     assert!(user_data.contains("ExecStart=/usr/local/bin/dtd agent --config /etc/dt/dtd.yaml"));
-    assert!(user_data.contains(&format!(
-        "{}:/ /myEFSvolume efs _netdev,noresvport,tls,iam 0 0",
-        out["FileSystemId"]
-    )));
+    // Workers mount through the access point (amazon-efs-utils' accesspoint= option).
+    assert!(
+        user_data.contains(&format!(
+            "{}:/ /myEFSvolume efs _netdev,noresvport,tls,iam,accesspoint={ap_id} 0 0",
+            out["FileSystemId"]
+        )),
+        "{}",
+        user_data
+            .lines()
+            .find(|l| l.contains("efs _netdev"))
+            .unwrap_or_default()
+    );
+    assert!(!user_data.contains("cfn-signal"), "only the master signals");
     assert!(
         user_data.contains(&out["DtdConfig"]),
         "the config in the user data is the output"
     );
     assert!(!user_data.contains("${"), "every variable is substituted");
     bash_syntax_ok(&user_data);
+}
+
+/// Every line of a templates/ source without a stack variable is in the rendered copy, except
+/// the comment-only lines of a shell script, which scripts/sync-stack leaves out.
+fn assert_embedded(rendered: &str, source: &str) {
+    for line in source.lines().filter(|l| !l.contains("${")) {
+        let t = line.trim_start();
+        if t.starts_with('#') && !t.starts_with("#!") {
+            assert!(!rendered.contains(line), "comment kept: {line:?}");
+            continue;
+        }
+        assert!(rendered.contains(line), "user data lacks {line:?}");
+    }
+}
+
+/// Stand-in: moto's `Ref` to an `AWS::EFS::AccessPoint` gives the Python repr of its object
+/// (`<moto.efs.models.AccessPoint object at 0x...>`), where AWS gives the access point's id (and
+/// moto has no `Fn::GetAtt` for it at all); this puts the id where AWS would.
+fn moto_access_point_ref(text: &str, ap_id: &str) -> String {
+    const REPR: &str = "<moto.efs.models.AccessPoint object at 0x";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(REPR) {
+        out.push_str(&rest[..i]);
+        out.push_str(ap_id);
+        let end = rest[i..].find('>').expect("repr ends with >");
+        rest = &rest[i + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The workers' access point of the stack's file system.
+fn access_point(moto: &Moto, fs: &str) -> Json {
+    let aps = aws_json(
+        moto,
+        &["efs", "describe-access-points", "--file-system-id", fs],
+    );
+    let all = aps["AccessPoints"].as_array().unwrap();
+    assert_eq!(all.len(), 1, "{aps}");
+    all[0].clone()
 }
 
 /// `bash -n`: the rendered user data parses as the script it claims to be.
@@ -259,10 +311,49 @@ fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
     );
     let data = &versions["LaunchTemplateVersions"][0]["LaunchTemplateData"];
     assert_eq!(data["MetadataOptions"]["HttpTokens"], "required");
+    assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "disabled");
     let user_data = decode_base64(data["UserData"].as_str().unwrap());
+    assert!(user_data.starts_with("#!/bin/bash\n"));
+    for source in ["master.sh", "node.sh"] {
+        let text = std::fs::read_to_string(repo().join("templates/user-data").join(source));
+        assert_embedded(&user_data, &text.unwrap());
+    }
     assert!(user_data.contains("ExecStart=/usr/local/bin/dtd run --config /etc/dt/dtd.yaml"));
     assert!(user_data.contains(&out["DtdConfig"]));
+    // The master mounts the root, as root, and makes it group-writable (sticky) for the gid the
+    // workers' access point enforces.
+    assert!(user_data.contains(&format!(
+        "{}:/ /myEFSvolume efs _netdev,noresvport,tls,iam 0 0",
+        out["FileSystemId"]
+    )));
+    let ap = access_point(moto, &out["FileSystemId"]);
+    let gid = ap["PosixUser"]["Gid"].as_i64().unwrap();
+    assert!(user_data.contains(&format!("chown 0:{gid} /myEFSvolume\n")));
+    assert!(user_data.contains("chmod 1775 /myEFSvolume\n"));
+    // cfn-signal names the group that waits for it, success after dtd is up, failure on error.
+    let signal =
+        format!("--stack '{STACK}' \\\n        --resource MasterGroup --region 'us-east-1'");
+    assert!(user_data.contains(&signal), "{user_data}");
+    assert!(user_data.contains("trap 'on_error $LINENO' ERR"));
+    assert!(user_data.contains("dt_failed() { dt_signal 1; }"));
+    let started = user_data.find("hook started").unwrap();
+    assert!(
+        user_data
+            .find("systemctl enable --now dtd.service")
+            .unwrap()
+            < started
+    );
+    assert!(user_data.contains("OnFailure=dt-replace-master.service"));
+    assert!(user_data.contains(
+        "aws autoscaling set-instance-health --instance-id \"$id\" --health-status Unhealthy"
+    ));
     bash_syntax_ok(&user_data);
+
+    // Stand-in: moto's CloudFormation does not wait for signals; the policy from the template.
+    let t = template();
+    let policy = &t["Resources"]["MasterGroup"]["CreationPolicy"]["ResourceSignal"];
+    assert_eq!(policy["Count"], Yaml::from(1));
+    assert_eq!(policy["Timeout"], Yaml::from("PT30M"));
 }
 
 fn check_worker_group(moto: &Moto, out: &BTreeMap<String, String>) {
@@ -662,26 +753,56 @@ fn role_policy(moto: &Moto, profile_arn: &str) -> Json {
         .unwrap()
         .to_string();
     let names = aws_json(moto, &["iam", "list-role-policies", "--role-name", &role]);
-    let name = names["PolicyNames"][0].as_str().unwrap().to_string();
-    let doc = aws_json(
-        moto,
-        &[
-            "iam",
-            "get-role-policy",
-            "--role-name",
-            &role,
-            "--policy-name",
-            &name,
-        ],
-    );
-    match &doc["PolicyDocument"] {
-        // moto keeps a policy that CloudFormation created as Python's repr of the document
-        // (single quotes); this one has no quote inside a value, so swapping them gives JSON.
-        Json::String(s) => serde_json::from_str(s)
-            .or_else(|_| serde_json::from_str(&s.replace('\'', "\"")))
-            .unwrap_or_else(|e| panic!("policy of {role}: {e}: {s}")),
-        other => other.clone(),
+    // Every inline policy of the role, as one policy.
+    let mut statements = Vec::new();
+    for name in names["PolicyNames"].as_array().unwrap() {
+        let doc = aws_json(
+            moto,
+            &[
+                "iam",
+                "get-role-policy",
+                "--role-name",
+                &role,
+                "--policy-name",
+                name.as_str().unwrap(),
+            ],
+        );
+        let doc = match &doc["PolicyDocument"] {
+            // moto keeps a policy that CloudFormation created as Python's repr of the document
+            // (single quotes); this one has no quote inside a value, so swapping them gives JSON.
+            Json::String(s) => serde_json::from_str(s)
+                .or_else(|_| serde_json::from_str(&s.replace('\'', "\"")))
+                .unwrap_or_else(|e| panic!("policy of {role}: {e}: {s}")),
+            other => other.clone(),
+        };
+        statements.extend(doc["Statement"].as_array().unwrap().iter().cloned());
     }
+    serde_json::json!({ "Statement": statements })
+}
+
+/// Actions the code calls: every `.snake_case()` SDK call in src/, by its IAM name.
+fn called_in_src() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut String) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push_str(&std::fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let mut text = String::new();
+    walk(&repo().join("src"), &mut text);
+    text.split('.')
+        .filter_map(|w| w.split_once("()").map(|(name, _)| name))
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .map(|n| {
+            n.split('_')
+                .map(|p| p[..1].to_uppercase() + &p[1..])
+                .collect()
+        })
+        .collect()
 }
 
 fn statement<'a>(policy: &'a Json, sid: &str) -> &'a Json {
@@ -716,7 +837,12 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
             .unwrap()
             .to_string()
     };
-    let worker = role_policy(moto, &lt(&out["WorkerLaunchTemplateId"]));
+    let ap = access_point(moto, &out["FileSystemId"]);
+    let ap_id = ap["AccessPointId"].as_str().unwrap();
+    let fix = |p: Json| {
+        serde_json::from_str::<Json>(&moto_access_point_ref(&p.to_string(), ap_id)).unwrap()
+    };
+    let worker = fix(role_policy(moto, &lt(&out["WorkerLaunchTemplateId"])));
     let all: Vec<String> = worker["Statement"]
         .as_array()
         .unwrap()
@@ -727,6 +853,19 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         all.iter()
             .all(|a| a.starts_with("elasticfilesystem:Client")),
         "{all:?}"
+    );
+    let ap_arn = ap["AccessPointArn"].as_str().unwrap().to_string();
+    let mount = statement(&worker, "MountThroughAccessPoint");
+    assert!(!actions(mount).contains(&"elasticfilesystem:ClientRootAccess".to_string()));
+    assert_eq!(
+        mount["Condition"]["ArnEquals"]["elasticfilesystem:AccessPointArn"],
+        ap_arn.as_str()
+    );
+    let deny = statement(&worker, "NoOtherWayIn");
+    assert_eq!(deny["Effect"], "Deny");
+    assert_eq!(
+        deny["Condition"]["ArnNotEquals"]["elasticfilesystem:AccessPointArn"],
+        ap_arn.as_str()
     );
 
     let master_group = aws_json(
@@ -742,12 +881,11 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         .as_str()
         .unwrap()
         .to_string();
-    let master = role_policy(moto, &lt(&master_lt));
+    let master = fix(role_policy(moto, &lt(&master_lt)));
     for sid in [
         "StatusTagOnClusterInstances",
         "ElasticTagRemovalOnClusterInstances",
         "TerminateClusterInstances",
-        "ClusterWorkerGroup",
     ] {
         let s = statement(&master, sid);
         assert_eq!(
@@ -760,11 +898,106 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
             ["aws:TagKeys"],
         serde_json::json!(["elastic_worker_status"])
     );
+    let delete_tags = &statement(&master, "ElasticTagRemovalOnClusterInstances")["Condition"];
     assert_eq!(
-        statement(&master, "ElasticTagRemovalOnClusterInstances")["Condition"]
-            ["ForAllValues:StringEquals"]["aws:TagKeys"],
+        delete_tags["ForAllValues:StringEquals"]["aws:TagKeys"],
         serde_json::json!([ELASTIC_KEY])
     );
+    // ForAllValues also holds for a call with no tag keys, which deletes every tag.
+    assert_eq!(delete_tags["Null"]["aws:TagKeys"], "false");
+
+    // Group actions on the worker group only; the master group only marks itself Unhealthy.
+    let group_arn = |name: &str| {
+        format!("arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/{name}")
+    };
+    let workers = statement(&master, "ClusterWorkerGroup");
+    assert_eq!(workers["Resource"], group_arn(&out["WorkerGroup"]).as_str());
+    let replace = statement(&master, "ReplaceThisMaster");
+    assert_eq!(actions(replace), ["autoscaling:SetInstanceHealth"]);
+    assert_eq!(replace["Resource"], group_arn(&out["MasterGroup"]).as_str());
+    for s in master["Statement"].as_array().unwrap() {
+        if actions(s)
+            .iter()
+            .any(|a| a.starts_with("autoscaling:") && !a.contains(":Describe"))
+        {
+            assert!(
+                s["Resource"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("arn:")),
+                "{s}"
+            );
+        }
+    }
+
+    // RunInstances: from the worker template, nothing overridden, the stack's instance types.
+    let lt_arn = format!(
+        "arn:aws:ec2:us-east-1:123456789012:launch-template/{}",
+        out["WorkerLaunchTemplateId"]
+    );
+    for s in master["Statement"].as_array().unwrap() {
+        if actions(s) != ["ec2:RunInstances"] || s["Resource"] == lt_arn.as_str() {
+            continue;
+        }
+        assert_eq!(
+            s["Condition"]["ArnEquals"]["ec2:LaunchTemplate"],
+            lt_arn.as_str(),
+            "{s}"
+        );
+        assert_eq!(
+            s["Condition"]["Bool"]["ec2:IsLaunchTemplateResource"], "true",
+            "{s}"
+        );
+    }
+    let instance = statement(&master, "LaunchWorkerInstance");
+    assert!(instance["Resource"]
+        .as_str()
+        .unwrap()
+        .ends_with(":instance/*"));
+    assert_eq!(
+        instance["Condition"]["StringEquals"]["ec2:InstanceType"],
+        serde_json::json!(["g5.xlarge", "g6.xlarge", "g4dn.xlarge"])
+    );
+    // resolve:ssm: needs ssm:GetParameters on the AMI parameter (a public one: no account).
+    let ssm = statement(&master, "ReadImageParameter");
+    assert_eq!(actions(ssm), ["ssm:GetParameters"]);
+    assert!(ssm["Resource"].as_array().unwrap().iter().any(|r| r
+        == "arn:aws:ssm:us-east-1::parameter/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-amazon-linux-2023/latest/ami-id"));
+
+    // No action that nothing calls: each is an SDK call in src/, or named here with its caller.
+    let called = called_in_src();
+    let elsewhere = [
+        // Needed by RunInstances itself, and by EC2's resolve:ssm: at launch.
+        "iam:PassRole",
+        "ssm:GetParameters",
+        // The mount (amazon-efs-utils, iam option) and dt-replace-master (master.sh).
+        "elasticfilesystem:ClientMount",
+        "elasticfilesystem:ClientWrite",
+        "elasticfilesystem:ClientRootAccess",
+        "autoscaling:SetInstanceHealth",
+        // DeleteMessageBatch is authorized as sqs:DeleteMessage.
+        "sqs:DeleteMessage",
+        // dtctl doctor (being written): read-only.
+        "ec2:DescribeSubnets",
+        "ec2:DescribeSecurityGroups",
+        "events:ListRuleNamesByTarget",
+        "events:DescribeRule",
+        "events:ListTargetsByRule",
+        "sqs:GetQueueAttributes",
+        "elasticfilesystem:DescribeFileSystems",
+        "elasticfilesystem:DescribeMountTargets",
+        "elasticfilesystem:DescribeMountTargetSecurityGroups",
+        "elasticfilesystem:DescribeFileSystemPolicy",
+        "elasticfilesystem:DescribeAccessPoints",
+    ];
+    for s in master["Statement"].as_array().unwrap() {
+        for a in actions(s) {
+            let name = a.split_once(':').unwrap().1;
+            assert!(
+                elsewhere.contains(&a.as_str()) || called.iter().any(|c| c == name),
+                "{a} is granted but nothing in src/ calls it"
+            );
+        }
+    }
     let read = statement(&master, "ReadEventQueue");
     assert!(read["Resource"]
         .as_str()
@@ -774,8 +1007,10 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
     for s in master["Statement"].as_array().unwrap() {
         if s["Resource"] == "*" && s["Condition"].is_null() {
             assert!(
-                actions(s).iter().all(|a| a.contains(":Describe")),
-                "only Describe calls are unconditional: {s}"
+                actions(s)
+                    .iter()
+                    .all(|a| a.contains(":Describe") || a.contains(":List")),
+                "only Describe and List calls are unconditional: {s}"
             );
         }
     }
@@ -810,6 +1045,109 @@ fn check_file_system(moto: &Moto, out: &BTreeMap<String, String>) {
     azs.sort();
     azs.dedup();
     assert_eq!(azs.len(), 2, "a mount target in each worker AZ: {targets}");
+
+    // The workers' access point: a non-root POSIX user, at the file system's root.
+    let ap = access_point(moto, &out["FileSystemId"]);
+    let uid = ap["PosixUser"]["Uid"].as_i64().unwrap();
+    assert!(
+        uid > 0 && ap["PosixUser"]["Gid"].as_i64().unwrap() > 0,
+        "{ap}"
+    );
+    assert_eq!(ap["RootDirectory"]["Path"], "/");
+
+    // Stand-in: moto's CloudFormation ignores FileSystemPolicy. The template's policy, checked
+    // as written, then put on the emulator's file system with the stack's values filled in.
+    let t = template();
+    let policy = &t["Resources"]["FileSystem"]["Properties"]["FileSystemPolicy"];
+    let sts = policy["Statement"].as_sequence().unwrap();
+    let sid = |name: &str| {
+        sts.iter()
+            .find(|s| s["Sid"] == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let tls = sid("DenyWithoutTls");
+    assert_eq!(tls["Effect"], Yaml::from("Deny"));
+    assert_eq!(
+        tls["Condition"]["Bool"]["aws:SecureTransport"],
+        Yaml::from("false")
+    );
+    let master = sid("MasterFullAccess");
+    let worker = sid("WorkersThroughAnAccessPoint");
+    let acts = |s: &Yaml| -> Vec<String> {
+        s["Action"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(acts(master).contains(&"elasticfilesystem:ClientRootAccess".into()));
+    assert!(!acts(worker).contains(&"elasticfilesystem:ClientRootAccess".into()));
+    assert!(matches!(
+        worker["Condition"]["ArnLike"]["elasticfilesystem:AccessPointArn"],
+        Yaml::Tagged(_)
+    ));
+    for (s, role) in [(master, "MasterRole"), (worker, "WorkerRole")] {
+        let Yaml::Tagged(getatt) = &s["Principal"]["AWS"] else {
+            panic!("{role}: {s:?}")
+        };
+        assert_eq!(getatt.value, Yaml::from(format!("{role}.Arn")));
+    }
+    assert_eq!(sts.len(), 3, "nobody else is allowed in");
+    let role_arn = |kind: &str| {
+        let roles = aws_json(moto, &["iam", "list-roles"]);
+        roles["Roles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["RoleName"].as_str().unwrap().contains(kind))
+            .unwrap()["Arn"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let rendered = serde_json::json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            { "Sid": "DenyWithoutTls", "Effect": "Deny", "Principal": { "AWS": "*" },
+              "Action": "*", "Resource": "*",
+              "Condition": { "Bool": { "aws:SecureTransport": "false" } } },
+            { "Sid": "MasterFullAccess", "Effect": "Allow",
+              "Principal": { "AWS": role_arn("MasterRole") }, "Action": acts(master),
+              "Resource": "*" },
+            { "Sid": "WorkersThroughAnAccessPoint", "Effect": "Allow",
+              "Principal": { "AWS": role_arn("WorkerRole") }, "Action": acts(worker),
+              "Resource": "*",
+              "Condition": { "ArnLike": { "elasticfilesystem:AccessPointArn":
+                  "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/*" } } },
+        ],
+    });
+    aws(
+        moto,
+        &[
+            "efs",
+            "put-file-system-policy",
+            "--file-system-id",
+            &out["FileSystemId"],
+            "--policy",
+            &rendered.to_string(),
+        ],
+    );
+    let back = aws_json(
+        moto,
+        &[
+            "efs",
+            "describe-file-system-policy",
+            "--file-system-id",
+            &out["FileSystemId"],
+        ],
+    );
+    let back: Json = serde_json::from_str(back["Policy"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        back["Statement"].as_array().map(Vec::len),
+        Some(3),
+        "{back}"
+    );
 }
 
 fn decode_base64(text: &str) -> String {

@@ -3,10 +3,14 @@
 # (source: templates/user-data/node.sh; scripts/sync-stack copies it into the stack).
 # Mounts the shared EFS file system with TLS at /myEFSvolume, installs dtd and dtctl from the
 # release the stack names, writes dtd's configuration and runs `dtd ${DtdRole}` as a systemd service.
+# On the master, templates/user-data/master.sh comes first and defines the dt_* hooks.
 set -euo pipefail
 exec > >(tee -a /var/log/dt-bootstrap.log) 2>&1
 echo "dt-bootstrap: role ${DtdRole}, stack ${AWS::StackName}, $(date -u +%FT%TZ)"
 
+hook() {
+    if declare -F "dt_$1" >/dev/null; then "dt_$1"; fi
+}
 retry() {
     local n
     for n in 1 2 3 4 5 6 7 8; do
@@ -16,15 +20,26 @@ retry() {
     done
     return 1
 }
+# A failing command ends the bootstrap, and the master says so at once (cfn-signal).
+on_error() {
+    local code=$?
+    trap - ERR
+    echo "dt-bootstrap: failed (exit $code) at line $1"
+    hook failed
+    exit "$code"
+}
+trap 'on_error $LINENO' ERR
 
-# EFS over TLS (amazon-efs-utils' stunnel), authorized by the instance role.
+# EFS over TLS (amazon-efs-utils' stunnel), authorized by the instance role; workers mount
+# through the stack's access point.
 retry dnf install -y amazon-efs-utils
 mkdir -p /myEFSvolume
 if ! grep -q ' /myEFSvolume ' /etc/fstab; then
-    echo "${FileSystemId}:/ /myEFSvolume efs _netdev,noresvport,tls,iam 0 0" >>/etc/fstab
+    echo "${FileSystemId}:/ /myEFSvolume efs ${MountOptions} 0 0" >>/etc/fstab
 fi
 # The mount target's DNS name can take a minute to resolve after the stack creates it.
 retry mount /myEFSvolume
+hook after_mount
 
 # dtd and dtctl from the release archive, checked against the stack's SHA-256 before use.
 workdir=$(mktemp -d)
@@ -42,24 +57,41 @@ DT_CONFIG_END
 mv /etc/dt/dtd.yaml.new /etc/dt/dtd.yaml
 echo 'DT_CONFIG=/etc/dt/dtd.yaml' >/etc/profile.d/dt.sh
 
+# Sandboxed: all read-only to dtd and what it starts (prepare-data, job hooks) but the shared
+# directory and the Deep Learning AMI's local NVMe; private /tmp; no /home, /root. Add paths
+# with a drop-in (systemctl edit dtd). A dtd that keeps failing is not restarted after 5 tries
+# in 10 minutes.
 cat >/etc/systemd/system/dtd.service <<'DT_UNIT_END'
 [Unit]
 Description=dynamic-training: dtd ${DtdRole}
-Documentation=file:///etc/dt/dtd.yaml
 Wants=network-online.target
 After=network-online.target remote-fs.target
 RequiresMountsFor=/myEFSvolume
+StartLimitIntervalSec=10min
+StartLimitBurst=5
 
 [Service]
 Environment=AWS_REGION=${AWS::Region}
 ExecStart=/usr/local/bin/dtd ${DtdRole} --config /etc/dt/dtd.yaml
-Restart=always
+Restart=on-failure
 RestartSec=5s
 NoNewPrivileges=yes
+ProtectSystem=strict
+ReadWritePaths=/myEFSvolume -/opt/dlami/nvme
+PrivateTmp=yes
+ProtectHome=yes
 
 [Install]
 WantedBy=multi-user.target
 DT_UNIT_END
+hook before_start
 systemctl daemon-reload
 systemctl enable --now dtd.service
+
+# Started means up, and not restarted, 15 s later.
+sleep 15
+systemctl is-active --quiet dtd.service
+[ "$(systemctl show --property NRestarts --value dtd.service)" = 0 ]
+trap - ERR
+hook started
 echo "dt-bootstrap: dtd ${DtdRole} started"

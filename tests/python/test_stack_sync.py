@@ -27,13 +27,32 @@ class StackSyncTest(unittest.TestCase):
 
     def test_every_embedded_template_is_a_file(self):
         stack = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
-        embedded = [line.split("# from ")[1].strip() for line in stack.splitlines()
-                    if "|  # from templates/" in line]
-        self.assertIn("templates/user-data/node.sh", embedded)
+        embedded = [name for line in stack.splitlines() if "|  # from templates/" in line
+                    for name in line.split("# from ")[1].strip().split(" + ")]
+        self.assertEqual(embedded.count("templates/user-data/node.sh"), 2, "master, worker")
+        self.assertEqual(embedded.count("templates/user-data/master.sh"), 1)
         self.assertIn("templates/dtd.yaml", embedded)
         self.assertEqual(embedded.count("templates/dtd.yaml"), 3, "master, worker, output")
         for name in embedded:
             self.assertTrue((ROOT / name).is_file(), name)
+
+    def test_the_stack_can_be_sent_without_s3(self):
+        # "Template body size in a request": 51,200 bytes (AWS CloudFormation User Guide,
+        # "AWS CloudFormation quotas"); above it, deploy needs --s3-bucket (README).
+        size = (ROOT / "cloudformation" / "dynamic-training.yaml").stat().st_size
+        self.assertLessEqual(size, 51200, f"the stack is {size} bytes")
+
+    def test_concatenated_scripts_keep_the_first_shebang(self):
+        stack = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
+        master = stack.split("# from templates/user-data/master.sh + templates/user-data/node.sh")
+        self.assertEqual(len(master), 2)
+        body = master[1].split("\n            - ")[0]
+        sources = [(ROOT / "templates" / "user-data" / n).read_text() for n in ("master.sh", "node.sh")]
+        # node.sh's shebang is dropped; master.sh's own and its dt-replace-master script's stay.
+        self.assertEqual(body.count("#!/bin/bash"), sum(t.count("#!/bin/bash") for t in sources) - 1)
+        self.assertTrue(body.lstrip().startswith("#!/bin/bash\n"))
+        self.assertIn("hook before_start", body)  # node.sh's
+        self.assertIn("dt_before_start()", body)  # master.sh's
 
     def test_drift_is_reported_and_fixed(self):
         with tempfile.TemporaryDirectory(prefix="dt-sync-test.") as tmp:

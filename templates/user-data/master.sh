@@ -1,0 +1,61 @@
+#!/bin/bash
+# dynamic-training master bootstrap, part 1 of 2, rendered by the CloudFormation stack
+# ${AWS::StackName} (source: templates/user-data/master.sh). It only defines the master's hooks;
+# templates/user-data/node.sh follows it in the master's user data and calls them.
+
+# cfn-signal for the master group's CreationPolicy ("cfn-signal" and "CloudFormation helper
+# scripts reference", CloudFormation Template Reference: on Amazon Linux it is /opt/aws/bin,
+# from the aws-cfn-bootstrap package).
+dt_signal() {
+    [ -x /opt/aws/bin/cfn-signal ] || dnf install -y aws-cfn-bootstrap || true
+    /opt/aws/bin/cfn-signal --exit-code "$1" --stack '${AWS::StackName}' \
+        --resource MasterGroup --region '${AWS::Region}' || true
+}
+dt_failed() { dt_signal 1; }
+dt_started() { dt_signal 0; }
+
+# Workers write through the stack's access point as gid ${WorkerGid}: the shared directory is
+# writable by that group but sticky (a worker cannot rename or delete what it does not own, such
+# as the host files); the state directory and the prepare-data program's directory stay root's.
+dt_after_mount() {
+    local dir script='${PrepareDataScriptPath}'
+    chown 0:${WorkerGid} /myEFSvolume
+    chmod 1775 /myEFSvolume
+    for dir in /myEFSvolume/.dt "$(dirname "$script")"; do
+        case "$dir" in /myEFSvolume/?*) ;; *) continue ;; esac
+        mkdir -p "$dir"
+        chown -R 0:0 "$dir"
+        chmod -R go-w "$dir"
+    done
+    if [ -e "$script" ] && [ "$(stat -c %u "$script")" != 0 ]; then
+        echo "dt-bootstrap: $script is not root's: moved to $script.untrusted"
+        mv -f "$script" "$script.untrusted"
+    fi
+}
+
+# A dtd that stays down (its unit fails after its start limit) marks this instance Unhealthy
+# (instance id from IMDSv2; AWS CLI v2 ships with Amazon Linux 2023), and the group replaces it.
+dt_before_start() {
+    mkdir -p /etc/systemd/system/dtd.service.d
+    printf '[Unit]\nOnFailure=dt-replace-master.service\n' \
+        >/etc/systemd/system/dtd.service.d/replace-master.conf
+    cat >/etc/systemd/system/dt-replace-master.service <<'DT_REPLACE_END'
+[Unit]
+Description=dynamic-training: have the group replace this master
+
+[Service]
+Type=oneshot
+Environment=AWS_REGION=${AWS::Region}
+ExecStart=/usr/local/sbin/dt-replace-master
+DT_REPLACE_END
+    cat >/usr/local/sbin/dt-replace-master <<'DT_SCRIPT_END'
+#!/bin/bash
+set -euo pipefail
+imds=http://169.254.169.254/latest
+token=$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' $imds/api/token)
+id=$(curl -fsS -H "X-aws-ec2-metadata-token: $token" $imds/meta-data/instance-id)
+aws autoscaling set-instance-health --instance-id "$id" --health-status Unhealthy \
+    --no-should-respect-grace-period
+DT_SCRIPT_END
+    chmod 0755 /usr/local/sbin/dt-replace-master
+}
