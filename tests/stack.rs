@@ -556,6 +556,34 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
             "HealthEventsRule.Arn"
         ]
     );
+    // Stand-in for CloudFormation: that policy on the queue, with the rules' ARNs, so the
+    // queue looks as it does on AWS to `dtctl doctor`.
+    let rule_arns: Vec<String> = ["instance-events", "lifecycle-events", "health-events"]
+        .iter()
+        .map(|r| {
+            let name = format!("{STACK}-{r}");
+            aws_json(moto, &["events", "describe-rule", "--name", &name])["Arn"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let document = serde_json::json!({"Version": "2012-10-17", "Statement": [{
+        "Sid": statement["Sid"].as_str(), "Effect": "Allow",
+        "Principal": {"Service": "events.amazonaws.com"}, "Action": "sqs:SendMessage",
+        "Resource": queue_arn, "Condition": {"ArnEquals": {"aws:SourceArn": rule_arns}}}]});
+    let attributes = serde_json::json!({ "Policy": document.to_string() }).to_string();
+    aws(
+        moto,
+        &[
+            "sqs",
+            "set-queue-attributes",
+            "--queue-url",
+            &out["EventQueueUrl"],
+            "--attributes",
+            &attributes,
+        ],
+    );
 }
 
 /// AWS's published samples (tests/fixtures/events/) put on the bus as the services would: the
@@ -1184,8 +1212,6 @@ fn write_config(out: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
             template.display()
         ),
     );
-    // The stack's EFS is a local temp dir here; on AWS the mount check passes without this.
-    config.push_str("allow_local_state_dir: true\n");
     let path = dir.join("dtd.yaml");
     std::fs::write(&path, config).unwrap();
     path
@@ -1268,6 +1294,12 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
     );
     assert!(check.status.success(), "{}", stderr(&check));
     let efs = dir.path().join("efs");
+    // Stand-in for the EFS mount (this kernel has no NFS client): a tmpfs under the stack's file
+    // system's DNS name, which is what the mount table shows on a node and doctor reads.
+    let _mount = Mount::tmpfs(
+        &efs,
+        &format!("{}.efs.us-east-1.amazonaws.com:/", out["FileSystemId"]),
+    );
 
     let log = std::fs::File::create(dir.path().join("dtd.log")).unwrap();
     let _dtd = Daemon(
@@ -1357,4 +1389,25 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
         "{}",
         stdout(&status)
     );
+    check_doctor(&moto, &config);
+}
+
+/// `dtctl doctor` on the deployed stack: every check passes but Capacity Rebalance, which the
+/// template sets (check_worker_group) and moto's CloudFormation drops; moto's
+/// UpdateAutoScalingGroup ignores it too, so no stand-in can put it back.
+fn check_doctor(moto: &Moto, config: &Path) {
+    let report = wait_for(
+        "doctor to see the deployed stack",
+        Duration::from_secs(30),
+        || {
+            let out = dtctl(moto, config, &["doctor", "-o", "json"]);
+            serde_json::from_str::<Json>(&stdout(&out)).unwrap_or_default()
+        },
+        |r| {
+            let checks = r["checks"].as_array().cloned().unwrap_or_default();
+            let failed: Vec<&Json> = checks.iter().filter(|c| c["outcome"] != "pass").collect();
+            failed.len() == 1 && failed[0]["id"] == "group.capacity_rebalance"
+        },
+    );
+    assert_eq!(report["ok"], false, "{report:#}");
 }
