@@ -44,33 +44,9 @@ fn aws_text(c: &Cluster, args: &[&str]) -> String {
 }
 
 fn network(c: &Cluster) -> (String, String, String, String) {
-    let vpc = aws_text(
-        c,
-        &[
-            "ec2",
-            "create-vpc",
-            "--cidr-block",
-            "10.0.0.0/16",
-            "--query",
-            "Vpc.VpcId",
-        ],
-    );
-    let subnet = |cidr: &str, zone: &str| {
-        let q = ["--query", "Subnet.SubnetId"];
-        let args = [
-            "ec2",
-            "create-subnet",
-            "--vpc-id",
-            &vpc,
-            "--cidr-block",
-            cidr,
-            "--availability-zone",
-            zone,
-        ];
-        aws_text(c, &[&args[..], &q[..]].concat())
-    };
-    let a = subnet("10.0.1.0/24", "us-east-1a");
-    let b = subnet("10.0.2.0/24", "us-east-1b");
+    let zones = [("10.0.1.0/24", "us-east-1a"), ("10.0.2.0/24", "us-east-1b")];
+    let (vpc, subnets) = c.vpc_with_subnets("10.0.0.0/16", &zones);
+    let (a, b) = (subnets[0].clone(), subnets[1].clone());
     let sg = |name: &str| {
         let args = [
             "ec2",
@@ -311,6 +287,13 @@ fn doctor(c: &Cluster, config: Option<&Path>) -> (bool, Value) {
     (out.status.success(), report)
 }
 
+/// The report's line for check `id`.
+fn check_line<'r>(report: &'r Value, id: &str) -> &'r Value {
+    (report["checks"].as_array().into_iter().flatten())
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {report:#}"))
+}
+
 fn failed(report: &Value) -> Vec<String> {
     let checks = report["checks"].as_array().cloned().unwrap_or_default();
     checks
@@ -330,13 +313,7 @@ fn expect_only(h: &Healthy, id: &str, config: Option<&Path>) -> Value {
         |(_, r)| failed(r) == [id.to_string()],
     );
     assert!(!ok, "a failing check must exit 1");
-    let line = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == id)
-        .unwrap()
-        .clone();
+    let line = check_line(&report, id).clone();
     assert!(
         line["fix"].as_str().is_some_and(|f| !f.is_empty()),
         "{line:#}"
@@ -682,12 +659,7 @@ fn doctor_names_what_is_missing_a_skewed_clock_and_a_failing_dtd_source() {
     let report: Value =
         serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
     assert_eq!(failed(&report), ["clock"], "{report:#}");
-    let clock = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "clock")
-        .unwrap();
+    let clock = check_line(&report, "clock");
     assert!(
         clock["detail"].as_str().unwrap().contains("behind"),
         "{clock:#}"
@@ -820,12 +792,7 @@ fn doctor_names_a_permission_the_role_lacks() {
     let _ = dtd.kill();
     let _ = dtd.wait();
     assert!(!ok);
-    let line = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "perm.terminate")
-        .unwrap();
+    let line = check_line(&report, "perm.terminate");
     assert!(
         line["detail"].as_str().unwrap().contains("is not allowed"),
         "{line:#}"
@@ -845,12 +812,7 @@ fn doctor_names_a_permission_the_role_lacks() {
     // Credentials AWS does not know: the first line says so, with what to do.
     let (ok, report) = doctor("not-the-secret");
     assert!(!ok);
-    let line = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "credentials")
-        .unwrap();
+    let line = check_line(&report, "credentials");
     assert_eq!(line["outcome"], "fail", "{report:#}");
     assert!(
         line["fix"]

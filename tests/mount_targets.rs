@@ -18,30 +18,9 @@ struct Network {
 
 fn build_network(c: &Cluster) -> Network {
     let text = ["--output", "text"];
-    let vpc = c.aws(
-        &[
-            &["ec2", "create-vpc", "--cidr-block", "10.1.0.0/16"][..],
-            &["--query", "Vpc.VpcId"],
-            &text,
-        ]
-        .concat(),
-    );
-    let subnet = |cidr: &str, zone: &str| {
-        let args = [
-            "ec2",
-            "create-subnet",
-            "--vpc-id",
-            &vpc,
-            "--cidr-block",
-            cidr,
-            "--availability-zone",
-            zone,
-            "--query",
-            "Subnet.SubnetId",
-        ];
-        c.aws(&[&args[..], &text].concat())
-    };
-    let (subnet_a, subnet_b) = (subnet("10.1.1.0/24", ZONE_A), subnet("10.1.2.0/24", ZONE_B));
+    let zones = [("10.1.1.0/24", ZONE_A), ("10.1.2.0/24", ZONE_B)];
+    let (_, subnets) = c.vpc_with_subnets("10.1.0.0/16", &zones);
+    let [subnet_a, subnet_b] = [subnets[0].clone(), subnets[1].clone()];
     let fs_id = c.aws(
         &[
             &[

@@ -376,6 +376,36 @@ impl Cluster {
             .expect("running dtctl")
     }
 
+    /// A VPC with a subnet per (CIDR, Availability Zone), made with the AWS CLI: the VPC's id and
+    /// the subnets' ids, in order.
+    pub fn vpc_with_subnets(&self, cidr: &str, subnets: &[(&str, &str)]) -> (String, Vec<String>) {
+        let text = ["--output", "text"];
+        let create = [
+            "ec2",
+            "create-vpc",
+            "--cidr-block",
+            cidr,
+            "--query",
+            "Vpc.VpcId",
+        ];
+        let vpc = self.aws(&[&create[..], &text].concat());
+        let ids = (subnets.iter())
+            .map(|(cidr, zone)| {
+                let args = [
+                    "ec2",
+                    "create-subnet",
+                    "--vpc-id",
+                    &vpc,
+                    "--cidr-block",
+                    cidr,
+                ];
+                let at = ["--availability-zone", zone, "--query", "Subnet.SubnetId"];
+                self.aws(&[&args[..], &at, &text].concat())
+            })
+            .collect();
+        (vpc, ids)
+    }
+
     /// The person at the console: the real AWS CLI against the emulator.
     pub fn aws(&self, args: &[&str]) -> String {
         aws_cli(&self.moto.endpoint(), args).trim().to_string()

@@ -5,6 +5,7 @@
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
 
+use super::policy::{one_of, statements};
 use super::{Check, Context};
 use crate::aws::describe_error;
 
@@ -181,21 +182,9 @@ fn policy_check(queue_arn: &str, policy: Option<&str>) -> Check {
 /// A statement that allows EventBridge's service principal to send (EventBridge User Guide,
 /// "Using resource-based policies for Amazon EventBridge", Amazon SQS permissions).
 fn lets_eventbridge_send(policy: &Value) -> bool {
-    let statements = match &policy["Statement"] {
-        Value::Array(list) => list.clone(),
-        one @ Value::Object(_) => vec![one.clone()],
-        _ => return false,
-    };
-    statements.iter().any(|s| {
-        let service = &s["Principal"]["Service"];
-        let by_service = service == "events.amazonaws.com"
-            || service
-                .as_array()
-                .is_some_and(|l| l.iter().any(|v| v == "events.amazonaws.com"));
-        let action = &s["Action"];
-        let sends = ["sqs:SendMessage", "sqs:*", "*"]
-            .iter()
-            .any(|a| action == a || action.as_array().is_some_and(|l| l.iter().any(|v| v == a)));
+    statements(policy).iter().any(|s| {
+        let by_service = one_of(&s["Principal"]["Service"], "events.amazonaws.com");
+        let sends = (["sqs:SendMessage", "sqs:*", "*"].iter()).any(|a| one_of(&s["Action"], a));
         s["Effect"] == "Allow" && by_service && sends
     })
 }

@@ -10,6 +10,7 @@ use aws_sdk_ec2::types::{IpPermission, SecurityGroup};
 use aws_sdk_efs::types::{LifeCycleState, MountTargetDescription};
 use serde_json::Value;
 
+use super::policy::{one_of, statements};
 use super::template::Workers;
 use super::{Check, Context};
 use crate::aws::describe_error;
@@ -360,12 +361,7 @@ async fn tls_check(efs: &aws_sdk_efs::Client, fs: &str) -> Check {
 /// A statement `Deny` to everyone, for every EFS client action, when `aws:SecureTransport` is
 /// false ("Enforcing encryption in transit", Amazon EFS User Guide, "Data encryption in transit").
 fn denies_plain_nfs(policy: &Value) -> bool {
-    let statements = match &policy["Statement"] {
-        Value::Array(list) => list.clone(),
-        one @ Value::Object(_) => vec![one.clone()],
-        _ => return false,
-    };
-    statements.iter().any(|s| {
+    statements(policy).iter().any(|s| {
         let everyone = match &s["Principal"] {
             Value::String(p) => p == "*",
             Value::Object(p) => p.get("AWS").is_some_and(|a| one_of(a, "*")),
@@ -378,15 +374,6 @@ fn denies_plain_nfs(policy: &Value) -> bool {
         let when_plain = one_of(insecure, "false") || insecure == &Value::Bool(false);
         s["Effect"] == "Deny" && everyone && all_actions && when_plain
     })
-}
-
-/// Whether a policy value (a string or a list of them) holds `want`.
-fn one_of(v: &Value, want: &str) -> bool {
-    match v {
-        Value::String(s) => s == want,
-        Value::Array(list) => list.iter().any(|x| x.as_str() == Some(want)),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod group;
 mod identity;
 mod mounts;
 mod permissions;
+mod policy;
 mod report;
 mod template;
 
