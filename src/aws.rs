@@ -38,10 +38,6 @@ pub async fn autoscaling_client(cfg: &crate::config::Config) -> aws_sdk_autoscal
     aws_sdk_autoscaling::Client::new(&sdk_config(cfg.region.as_deref(), cfg.api_timeout).await)
 }
 
-pub async fn efs_client(cfg: &crate::config::Config) -> aws_sdk_efs::Client {
-    aws_sdk_efs::Client::new(&sdk_config(cfg.region.as_deref(), cfg.api_timeout).await)
-}
-
 /// The SDK's error with its whole chain of causes, for logs and `dtctl` messages.
 pub fn describe_error<E: std::error::Error>(e: &E) -> String {
     aws_sdk_ec2::error::DisplayErrorContext(e).to_string()

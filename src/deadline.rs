@@ -68,7 +68,6 @@ impl Deadline {
         }
     }
 
-    /// The same words at every pass of one stall, so it is logged and journaled once.
     /// [`run`](Self::run) for work that can fail itself: its error and a stall read alike.
     pub async fn try_run<T: Send + 'static>(
         &mut self,
@@ -78,6 +77,7 @@ impl Deadline {
         self.run(what, work).await.and_then(|r| r)
     }
 
+    /// The same words at every pass of one stall, so it is logged and journaled once.
     fn still_stuck(&self) -> String {
         let what = self.stuck.as_ref().map_or("work", |s| s.what);
         self.stalled(what)
