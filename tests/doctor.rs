@@ -150,16 +150,17 @@ fn file_system(c: &Cluster, subnets: [&str; 2], sg: &str) -> String {
             sg,
         ]);
     }
-    let arn = format!("arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/{fs}");
-    c.aws(&[
-        "efs",
-        "put-file-system-policy",
-        "--file-system-id",
-        &fs,
-        "--policy",
-        &tls_policy(&arn),
-    ]);
+    put_fs_policy(c, &fs, &tls_policy(&fs_arn(&fs)));
     fs
+}
+
+fn fs_arn(fs: &str) -> String {
+    format!("arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/{fs}")
+}
+
+fn put_fs_policy(c: &Cluster, fs: &str, policy: &str) {
+    let args = ["efs", "put-file-system-policy", "--file-system-id", fs];
+    c.aws(&[&args[..], &["--policy", policy]].concat());
 }
 
 /// What the stack's EventQueuePolicy grants (EventBridge User Guide, "Permissions for Amazon SQS").
@@ -504,30 +505,13 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
     expect_only(&h, "efs.security_groups", None);
     h.c.aws(&[&["ec2", "authorize-security-group-ingress"][..], &rule[..]].concat());
     // A file system policy that does not require TLS.
-    let arn = format!(
-        "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/{}",
-        h.n.fs
-    );
+    let arn = fs_arn(&h.n.fs);
     let lax = json_arg(
         &json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "elasticfilesystem:ClientMount", "Resource": arn}]}),
     );
-    h.c.aws(&[
-        "efs",
-        "put-file-system-policy",
-        "--file-system-id",
-        &h.n.fs,
-        "--policy",
-        &lax,
-    ]);
+    put_fs_policy(&h.c, &h.n.fs, &lax);
     expect_only(&h, "efs.tls_policy", None);
-    h.c.aws(&[
-        "efs",
-        "put-file-system-policy",
-        "--file-system-id",
-        &h.n.fs,
-        "--policy",
-        &tls_policy(&arn),
-    ]);
+    put_fs_policy(&h.c, &h.n.fs, &tls_policy(&arn));
     expect_healthy(&h);
 
     // shared_dir not a mount: the same cluster with a plain directory as shared_dir.
