@@ -105,10 +105,11 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             deadline: NOW + 590_000,
             log_mark: 0,
             reason: "elastic tag deleted".into(),
-            termination: Termination::Waiting,
-            cause: Cause::ElasticTag,
-            end: End::Terminate,
-            heartbeat_at: None,
+            stage: Stage::AwaitingAck {
+                cause: Cause::ElasticTag,
+                then: Some(Ending::Terminate),
+                heartbeat_at: None,
+            },
         });
         instances.push(i);
         // Ready to join on this pass.
@@ -156,8 +157,12 @@ fn measure(workers: usize) -> Vec<Duration> {
     let (rules, snap, state) = steady_state(workers);
     // A sanity check that the scenario is what it claims: joins and leaves on every pass.
     let plan = decide(&rules, &snap, &state, NOW);
-    assert_eq!(plan.hosts.len(), workers, "steady state at {workers}");
-    assert!(!plan.events.is_empty());
+    assert_eq!(
+        plan.outcome.hosts.len(),
+        workers,
+        "steady state at {workers}"
+    );
+    assert!(!plan.outcome.events.is_empty());
 
     let warm_up = Instant::now();
     while warm_up.elapsed() < BUDGET / 10 {
@@ -183,7 +188,10 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         for workers in [10, 1_000] {
             let (rules, snap, state) = steady_state(workers);
-            assert_eq!(decide(&rules, &snap, &state, NOW).hosts.len(), workers);
+            assert_eq!(
+                decide(&rules, &snap, &state, NOW).outcome.hosts.len(),
+                workers
+            );
         }
         println!("decide benchmark scenarios hold (run `cargo bench --bench decide` for figures)");
         return;

@@ -10,10 +10,11 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
 use crate::act;
+use crate::act::apply::Actuators;
 use crate::aws::Clients;
-use crate::config::{Config, Notify};
+use crate::config::Config;
 use crate::deadline::Deadline;
-use crate::decide::{decide_from, worker_views, Rules};
+use crate::decide::{decide_from, Rules};
 use crate::fsutil::now_millis;
 use crate::model::*;
 use crate::observe::acks::AckReader;
@@ -22,7 +23,7 @@ use crate::observe::efs::MountTargetWatch;
 use crate::observe::eventbridge::Parsed;
 use crate::observe::markers::MarkerScanner;
 use crate::observe::queue::{self, QueueUpdate, Received};
-use crate::status::{SourceStatus, StatusReport};
+use crate::status::{PassFacts, StatusReport};
 use crate::store::{load_state, require_mounted, save_json, Paths, StoreError};
 use crate::untrusted::{self, libc_flags};
 
@@ -62,6 +63,8 @@ pub struct Daemon {
     /// Journal events of this pass, appended at the next write of the state directory.
     unjournaled: Vec<Event>,
     launch_template_id: Option<String>,
+    /// What applying an outcome acts on.
+    actuators: Actuators,
     state: State,
     /// What state.json holds, so an unchanged state is not rewritten (and fsynced) every pass.
     saved: Option<State>,
@@ -154,6 +157,13 @@ impl Daemon {
             ),
             mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
                 .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
+            actuators: Actuators {
+                ec2: clients.ec2.clone(),
+                group: (clients.autoscaling.clone()).zip(cfg.workers.auto_scaling_group.clone()),
+                hostfiles: cfg.hostfiles.clone(),
+                generation_file: cfg.generation_file(),
+                notify: cfg.job.notify.clone(),
+            },
             clients,
             queue: None,
             inbox: Vec::new(),
@@ -253,15 +263,15 @@ impl Daemon {
             std::mem::take(&mut self.state),
             now_millis(),
         );
-        let decided = std::mem::take(&mut plan.events);
+        let decided = std::mem::take(&mut plan.outcome.events);
         self.record(&decided);
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
         self.state = std::mem::take(&mut plan.state);
         self.save_state().await;
-        self.apply(&plan).await;
+        self.apply(&plan.outcome).await;
         self.save_state().await;
-        self.settle_inbox(&plan.deferred_notices).await;
-        self.write_status(&plan, &snap, calls, started.elapsed())
+        self.settle_inbox(&plan.outcome.deferred_notices).await;
+        self.write_status(&plan.outcome, &snap, calls, started.elapsed())
             .await;
     }
 
@@ -270,7 +280,7 @@ impl Daemon {
     async fn hold(&mut self, snap: &Snapshot, calls: u32, started: Instant) {
         let plan = decide_from(&self.rules(), snap, self.state.clone(), now_millis());
         self.flush_journal().await;
-        self.write_status(&plan, snap, calls, started.elapsed())
+        self.write_status(&plan.outcome, snap, calls, started.elapsed())
             .await;
     }
 
@@ -389,7 +399,7 @@ impl Daemon {
     }
 
     /// Records the outcome of a source or action; returns the event kind when it changed.
-    fn note_failure(&mut self, what: &'static str, err: Option<String>) -> Option<&'static str> {
+    fn note_failure(&mut self, what: &'static str, err: Option<String>) -> Option<EventKind> {
         match err {
             Some(e) => {
                 self.errors.push(format!("{what}: {e}"));
@@ -398,158 +408,29 @@ impl Daemon {
                     tracing::warn!("{what}: {e}");
                     self.failures.insert(what, e);
                 }
-                first.then_some("source_failed")
+                first.then_some(EventKind::SourceFailed)
             }
             None => self.failures.remove(what).map(|_| {
                 tracing::info!("{what}: recovered");
-                "source_recovered"
+                EventKind::SourceRecovered
             }),
         }
     }
 
-    async fn apply(&mut self, plan: &Plan) {
-        let hostfiles_ok = self.write_hostfiles(plan).await;
-        if hostfiles_ok {
-            if let Some(n) = &plan.notify {
-                self.notify(n).await;
-            }
+    /// Applies the outcome (see `act::apply`), then records what it did.
+    async fn apply(&mut self, outcome: &Outcome) {
+        let applied = act::apply::apply(
+            &self.actuators,
+            outcome,
+            &mut self.state,
+            &mut self.shared_fs,
+            &self.failures,
+        )
+        .await;
+        for (what, err) in applied.results {
+            self.note_failure(what, err);
         }
-        let tagged = act::ec2::set_status_tags(&self.clients.ec2, &plan.tags).await;
-        self.note_failure("status tags", tagged.err());
-        if !plan.terminate.is_empty() {
-            self.terminate(&plan.terminate).await;
-        }
-        self.apply_group(plan).await;
-    }
-
-    /// The host files, then the generation file; whether the host files are as planned.
-    async fn write_hostfiles(&mut self, plan: &Plan) -> bool {
-        let (specs, hosts) = (self.cfg.hostfiles.clone(), plan.hosts.clone());
-        let (gen_file, generation) = (self.cfg.generation_file(), self.state.generation);
-        let write = move || {
-            let written = act::hostfiles::ensure(&specs, &hosts)?;
-            act::hostfiles::write_generation(&gen_file, generation)?;
-            Ok::<bool, String>(written)
-        };
-        let written = self.shared_fs.try_run("writing host files", write).await;
-        if let Ok(true) = written {
-            tracing::info!(
-                generation,
-                workers = plan.hosts.len(),
-                "host files rewritten"
-            );
-        }
-        let ok = written.is_ok();
-        self.note_failure("host files", written.err());
-        ok
-    }
-
-    async fn apply_group(&mut self, plan: &Plan) {
-        let (Some(client), Some(group)) = (
-            self.clients.autoscaling.clone(),
-            self.cfg.workers.auto_scaling_group.clone(),
-        ) else {
-            return;
-        };
-        if !plan.protect.is_empty() {
-            let r = act::asg::protect(&client, &group, &plan.protect).await;
-            self.note_failure("scale-in protection", r.err());
-        }
-        let mut done = Vec::new();
-        let mut errors = Vec::new();
-        for (id, decrement) in &plan.group_terminate {
-            match act::asg::terminate(&client, id, *decrement).await {
-                Ok(()) => done.push(id.clone()),
-                Err(e) => errors.push(e),
-            }
-        }
-        let (completed, failed) =
-            act::asg::apply_hooks(&client, &group, &plan.complete_hooks, &plan.heartbeats).await;
-        done.extend(completed);
-        errors.extend(failed);
-        self.mark_sent(&done, "Auto Scaling group accepted the end of");
-        self.note_failure("group actions", errors.into_iter().next());
-    }
-
-    async fn notify(&mut self, n: &Notification) {
-        let hostfile = self
-            .cfg
-            .hostfiles
-            .first()
-            .map(|h| h.path.clone())
-            .unwrap_or_default();
-        let sent = match self.cfg.job.notify.clone() {
-            // Reading the pidfile touches the shared directory: within its deadline.
-            Notify::Signal {
-                signal,
-                pidfile,
-                expect,
-            } => {
-                let send = move || act::notify::signal_job(signal, &pidfile, expect.as_deref());
-                let sent = self.shared_fs.run("signalling the job", send).await;
-                sent.unwrap_or_else(|e| Err(act::notify::NotifyError::Failed(e)))
-            }
-            how => act::notify::send(&how, n, &hostfile).await,
-        };
-        match sent {
-            Ok(how) => {
-                self.note_failure("job notification", None);
-                tracing::info!(generation = n.generation, "job notified: {how}");
-                if self.state.pending_notification.as_ref() == Some(n) {
-                    self.state.pending_notification = None;
-                }
-                let message = format!("generation {} delivered: {how}", n.generation);
-                self.record(&[Event {
-                    generation: Some(n.generation),
-                    ..Event::new(now_millis(), "notified", message)
-                }]);
-            }
-            Err(e) => {
-                let message = format!("{e} (retried next pass)");
-                let changed = self.failures.get("job notification") != Some(&message);
-                let refused = matches!(e, act::notify::NotifyError::Refused(_));
-                self.note_failure("job notification", Some(message.clone()));
-                if changed && refused {
-                    self.record(&[Event {
-                        generation: Some(n.generation),
-                        ..Event::new(now_millis(), "notify_refused", message)
-                    }]);
-                }
-            }
-        }
-    }
-
-    async fn terminate(&mut self, ids: &[String]) {
-        let (done, err) = act::ec2::terminate(&self.clients.ec2, ids).await;
-        self.mark_sent(&done, "TerminateInstances accepted for");
-        if !done.is_empty() {
-            tracing::info!(instances = ?done, "terminated");
-        }
-        self.note_failure("terminations", err);
-    }
-
-    /// Removals whose ending call succeeded are never sent again.
-    fn mark_sent(&mut self, done: &[String], what: &str) {
-        let mut events = Vec::new();
-        for r in self
-            .state
-            .removals
-            .iter_mut()
-            .filter(|r| done.contains(&r.id))
-        {
-            if r.termination != Termination::Requested {
-                continue;
-            }
-            r.termination = Termination::Sent;
-            let message = format!("{what} {} ({})", r.id, r.ip);
-            events.push(Event {
-                instance: Some(r.id.clone()),
-                ip: Some(r.ip),
-                generation: Some(r.generation),
-                ..Event::new(now_millis(), "terminated", message)
-            });
-        }
-        self.record(&events);
+        self.record(&applied.events);
     }
 
     /// Logs events now; they reach the journal at the next write of the state directory.
@@ -576,14 +457,6 @@ impl Daemon {
         self.note_failure("events journal", r.err());
     }
 
-    fn replacing_stopped(&self) -> Option<String> {
-        let limit = self.cfg.workers.max_prepare_failures;
-        (self.state.prepare_failures >= limit).then(|| {
-            let last = self.state.last_prepare_failure.as_deref().unwrap_or("-");
-            format!("stopped after {limit} prepare-data failures in a row (last: {last}); `dtctl resume` re-arms it")
-        })
-    }
-
     /// The journal, then the state it explains.
     async fn save_state(&mut self) {
         self.flush_journal().await;
@@ -605,113 +478,30 @@ impl Daemon {
         self.note_failure("state file", failed);
     }
 
-    async fn write_status(&mut self, plan: &Plan, snap: &Snapshot, calls: u32, took: Duration) {
+    async fn write_status(
+        &mut self,
+        outcome: &Outcome,
+        snap: &Snapshot,
+        calls: u32,
+        took: Duration,
+    ) {
         self.flush_journal().await;
-        let report = self.status_report(plan, snap, calls, took);
+        let facts = PassFacts {
+            outcome,
+            snap,
+            state: &self.state,
+            queue_error: self.queue_error.as_deref(),
+            mount_targets: (self.mount_targets.as_ref()).map(|w| w.cache().summary()),
+            ec2_calls: calls,
+            pass_ms: took.as_millis() as u64,
+            errors: &self.errors,
+            now: now_millis(),
+        };
+        let report = StatusReport::build(&self.cfg, facts);
         let path = self.paths.status();
         let save = move || save_json(&path, &report).map_err(|e| e.to_string());
         if let Err(e) = self.state_fs.try_run("writing the status", save).await {
             tracing::warn!("{e}");
-        }
-    }
-
-    fn status_report(
-        &self,
-        plan: &Plan,
-        snap: &Snapshot,
-        calls: u32,
-        took: Duration,
-    ) -> StatusReport {
-        let detail = |r: Result<String, &String>| match r {
-            Ok(s) => (true, s),
-            Err(e) => (false, e.clone()),
-        };
-        let sources = [
-            (
-                "EC2 instances",
-                detail(
-                    snap.instances
-                        .as_ref()
-                        .map(|v| format!("{} instances with the worker tags", v.len())),
-                ),
-            ),
-            (
-                "prepare-data markers",
-                detail(
-                    snap.markers
-                        .as_ref()
-                        .map(|m| format!("{} ready, {} failed", m.success.len(), m.failed.len())),
-                ),
-            ),
-            (
-                "acknowledgements",
-                detail(snap.acks.as_ref().map(|a| {
-                    format!(
-                        "ack file: {}, host_worker_log: {} lines",
-                        a.generation.map_or("-".into(), |g| g.to_string()),
-                        a.log_lines
-                    )
-                })),
-            ),
-        ];
-        let queue = self.cfg.events.queue_url.as_ref().map(|url| {
-            let detail = match &self.queue_error {
-                Some(e) => (false, e.clone()),
-                None => (
-                    true,
-                    format!("{url} (notices this pass: {})", snap.notices.len()),
-                ),
-            };
-            ("event queue", detail)
-        });
-        // Unknown zones hold nothing: a failed read is a source shown as failed, not a hold.
-        let efs = (self.mount_targets.as_ref()).map(|c| {
-            let detail = match c.cache().summary() {
-                Ok(zones) => (true, zones),
-                Err(e) => (false, e),
-            };
-            ("EFS mount targets", detail)
-        });
-        let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
-        StatusReport {
-            cluster: self.cfg.cluster.clone(),
-            updated_at: now_millis(),
-            pid: std::process::id(),
-            interval_ms: self.cfg.interval.as_millis() as u64,
-            min: group.map_or(self.cfg.workers.min, |g| g.min),
-            max: group.map_or(self.cfg.workers.max, |g| g.max),
-            current: plan.hosts.len(),
-            desired: group.map_or_else(|| desired(&self.cfg, plan), |g| g.desired),
-            group: group.map(|g| g.name.clone()),
-            replacing_stopped: self.replacing_stopped(),
-            generation: self.state.generation,
-            acked_generation: acknowledged(
-                &self.state,
-                snap,
-                self.cfg.job.ack.host_worker_log.is_some(),
-            ),
-            pending_notification: self
-                .state
-                .pending_notification
-                .as_ref()
-                .map(|n| n.generation),
-            ec2_calls_last_pass: calls,
-            pass_ms: took.as_millis() as u64,
-            interruptions: self.state.interruptions,
-            sources: sources
-                .into_iter()
-                .chain(queue)
-                .chain(efs)
-                .map(|(name, (ok, detail))| SourceStatus {
-                    name: name.into(),
-                    ok,
-                    detail,
-                })
-                .collect(),
-            holds: plan.holds.clone(),
-            errors: self.errors.clone(),
-            hosts: plan.hosts.clone(),
-            workers: worker_views(&plan.rows, snap, &self.state),
         }
     }
 }
@@ -734,42 +524,6 @@ async fn recv(queue: &mut Option<mpsc::Receiver<QueueUpdate>>) -> Option<QueueUp
         Some(q) => q.recv().await,
         None => std::future::pending().await,
     }
-}
-
-/// Base hosts plus every worker joined or on its way in (preparing, queued), capped at max.
-fn desired(cfg: &Config, plan: &Plan) -> usize {
-    let coming = [
-        WorkerStatus::Preparing,
-        WorkerStatus::AddQueued,
-        WorkerStatus::Added,
-    ];
-    let managed = plan
-        .rows
-        .iter()
-        .filter(|r| matches!(r.shown, Shown::Status(s) if coming.contains(&s)))
-        .count();
-    (cfg.workers.base_hosts.len() + managed).min(cfg.workers.max)
-}
-
-/// The newest generation the job is known to have applied: the ack file's, or with the
-/// `host_worker_log` form (which names IPs, not generations) the newest generation whose every
-/// join and removal the log has confirmed.
-fn acknowledged(state: &State, snap: &Snapshot, log_form: bool) -> Option<u64> {
-    let acks = snap.acks.as_ref().ok()?;
-    let from_log = log_form.then(|| {
-        let unconfirmed_joins = state
-            .members
-            .iter()
-            .filter(|m| !m.acked)
-            .map(|m| m.joined_generation);
-        let waiting = state
-            .removals
-            .iter()
-            .filter(|r| r.termination == Termination::Waiting);
-        let oldest_unconfirmed = unconfirmed_joins.chain(waiting.map(|r| r.generation)).min();
-        oldest_unconfirmed.map_or(state.generation, |g| g.saturating_sub(1))
-    });
-    acks.generation.max(from_log.filter(|g| *g > 0))
 }
 
 #[cfg(test)]

@@ -143,7 +143,7 @@ enum Role {
         mark: u64,
     },
     Removal {
-        t: Termination,
+        t: Stage,
         gen_back: u64,
         deadline_off: i64,
         mark: u64,
@@ -228,9 +228,13 @@ fn inst_spec() -> impl Strategy<Value = InstSpec> {
 
 fn role() -> impl Strategy<Value = Role> {
     let termination = prop::sample::select(vec![
-        Termination::Waiting,
-        Termination::Requested,
-        Termination::Sent,
+        Stage::AwaitingAck {
+            cause: Cause::ElasticTag,
+            then: Some(Ending::Terminate),
+            heartbeat_at: None,
+        },
+        Stage::Ending(Ending::Terminate),
+        Stage::Ended,
     ]);
     prop_oneof![
         2 => Just(Role::None),
@@ -458,7 +462,7 @@ fn build(sc: &Scenario) -> (World, State) {
     for (slot, role) in sc.roles.iter().enumerate() {
         let (id, ip) = (id_of(slot, 0), slot_ip(slot));
         let mark = |m: u64| m.min(sc.log_lines);
-        match *role {
+        match role.clone() {
             Role::Member {
                 acked,
                 gen_back,
@@ -487,10 +491,7 @@ fn build(sc: &Scenario) -> (World, State) {
                 deadline: (START as i64 + deadline_off) as u64,
                 log_mark: mark(m),
                 reason: "elastic tag deleted".into(),
-                termination: t,
-                cause: Cause::ElasticTag,
-                end: End::Terminate,
-                heartbeat_at: None,
+                stage: t.clone(),
             }),
             _ => {}
         }
@@ -535,8 +536,8 @@ impl Pass<'_> {
 
     fn fail(&self, what: String) -> Result<(), String> {
         Err(format!(
-            "pass {} at now={}: {what}\nprevious state: {:?}\nplan.terminate: {:?}\nplan.hosts: {:?}\nplan.events: {:?}",
-            self.index, self.now, self.prev, self.plan.terminate, self.plan.hosts, self.plan.events
+            "pass {} at now={}: {what}\nprevious state: {:?}\nplan.outcome.terminate(): {:?}\nplan.outcome.hosts: {:?}\nplan.outcome.events: {:?}",
+            self.index, self.now, self.prev, self.plan.outcome.terminate(), self.plan.outcome.hosts, self.plan.outcome.events
         ))
     }
 }
@@ -552,7 +553,7 @@ fn run(
     let mut sent: BTreeSet<String> = state
         .removals
         .iter()
-        .filter(|r| r.termination == Termination::Sent)
+        .filter(|r| r.stage == Stage::Ended)
         .map(|r| r.id.clone())
         .collect();
     let mut now = START;
@@ -580,28 +581,28 @@ fn run(
 
         // What act and the daemon do with the plan.
         state = plan.state.clone();
-        for (status, ids) in &plan.tags {
+        for (status, ids) in &plan.outcome.tags() {
             for i in world.instances.values_mut().filter(|i| ids.contains(&i.id)) {
                 i.tags.insert(STATUS_TAG.into(), status.as_tag().into());
             }
         }
         if step.terminate_ok {
-            for rm in state
-                .removals
-                .iter_mut()
-                .filter(|rm| plan.terminate.contains(&rm.id))
-            {
-                rm.termination = Termination::Sent;
-            }
-            sent.extend(plan.terminate.iter().cloned());
+            let accepted = plan.outcome.terminate();
+            dt::decide::removal::confirm(
+                &mut state,
+                &accepted,
+                "TerminateInstances accepted for",
+                now,
+            );
+            sent.extend(plan.outcome.terminate().iter().cloned());
             if step.shutdown {
                 world
                     .instances
-                    .retain(|_, i| !plan.terminate.contains(&i.id));
+                    .retain(|_, i| !plan.outcome.terminate().contains(&i.id));
             }
         }
         world.notices.clear();
-        if step.delivered && state.pending_notification == plan.notify {
+        if step.delivered && state.pending_notification == plan.outcome.notify {
             state.pending_notification = None;
         }
     }
@@ -609,7 +610,7 @@ fn run(
 }
 
 fn interrupted_ids(st: &State) -> BTreeSet<String> {
-    let interrupted = st.removals.iter().filter(|r| r.cause == Cause::Interrupted);
+    let interrupted = st.removals.iter().filter(|r| r.is_interrupted());
     interrupted.map(|r| r.id.clone()).collect()
 }
 
@@ -639,13 +640,13 @@ proptest! {
     #[test]
     fn never_terminates_or_unlists_base_hosts_or_the_master(sc in scenario()) {
         run(&sc, |p| {
-            for id in &p.plan.terminate {
+            for id in &p.plan.outcome.terminate() {
                 let ip = p.observed(id).map(|i| i.ip);
                 if ip.is_some_and(|ip| p.rules.is_protected(ip)) {
                     return p.fail(format!("terminated {id}, a base host or the master ({ip:?})"));
                 }
             }
-            let listed: Vec<IpAddr> = p.plan.hosts.iter().map(|h| h.ip).collect();
+            let listed: Vec<IpAddr> = p.plan.outcome.hosts.iter().map(|h| h.ip).collect();
             if !listed.starts_with(&p.rules.base_hosts) {
                 return p.fail("base hosts are not first, in config order, in the host file".into());
             }
@@ -660,7 +661,7 @@ proptest! {
     #[test]
     fn never_terminates_an_instance_without_the_cluster_tags(sc in scenario()) {
         run(&sc, |p| {
-            for id in &p.plan.terminate {
+            for id in &p.plan.outcome.terminate() {
                 match p.observed(id) {
                     None => return p.fail(format!("terminated {id}, which this pass did not observe")),
                     Some(i) if !has_cluster_tags(i) => {
@@ -679,12 +680,12 @@ proptest! {
     fn never_terminates_before_acknowledgement_or_timeout(sc in scenario()) {
         run(&sc, |p| {
             let Ok(acks) = &p.snap.acks else { return Ok(()) };
-            for id in &p.plan.terminate {
+            for id in &p.plan.outcome.terminate() {
                 if p.prev.members.iter().any(|m| &m.id == id) {
                     return p.fail(format!("terminated {id}, listed in the host file the job runs"));
                 }
                 if let Some(r) = p.prev.removals.iter().find(|r| &r.id == id) {
-                    if r.termination == Termination::Waiting && !acknowledged(r, acks) && p.now < r.deadline {
+                    if r.awaits_ack() && !acknowledged(r, acks) && p.now < r.deadline {
                         return p.fail(format!(
                             "terminated {id} (removal generation {}, mark {}, deadline {}) without ack {acks:?}",
                             r.generation, r.log_mark, r.deadline
@@ -730,11 +731,11 @@ proptest! {
     #[test]
     fn never_goes_above_max(sc in scenario()) {
         run(&sc, |p| {
-            if p.plan.hosts.len() > p.rules.max {
-                return p.fail(format!("{} workers listed, max {}", p.plan.hosts.len(), p.rules.max));
+            if p.plan.outcome.hosts.len() > p.rules.max {
+                return p.fail(format!("{} workers listed, max {}", p.plan.outcome.hosts.len(), p.rules.max));
             }
-            let distinct: BTreeSet<IpAddr> = p.plan.hosts.iter().map(|h| h.ip).collect();
-            if distinct.len() != p.plan.hosts.len() {
+            let distinct: BTreeSet<IpAddr> = p.plan.outcome.hosts.iter().map(|h| h.ip).collect();
+            if distinct.len() != p.plan.outcome.hosts.len() {
                 return p.fail("an IP is listed twice in the host file".into());
             }
             Ok(())
@@ -746,7 +747,7 @@ proptest! {
     #[test]
     fn never_lists_a_worker_without_a_success_marker(sc in scenario()) {
         run(&sc, |p| {
-            for h in &p.plan.hosts {
+            for h in &p.plan.outcome.hosts {
                 if !p.rules.base_hosts.contains(&h.ip) && !p.ever_ready.contains(&h.ip) {
                     return p.fail(format!("{} listed without ever having a success marker", h.ip));
                 }
@@ -762,13 +763,13 @@ proptest! {
             if p.all_sources_ok() {
                 return Ok(());
             }
-            if !p.plan.terminate.is_empty() {
-                return p.fail(format!("terminated {:?} on a partial view", p.plan.terminate));
+            if !p.plan.outcome.terminate().is_empty() {
+                return p.fail(format!("terminated {:?} on a partial view", p.plan.outcome.terminate()));
             }
-            if p.plan.holds.is_empty() {
-                return p.fail("a source failed but plan.holds is empty".into());
+            if p.plan.outcome.holds.is_empty() {
+                return p.fail("a source failed but plan.outcome.holds is empty".into());
             }
-            let listed: BTreeSet<IpAddr> = p.plan.hosts.iter().map(|h| h.ip).collect();
+            let listed: BTreeSet<IpAddr> = p.plan.outcome.hosts.iter().map(|h| h.ip).collect();
             // Interruptions are heeded on any view: the worker goes away whatever we see.
             let interrupted = interrupted_ids(&p.plan.state);
             for m in p.prev.members.iter().filter(|m| !interrupted.contains(&m.id)) {
@@ -776,7 +777,7 @@ proptest! {
                     return p.fail(format!("member {} ({}) removed on a partial view", m.id, m.ip));
                 }
             }
-            for r in p.plan.state.removals.iter().filter(|r| r.cause != Cause::Interrupted) {
+            for r in p.plan.state.removals.iter().filter(|r| !r.is_interrupted()) {
                 if !p.prev.removals.iter().any(|q| q.id == r.id) {
                     return p.fail(format!("removal of {} queued on a partial view", r.id));
                 }
@@ -790,12 +791,12 @@ proptest! {
     fn never_terminates_twice_once_sent(sc in scenario()) {
         run(&sc, |p| {
             let mut seen = BTreeSet::new();
-            for id in &p.plan.terminate {
+            for id in &p.plan.outcome.terminate() {
                 if p.sent.contains(id) {
                     return p.fail(format!("terminated {id} again after its termination was sent"));
                 }
                 if !seen.insert(id) {
-                    return p.fail(format!("{id} listed twice in plan.terminate"));
+                    return p.fail(format!("{id} listed twice in plan.outcome.terminate()"));
                 }
             }
             Ok(())
@@ -807,7 +808,7 @@ proptest! {
     fn never_terminates_or_relists_an_interrupted_instance(sc in scenario()) {
         run(&sc, |p| {
             let before = interrupted_ids(p.prev);
-            for id in &p.plan.terminate {
+            for id in &p.plan.outcome.terminate() {
                 if before.contains(id) {
                     return p.fail(format!("terminated {id}, which AWS is reclaiming"));
                 }
@@ -830,16 +831,16 @@ proptest! {
             let blind = Snapshot { mount_targets: None, ..p.snap.clone() };
             let other = decide(p.rules, &blind, p.prev, p.now);
             let (a, b) = (p.plan, &other);
-            let same = a.hosts == b.hosts
-                && a.tags == b.tags
-                && a.terminate == b.terminate
-                && a.group_terminate == b.group_terminate
-                && a.complete_hooks == b.complete_hooks
-                && a.heartbeats == b.heartbeats
-                && a.protect == b.protect
-                && a.notify == b.notify
-                && a.holds == b.holds
-                && a.deferred_notices == b.deferred_notices;
+            let same = a.outcome.hosts == b.outcome.hosts
+                && a.outcome.tags() == b.outcome.tags()
+                && a.outcome.terminate() == b.outcome.terminate()
+                && a.outcome.group_terminate() == b.outcome.group_terminate()
+                && a.outcome.complete_hooks() == b.outcome.complete_hooks()
+                && a.outcome.heartbeats() == b.outcome.heartbeats()
+                && a.outcome.protect() == b.outcome.protect()
+                && a.outcome.notify == b.outcome.notify
+                && a.outcome.holds == b.outcome.holds
+                && a.outcome.deferred_notices == b.outcome.deferred_notices;
             if !same {
                 return p.fail(format!("the mount targets changed the plan; without them: {other:?}"));
             }
@@ -849,7 +850,7 @@ proptest! {
                 return p.fail(format!("the mount targets changed the state: {:?}", a.state));
             }
             let events = |plan: &Plan| -> Vec<Event> {
-                let kept = plan.events.iter().filter(|e| e.kind != "no_mount_target");
+                let kept = plan.outcome.events.iter().filter(|e| e.kind != "no_mount_target");
                 kept.cloned().collect()
             };
             if events(a) != events(b) {
@@ -875,11 +876,11 @@ fn the_random_runs_reach_every_rule() {
             let mut count =
                 |what: &'static str, yes: bool| *seen.entry(what).or_default() += yes as usize;
             count("pass", true);
-            count("terminated", !p.plan.terminate.is_empty());
+            count("terminated", !p.plan.outcome.terminate().is_empty());
             count("partial view", !p.all_sources_ok());
             count(
                 "at max",
-                p.plan.rows.iter().any(|w| {
+                p.plan.outcome.rows.iter().any(|w| {
                     w.waiting_for
                         .as_deref()
                         .is_some_and(|s| s.starts_with("room under max"))
@@ -897,7 +898,7 @@ fn the_random_runs_reach_every_rule() {
                 "interrupted",
                 "no_mount_target",
             ] {
-                count(kind, p.plan.events.iter().any(|e| e.kind == kind));
+                count(kind, p.plan.outcome.events.iter().any(|e| e.kind == kind));
             }
             Ok(())
         })

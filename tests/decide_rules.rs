@@ -125,7 +125,7 @@ impl World {
 
     /// What `act` does with the plan's tags, so the next pass sees them.
     fn apply_tags(&mut self, plan: &Plan) {
-        for (status, ids) in &plan.tags {
+        for (status, ids) in &plan.outcome.tags() {
             for id in ids {
                 self.inst(id)
                     .tags
@@ -143,22 +143,27 @@ fn pass(rules: &Rules, world: &mut World, state: &State, now: Millis) -> Plan {
 }
 
 fn hosts(plan: &Plan) -> Vec<String> {
-    plan.hosts.iter().map(|h| h.ip.to_string()).collect()
+    plan.outcome
+        .hosts
+        .iter()
+        .map(|h| h.ip.to_string())
+        .collect()
 }
 
 fn with_base(extra: &[&str]) -> Vec<String> {
     BASE.iter().chain(extra).map(|s| s.to_string()).collect()
 }
 
-fn tagged(plan: &Plan, status: WorkerStatus) -> Vec<&str> {
-    plan.tags
-        .get(&status)
-        .map(|ids| ids.iter().map(String::as_str).collect())
-        .unwrap_or_default()
+fn tagged(plan: &Plan, status: WorkerStatus) -> Vec<String> {
+    plan.outcome.tags().remove(&status).unwrap_or_default()
 }
 
 fn kinds(plan: &Plan) -> Vec<&str> {
-    plan.events.iter().map(|e| e.kind.as_str()).collect()
+    plan.outcome
+        .events
+        .iter()
+        .map(|e| e.kind.as_str())
+        .collect()
 }
 
 /// The status row of instance `id`; rows point into the snapshot `w` gave this pass.
@@ -167,10 +172,11 @@ fn worker<'p>(plan: &'p Plan, w: &World, id: &str) -> &'p Row {
         RowSource::Instance(at) => w.instances[at].id.clone(),
         RowSource::Member(i) => plan.state.members[i].id.clone(),
     };
-    plan.rows
+    plan.outcome
+        .rows
         .iter()
         .find(|row| row_id(row) == id)
-        .unwrap_or_else(|| panic!("{id} not in the status rows: {:?}", plan.rows))
+        .unwrap_or_else(|| panic!("{id} not in the status rows: {:?}", plan.outcome.rows))
 }
 
 fn waiting_for(plan: &Plan, w: &World, id: &str) -> String {
@@ -208,12 +214,12 @@ fn without_marker_the_worker_is_preparing() {
     assert_eq!(worker(&plan, &w, "i-1").label(), "PREPARING");
     assert!(waiting_for(&plan, &w, "i-1").contains("prepare_data_success_10.0.1.1"));
     assert_eq!(plan.state.generation, 0);
-    assert!(plan.notify.is_none());
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.outcome.notify.is_none());
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
 
     // The tag is already there on the next pass: it is not written again.
     let plan = pass(&r, &mut w, &plan.state, 2_000);
-    assert!(plan.tags.is_empty(), "{:?}", plan.tags);
+    assert!(plan.outcome.tags().is_empty(), "{:?}", plan.outcome.tags());
 }
 
 #[test]
@@ -228,7 +234,7 @@ fn failed_marker_shows_prepare_failed_and_why() {
     assert_eq!(tagged(&plan, WorkerStatus::PrepareFailed), ["i-1"]);
     assert_eq!(worker(&plan, &w, "i-1").label(), "PREPARE_FAILED");
     assert!(waiting_for(&plan, &w, "i-1").contains("exit 3: disk full"));
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
 }
 
 #[test]
@@ -244,7 +250,7 @@ fn joiners_follow_base_hosts_in_join_order_with_one_generation_per_pass() {
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.9"]));
     assert_eq!(plan.state.generation, 1, "two joins, one generation");
-    let n = plan.notify.clone().expect("the job is notified");
+    let n = plan.outcome.notify.clone().expect("the job is notified");
     assert_eq!(n.generation, 1);
     assert_eq!(n.added, [ip("10.0.1.1"), ip("10.0.1.9")]);
     assert!(n.removed.is_empty());
@@ -274,7 +280,7 @@ fn join_is_acknowledged_by_the_ack_file() {
     // An older generation does not acknowledge the join.
     w.acks.generation = Some(0);
     let plan = pass(&r, &mut w, &plan.state, 2_000);
-    assert!(plan.tags.is_empty());
+    assert!(plan.outcome.tags().is_empty());
     assert_eq!(worker(&plan, &w, "i-1").label(), "ADD_QUEUED");
 
     w.acks.generation = Some(1);
@@ -324,7 +330,10 @@ fn joins_stop_at_max() {
     }
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
-    assert_eq!(plan.notify.as_ref().unwrap().added, [ip("10.0.1.1")]);
+    assert_eq!(
+        plan.outcome.notify.as_ref().unwrap().added,
+        [ip("10.0.1.1")]
+    );
     assert_eq!(
         tagged(&plan, WorkerStatus::AddQueued),
         ["i-1", "i-2", "i-3"]
@@ -353,24 +362,27 @@ fn removal_waits_for_the_ack_file_then_terminates() {
         "out of the host file at once"
     );
     assert_eq!(plan.state.generation, 2);
-    let n = plan.notify.clone().unwrap();
+    let n = plan.outcome.notify.clone().unwrap();
     assert_eq!((n.generation, n.removed), (2, vec![ip("10.0.1.1")]));
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
-    assert!(plan.terminate.is_empty(), "not before the job acknowledges");
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "not before the job acknowledges"
+    );
     assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
     assert!(waiting_for(&plan, &w, "i-1").contains("acknowledge generation 2"));
 
     // The job still runs generation 1: keep waiting.
     let plan = pass(&r, &mut w, &plan.state, 20_000);
-    assert!(plan.terminate.is_empty());
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.outcome.terminate().is_empty());
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
 
     w.acks.generation = Some(2);
     let plan = pass(&r, &mut w, &plan.state, 30_000);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
     assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
     assert_eq!(kinds(&plan), ["acknowledged"]);
-    assert_eq!(plan.state.removals[0].termination, Termination::Requested);
+    assert!(matches!(plan.state.removals[0].stage, Stage::Ending(_)));
     assert_eq!(plan.state.generation, 2);
 }
 
@@ -384,16 +396,19 @@ fn removal_is_acknowledged_by_a_removed_line_after_its_mark_only() {
     assert_eq!(plan.state.removals[0].log_mark, 1);
 
     let plan = pass(&r, &mut w, &plan.state, 20_000);
-    assert!(plan.terminate.is_empty(), "a line before the mark counted");
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "a line before the mark counted"
+    );
 
     // A REMOVED line for another IP is not an acknowledgement either.
     w.log(false, "10.0.1.2");
     let plan = pass(&r, &mut w, &plan.state, 25_000);
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
 
     w.log(false, "10.0.1.1");
     let plan = pass(&r, &mut w, &plan.state, 30_000);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
     assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
     assert_eq!(kinds(&plan), ["acknowledged"]);
 }
@@ -407,11 +422,11 @@ fn removal_terminates_at_the_ack_timeout() {
     assert_eq!(deadline, 10_000 + TIMEOUT);
 
     let plan = pass(&r, &mut w, &plan.state, deadline - 1);
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
     assert!(waiting_for(&plan, &w, "i-1").contains("timeout in 1s"));
 
     let plan = pass(&r, &mut w, &plan.state, deadline);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
     assert_eq!(kinds(&plan), ["ack_timeout"]);
     assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
 }
@@ -424,15 +439,19 @@ fn removal_is_held_at_min_and_journaled_once() {
     w.delete_elastic_tag("i-1");
     let plan = pass(&r, &mut w, &state, 10_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
-    assert!(plan.terminate.is_empty());
-    assert!(plan.notify.is_none());
+    assert!(plan.outcome.terminate().is_empty());
+    assert!(plan.outcome.notify.is_none());
     assert_eq!(plan.state.generation, 1);
     assert_eq!(kinds(&plan), ["removal_held"]);
     assert_eq!(worker(&plan, &w, "i-1").label(), "ADDED");
     assert_eq!(waiting_for(&plan, &w, "i-1"), "worker count above min (4)");
 
     let plan = pass(&r, &mut w, &plan.state, 20_000);
-    assert!(plan.events.is_empty(), "held twice: {:?}", plan.events);
+    assert!(
+        plan.outcome.events.is_empty(),
+        "held twice: {:?}",
+        plan.outcome.events
+    );
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
 
     // A third worker joins: now there is room above min and the removal goes ahead.
@@ -464,16 +483,16 @@ fn base_hosts_and_master_are_never_removed_or_terminated() {
         with_base(&[]),
         "master listed or base host lost"
     );
-    assert!(plan.terminate.is_empty());
-    assert!(plan.tags.is_empty(), "{:?}", plan.tags);
+    assert!(plan.outcome.terminate().is_empty());
+    assert!(plan.outcome.tags().is_empty(), "{:?}", plan.outcome.tags());
     assert_eq!(kinds(&plan), ["removal_refused", "removal_refused"]);
     assert_eq!(worker(&plan, &w, "i-base").label(), "BASE");
     assert_eq!(worker(&plan, &w, "i-master").label(), "BASE");
 
     // Refused once, not on every pass; still not terminated long after any timeout.
     let plan = pass(&r, &mut w, &plan.state, 1_000 + 10 * TIMEOUT);
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    assert!(plan.outcome.terminate().is_empty());
     assert_eq!(hosts(&plan), with_base(&[]));
 }
 
@@ -497,10 +516,10 @@ fn instances_without_the_cluster_tags_are_ignored() {
     }
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&[]));
-    assert!(plan.terminate.is_empty());
-    assert!(plan.tags.is_empty(), "{:?}", plan.tags);
-    assert!(plan.rows.is_empty(), "{:?}", plan.rows);
-    assert!(plan.events.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
+    assert!(plan.outcome.tags().is_empty(), "{:?}", plan.outcome.tags());
+    assert!(plan.outcome.rows.is_empty(), "{:?}", plan.outcome.rows);
+    assert!(plan.outcome.events.is_empty());
 }
 
 #[test]
@@ -512,12 +531,16 @@ fn unjoined_managed_instance_losing_its_elastic_tag_is_terminated_at_once() {
 
     w.delete_elastic_tag("i-1");
     let plan = pass(&r, &mut w, &plan.state, 2_000);
-    assert_eq!(plan.terminate, ["i-1"], "terminated once, right away");
+    assert_eq!(
+        plan.outcome.terminate(),
+        ["i-1"],
+        "terminated once, right away"
+    );
     assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
     assert_eq!(kinds(&plan), ["removal_queued"]);
     assert_eq!(plan.state.generation, 0, "it never was in the host file");
-    assert!(plan.notify.is_none());
-    assert_eq!(plan.state.removals[0].termination, Termination::Requested);
+    assert!(plan.outcome.notify.is_none());
+    assert!(matches!(plan.state.removals[0].stage, Stage::Ending(_)));
 }
 
 #[test]
@@ -528,8 +551,8 @@ fn instance_never_managed_without_elastic_tag_is_left_alone() {
     let mut w = World::with(vec![i]);
     w.ready("10.0.1.1");
     let plan = pass(&r, &mut w, &State::default(), 1_000);
-    assert!(plan.terminate.is_empty());
-    assert!(plan.tags.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
+    assert!(plan.outcome.tags().is_empty());
     assert_eq!(hosts(&plan), with_base(&[]));
     assert_eq!(worker(&plan, &w, "i-1").label(), "-");
     assert_eq!(waiting_for(&plan, &w, "i-1"), "no elastic tag: not managed");
@@ -542,18 +565,18 @@ fn requested_termination_is_resent_sent_is_not_and_gone_is_forgotten() {
     let plan = pass(&r, &mut w, &state, 10_000);
     w.acks.generation = Some(2);
     let plan = pass(&r, &mut w, &plan.state, 20_000);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
 
     // The TerminateInstances call failed (state still Requested): asked again.
     let plan = pass(&r, &mut w, &plan.state, 30_000);
-    assert_eq!(plan.terminate, ["i-1"]);
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
 
     // It succeeded: the daemon marks it Sent, and it is never sent again.
     let mut state = plan.state;
-    state.removals[0].termination = Termination::Sent;
+    state.removals[0].stage = Stage::Ended;
     let plan = pass(&r, &mut w, &state, 40_000);
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
     assert_eq!(worker(&plan, &w, "i-1").label(), "REMOVED");
     assert_eq!(waiting_for(&plan, &w, "i-1"), "the instance to shut down");
 
@@ -561,8 +584,8 @@ fn requested_termination_is_resent_sent_is_not_and_gone_is_forgotten() {
     w.vanish("i-1");
     let plan = pass(&r, &mut w, &plan.state, 50_000);
     assert!(plan.state.removals.is_empty());
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    assert!(plan.outcome.terminate().is_empty());
 }
 
 #[test]
@@ -573,8 +596,11 @@ fn member_whose_instance_is_gone_leaves_the_host_file() {
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
     assert_eq!(kinds(&plan), ["gone", "generation"]);
     assert_eq!(plan.state.generation, 2);
-    assert_eq!(plan.notify.unwrap().removed, [ip("10.0.1.1")]);
-    assert!(plan.terminate.is_empty());
+    assert_eq!(
+        plan.outcome.notify.clone().unwrap().removed,
+        [ip("10.0.1.1")]
+    );
+    assert!(plan.outcome.terminate().is_empty());
     assert!(plan.state.removals.is_empty());
 }
 
@@ -591,17 +617,21 @@ fn ec2_failure_holds_everything() {
     // Past the deadline too: still nothing is terminated on a partial view.
     let plan = decide(&r, &snap, &queued, 10_000 + 2 * TIMEOUT);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]), "host file changed");
-    assert!(plan.terminate.is_empty());
-    assert!(plan.holds[0].contains("EC2 instances"), "{:?}", plan.holds);
+    assert!(plan.outcome.terminate().is_empty());
+    assert!(
+        plan.outcome.holds[0].contains("EC2 instances"),
+        "{:?}",
+        plan.outcome.holds
+    );
     assert_eq!(plan.state.generation, 2);
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
     // The member it cannot see is still shown, with what it waits for.
     assert_eq!(waiting_for(&plan, &w, "i-2"), "a complete EC2 view");
 
     // EC2 answers again: the acknowledged removal goes ahead.
     let plan = pass(&r, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
-    assert_eq!(plan.terminate, ["i-1"]);
-    assert!(plan.holds.is_empty());
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
+    assert!(plan.outcome.holds.is_empty());
 }
 
 #[test]
@@ -613,7 +643,7 @@ fn ec2_failure_does_not_drop_members_it_cannot_see() {
     };
     let plan = decide(&r, &snap, &state, 10_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
-    assert!(plan.notify.is_none());
+    assert!(plan.outcome.notify.is_none());
     assert_eq!(plan.state.members, state.members);
 }
 
@@ -627,9 +657,9 @@ fn marker_failure_blocks_joins_and_removals() {
     snap.markers = Err("EFS: stale file handle".into());
     let plan = decide(&r, &snap, &state, 10_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
     assert_eq!(plan.state.generation, 1);
-    assert!(plan.holds[0].contains("prepare-data markers"));
+    assert!(plan.outcome.holds[0].contains("prepare-data markers"));
     assert_eq!(
         waiting_for(&plan, &w, "i-1"),
         "a complete view to remove it"
@@ -653,17 +683,17 @@ fn ack_failure_blocks_removals_and_terminations() {
     snap.acks = Err("ack: permission denied".into());
     let plan = decide(&r, &snap, &queued, 10_000 + 2 * TIMEOUT);
     assert!(
-        plan.terminate.is_empty(),
+        plan.outcome.terminate().is_empty(),
         "i-1 terminated past its deadline"
     );
-    assert!(plan.holds[0].contains("acknowledgements"));
+    assert!(plan.outcome.holds[0].contains("acknowledgements"));
     // i-2 stays; joins do not need the acks, so i-3 joins.
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.3"]));
     assert_eq!(plan.state.removals.len(), 1);
     assert_eq!(waiting_for(&plan, &w, "i-1"), "a complete view");
 
     let plan = pass(&r, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.3"]));
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-2"]);
 }
@@ -680,7 +710,7 @@ fn removal_is_cancelled_when_the_elastic_tag_returns() {
     w.inst("i-1").tags.insert(ELASTIC.into(), "yes".into());
     let plan = pass(&r, &mut w, &plan.state, 20_000);
     assert!(plan.state.removals.is_empty());
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
     assert_eq!(kinds(&plan), ["removal_cancelled", "joined", "generation"]);
     // Its marker is still there, so it is back in training, after the others.
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.1"]));
@@ -693,13 +723,13 @@ fn requested_termination_is_not_cancelled_by_the_elastic_tag() {
     w.delete_elastic_tag("i-1");
     let plan = pass(&r, &mut w, &state, 10_000);
     let plan = pass(&r, &mut w, &plan.state, 10_000 + TIMEOUT);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
 
     w.inst("i-1").tags.insert(ELASTIC.into(), "yes".into());
     let plan = pass(&r, &mut w, &plan.state, 20_000 + TIMEOUT);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
 }
 
 #[test]
@@ -716,23 +746,23 @@ fn undelivered_notification_survives_and_merges() {
         added: vec![ip("10.0.1.1")],
         removed: vec![],
     };
-    assert_eq!(plan.notify.as_ref(), Some(&first));
+    assert_eq!(plan.outcome.notify.as_ref(), Some(&first));
 
     // Not delivered (the job's pidfile is missing): the same notification is offered again.
     let plan = pass(&r, &mut w, &plan.state, 2_000);
-    assert_eq!(plan.notify.as_ref(), Some(&first));
+    assert_eq!(plan.outcome.notify.as_ref(), Some(&first));
 
     // Another join before delivery: one notification carrying both.
     w.ready("10.0.1.2");
     let plan = pass(&r, &mut w, &plan.state, 3_000);
-    let n = plan.notify.clone().unwrap();
+    let n = plan.outcome.notify.clone().unwrap();
     assert_eq!(n.generation, 2);
     assert_eq!(n.added, [ip("10.0.1.1"), ip("10.0.1.2")]);
 
     // 10.0.1.1 leaves again before the job heard it came: the two cancel out.
     w.delete_elastic_tag("i-1");
     let plan = pass(&r, &mut w, &plan.state, 4_000);
-    let n = plan.notify.clone().unwrap();
+    let n = plan.outcome.notify.clone().unwrap();
     assert_eq!(n.generation, 3);
     assert_eq!(n.added, [ip("10.0.1.2")]);
     assert!(n.removed.is_empty(), "{n:?}");
@@ -741,7 +771,7 @@ fn undelivered_notification_survives_and_merges() {
     let mut state = plan.state;
     state.pending_notification = None;
     let plan = pass(&r, &mut w, &state, 5_000);
-    assert!(plan.notify.is_none());
+    assert!(plan.outcome.notify.is_none());
 }
 
 #[test]
@@ -763,12 +793,12 @@ fn same_inputs_give_the_same_plan() {
     let snap_c = w.snap();
     let mut c = decide(&r, &snap_c, &state, 10_000);
     assert_eq!(
-        worker_views(&a.rows, &snap, &a.state),
-        worker_views(&c.rows, &snap_c, &c.state)
+        worker_views(&a.outcome.rows, &snap, &a.state),
+        worker_views(&c.outcome.rows, &snap_c, &c.state)
     );
     let mut a = a;
-    a.rows.clear();
-    c.rows.clear();
+    a.outcome.rows.clear();
+    c.outcome.rows.clear();
     assert_eq!(format!("{a:?}"), format!("{c:?}"));
 }
 
@@ -780,7 +810,7 @@ fn an_ack_file_ahead_of_the_daemon_does_not_acknowledge_an_unseen_removal() {
     w.delete_elastic_tag("i-1");
     let plan = pass(&r, &mut w, &state, 10_000);
     assert!(
-        plan.terminate.is_empty(),
+        plan.outcome.terminate().is_empty(),
         "terminated before the job saw it leave"
     );
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
@@ -788,12 +818,12 @@ fn an_ack_file_ahead_of_the_daemon_does_not_acknowledge_an_unseen_removal() {
         plan.state.generation, 8,
         "numbered above what the job acknowledged"
     );
-    assert_eq!(plan.notify.as_ref().unwrap().generation, 8);
+    assert_eq!(plan.outcome.notify.as_ref().unwrap().generation, 8);
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
 
     w.acks.generation = Some(8);
     let plan = pass(&r, &mut w, &plan.state, 20_000);
-    assert_eq!(plan.terminate, ["i-1"]);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
 }
 
 #[test]
@@ -809,7 +839,10 @@ fn a_worker_made_a_base_host_while_leaving_is_not_terminated() {
     kept.base_hosts.push(ip("10.0.1.1"));
     w.acks.generation = Some(2);
     let plan = pass(&kept, &mut w, &plan.state, 10_000 + 2 * TIMEOUT);
-    assert!(plan.terminate.is_empty(), "terminated a base host");
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "terminated a base host"
+    );
     assert!(plan.state.removals.is_empty(), "{:?}", plan.state.removals);
     assert_eq!(
         hosts(&plan),
@@ -835,11 +868,15 @@ fn with_the_state_lost_an_added_worker_leaving_waits_for_a_new_acknowledgement()
     w.acks.generation = Some(5);
     // A new master with an empty state directory: i-1 still says ADDED and may be training.
     let plan = pass(&r, &mut w, &State::default(), 10_000);
-    assert!(plan.terminate.is_empty(), "{:?}", plan.terminate);
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "{:?}",
+        plan.outcome.terminate()
+    );
     assert_eq!(worker(&plan, &w, "i-1").label(), "REMOVAL_QUEUED");
     w.acks.generation = Some(6);
     let plan = pass(&r, &mut w, &plan.state, 11_000);
-    assert_eq!(plan.terminate, vec!["i-1".to_string()]);
+    assert_eq!(plan.outcome.terminate(), vec!["i-1".to_string()]);
 }
 
 #[test]
@@ -884,17 +921,20 @@ fn an_interruption_takes_the_worker_out_at_once_and_never_terminates_it() {
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
     assert_eq!(plan.state.generation, 2);
-    let n = plan.notify.clone().expect("the job is notified");
+    let n = plan.outcome.notify.clone().expect("the job is notified");
     assert_eq!(n.removed, [ip("10.0.1.1")]);
     assert_eq!(tagged(&plan, WorkerStatus::Interrupted), ["i-1"]);
     assert!(kinds(&plan).contains(&"interrupted"), "{:?}", kinds(&plan));
-    assert!(plan.terminate.is_empty(), "AWS reclaims it, not dtd");
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "AWS reclaims it, not dtd"
+    );
     assert_eq!(plan.state.interruptions, 1);
 
     // No acknowledgement, no timeout: it stays INTERRUPTED, untouched, until AWS takes it.
     w.notices.clear();
     let later = pass(&r, &mut w, &plan.state, 3_000 + 2 * TIMEOUT);
-    assert!(later.terminate.is_empty());
+    assert!(later.outcome.terminate().is_empty());
     assert_eq!(worker(&later, &w, "i-1").label(), "INTERRUPTED");
     w.vanish("i-1");
     let gone = pass(&r, &mut w, &later.state, 3_000 + 3 * TIMEOUT);
@@ -911,7 +951,11 @@ fn a_duplicate_notice_is_heeded_once() {
     assert_eq!(interrupted, 1);
     // Redelivered after a restart: the state remembers the event id.
     let again = pass(&r, &mut w, &plan.state, 4_000);
-    assert!(again.events.is_empty(), "{:?}", again.events);
+    assert!(
+        again.outcome.events.is_empty(),
+        "{:?}",
+        again.outcome.events
+    );
     assert_eq!(again.state.generation, 2);
     assert_eq!(again.state.interruptions, 1);
 }
@@ -925,10 +969,14 @@ fn the_agent_and_the_queue_reporting_one_interruption_count_once() {
     agent.source = "agent";
     w.notices = vec![agent];
     let again = pass(&r, &mut w, &plan.state, 4_000);
-    assert!(again.events.is_empty(), "{:?}", again.events);
+    assert!(
+        again.outcome.events.is_empty(),
+        "{:?}",
+        again.outcome.events
+    );
     assert_eq!(again.state.generation, 2, "no second generation");
     assert_eq!(again.state.interruptions, 1);
-    assert!(again.terminate.is_empty());
+    assert!(again.outcome.terminate().is_empty());
 }
 
 #[test]
@@ -947,7 +995,7 @@ fn a_notice_for_a_foreign_or_unknown_instance_changes_nothing() {
         ),
     ];
     let plan = pass(&r, &mut w, &state, 3_000);
-    assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
     assert!(plan.state.noticed.is_empty());
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
 }
@@ -960,12 +1008,12 @@ fn an_interruption_ends_the_wait_of_a_worker_already_leaving() {
     assert_eq!(tagged(&queued, WorkerStatus::RemovalQueued), ["i-1"]);
     w.notices = vec![spot("e-1", "i-1")];
     let plan = pass(&r, &mut w, &queued.state, 4_000);
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
     assert_eq!(tagged(&plan, WorkerStatus::Interrupted), ["i-1"]);
     w.notices.clear();
     let after_timeout = pass(&r, &mut w, &plan.state, 4_000 + TIMEOUT);
     assert!(
-        after_timeout.terminate.is_empty(),
+        after_timeout.outcome.terminate().is_empty(),
         "never terminated by dtd"
     );
 }
@@ -980,7 +1028,7 @@ fn an_interruption_is_heeded_even_when_ec2_cannot_be_read() {
     };
     let plan = decide(&r, &snap, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
-    assert!(plan.terminate.is_empty());
+    assert!(plan.outcome.terminate().is_empty());
 }
 
 #[test]
@@ -1018,12 +1066,12 @@ fn a_rebalance_recommendation_drains_gracefully() {
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
-    assert!(plan.terminate.is_empty(), "waits for the job");
+    assert!(plan.outcome.terminate().is_empty(), "waits for the job");
     assert!(waiting_for(&plan, &w, "i-1").contains("acknowledge generation 2"));
     w.notices.clear();
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &plan.state, 4_000);
-    assert_eq!(acked.terminate, ["i-1"]);
+    assert_eq!(acked.outcome.terminate(), ["i-1"]);
     assert_eq!(
         acked.state.interruptions, 0,
         "a drain is not an interruption"
@@ -1072,7 +1120,7 @@ fn a_capacity_block_ending_drains_its_workers_below_min_and_before_the_end() {
     assert!(plan.state.removals.iter().all(|x| x.deadline == 63_000));
     w.notices.clear();
     let deadline = pass(&r, &mut w, &plan.state, 63_000);
-    let mut terminated = deadline.terminate.clone();
+    let mut terminated = deadline.outcome.terminate().clone();
     terminated.sort();
     assert_eq!(terminated, ["i-1", "i-2"]);
 }
@@ -1091,18 +1139,21 @@ fn a_scheduled_change_weeks_away_drains_only_its_lead_before_it_starts() {
     // Two weeks ahead: the GPUs keep training; the notice is kept and the hold says until when.
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
-    assert_eq!(plan.deferred_notices, ["health:arn:i-1"]);
+    assert_eq!(plan.outcome.deferred_notices, ["health:arn:i-1"]);
     assert!(
-        plan.holds.iter().any(|h| h.contains("i-1: drains from")),
+        plan.outcome
+            .holds
+            .iter()
+            .any(|h| h.contains("i-1: drains from")),
         "{:?}",
-        plan.holds
+        plan.outcome.holds
     );
     assert!(kinds(&plan).is_empty(), "{:?}", kinds(&plan));
     // An hour (the default lead) before it starts, it drains, terminated by the start at the latest.
     let from = starts - r.scheduled_change_lead_ms;
     let plan = pass(&r, &mut w, &plan.state, from);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
-    assert!(plan.deferred_notices.is_empty());
+    assert!(plan.outcome.deferred_notices.is_empty());
     assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
     assert!(plan.state.removals.iter().all(|x| x.deadline <= starts));
 }
@@ -1166,7 +1217,7 @@ impl World {
 
     /// What act does with the plan's protection list.
     fn apply_protect(&mut self, plan: &Plan) {
-        for id in &plan.protect {
+        for id in &plan.outcome.protect() {
             self.group_mut().instances.get_mut(id).unwrap().protected = true;
         }
     }
@@ -1185,7 +1236,7 @@ fn two_group_members() -> (Rules, World, State) {
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
     assert_eq!(
-        plan.protect,
+        plan.outcome.protect(),
         ["i-1", "i-2"],
         "members are protected from scale-in"
     );
@@ -1197,8 +1248,8 @@ fn two_group_members() -> (Rules, World, State) {
 }
 
 fn hook(plan: &Plan) -> Vec<(String, String, &'static str)> {
-    (plan.complete_hooks.iter())
-        .map(|a| (a.instance.clone(), a.hook.clone(), a.result))
+    (plan.outcome.complete_hooks().iter())
+        .map(|a| (a.instance.clone(), a.hook.clone(), a.result.as_str()))
         .collect()
 }
 
@@ -1209,12 +1260,12 @@ fn a_new_group_worker_is_held_by_the_launching_hook_until_its_marker_appears() {
     w.group = Some(Ok(group_of(&w, 1)));
     w.lifecycle("i-1", "Pending:Wait");
     let waiting = pass(&r, &mut w, &State::default(), 1_000);
-    assert!(waiting.complete_hooks.is_empty());
+    assert!(waiting.outcome.complete_hooks().is_empty());
     assert_eq!(worker(&waiting, &w, "i-1").label(), "PREPARING");
     // A long prepare-data keeps the hook alive.
     let long = pass(&r, &mut w, &waiting.state, 1_000 + HEARTBEAT / 2);
     assert_eq!(
-        long.heartbeats,
+        long.outcome.heartbeats(),
         [("i-1".to_string(), "grp-launching".to_string())]
     );
     w.ready("10.0.1.1");
@@ -1277,7 +1328,7 @@ fn held_at_launch(r: &Rules) -> (World, Plan) {
 }
 
 fn beats(plan: &Plan) -> usize {
-    plan.heartbeats.len()
+    plan.outcome.heartbeats().len()
 }
 
 fn count_kind(plan: &Plan, kind: &str) -> usize {
@@ -1309,14 +1360,20 @@ fn a_held_worker_that_never_reports_is_heartbeated_until_the_prepare_timeout_the
     while now + HEARTBEAT / 2 < HELD_AT + PREPARE_TIMEOUT {
         now += HEARTBEAT / 2;
         let plan = pass(&r, &mut w, &state, now);
-        assert!(plan.complete_hooks.is_empty(), "completed at {now}");
-        assert!(plan.events.is_empty(), "{:?}", plan.events);
+        assert!(
+            plan.outcome.complete_hooks().is_empty(),
+            "completed at {now}"
+        );
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
         sent += beats(&plan);
         state = plan.state;
     }
     assert_eq!(sent as u64, PREPARE_TIMEOUT / (HEARTBEAT / 2) - 1);
     let last = pass(&r, &mut w, &state, HELD_AT + PREPARE_TIMEOUT - 1);
-    assert!(last.complete_hooks.is_empty(), "one millisecond early");
+    assert!(
+        last.outcome.complete_hooks().is_empty(),
+        "one millisecond early"
+    );
 
     // At the timeout: ABANDON, journaled, counted, and no more heartbeats.
     let over = pass(&r, &mut w, &last.state, HELD_AT + PREPARE_TIMEOUT);
@@ -1327,6 +1384,7 @@ fn a_held_worker_that_never_reports_is_heartbeated_until_the_prepare_timeout_the
     assert_eq!(beats(&over), 0);
     assert_eq!(count_kind(&over, "prepare_never_reported"), 1);
     let event = over
+        .outcome
         .events
         .iter()
         .find(|e| e.kind == "prepare_never_reported");
@@ -1365,7 +1423,7 @@ fn a_held_worker_that_never_reports_is_heartbeated_until_the_prepare_timeout_the
         &state,
         HELD_AT + PREPARE_TIMEOUT + 10 * HEARTBEAT,
     );
-    assert!(gone.complete_hooks.is_empty() && gone.heartbeats.is_empty());
+    assert!(gone.outcome.complete_hooks().is_empty() && gone.outcome.heartbeats().is_empty());
     assert!(gone.state.launch_waits.is_empty() && gone.state.launch_heartbeats.is_empty());
 }
 
@@ -1427,9 +1485,9 @@ fn a_state_file_from_before_the_prepare_timeout_starts_the_clock_at_the_first_pa
     )
     .unwrap();
     let seen = pass(&r, &mut w, &old, 2_000);
-    assert!(seen.complete_hooks.is_empty());
+    assert!(seen.outcome.complete_hooks().is_empty());
     let early = pass(&r, &mut w, &seen.state, 2_000 + PREPARE_TIMEOUT - 1);
-    assert!(early.complete_hooks.is_empty());
+    assert!(early.outcome.complete_hooks().is_empty());
     let over = pass(&r, &mut w, &early.state, 2_000 + PREPARE_TIMEOUT);
     assert_eq!(hook(&over).len(), 1);
 }
@@ -1453,7 +1511,11 @@ fn a_partial_view_never_abandons_a_held_worker() {
             ..w.snap()
         };
         let plan = decide(&r, &snap, &first.state, HELD_AT + PREPARE_TIMEOUT + 1);
-        assert!(plan.complete_hooks.is_empty(), "{:?}", plan.complete_hooks);
+        assert!(
+            plan.outcome.complete_hooks().is_empty(),
+            "{:?}",
+            plan.outcome.complete_hooks()
+        );
         assert_eq!(beats(&plan), 1, "kept alive until the view is complete");
         assert_eq!(count_kind(&plan, "prepare_never_reported"), 0);
     }
@@ -1478,7 +1540,10 @@ fn never_reporting_counts_toward_max_prepare_failures_and_resume_rearms_it() {
     let t2 = HELD_AT + PREPARE_TIMEOUT + 1_000;
     let seen = pass(&r, &mut w, &abandoned.state, t2);
     let held = pass(&r, &mut w, &seen.state, t2 + PREPARE_TIMEOUT);
-    assert!(held.complete_hooks.is_empty(), "replacing has stopped");
+    assert!(
+        held.outcome.complete_hooks().is_empty(),
+        "replacing has stopped"
+    );
     assert_eq!(count_kind(&held, "prepare_never_reported"), 1);
     assert_eq!(tagged(&held, WorkerStatus::PrepareFailed), ["i-2"]);
     let why = waiting_for(&held, &w, "i-2");
@@ -1524,7 +1589,7 @@ fn instances_outside_service_are_never_in_the_host_files() {
     // Standby is a person's choice: drained, acknowledged, then left running.
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &plan.state, 4_000);
-    assert!(acked.terminate.is_empty() && acked.group_terminate.is_empty());
+    assert!(acked.outcome.terminate().is_empty() && acked.outcome.group_terminate().is_empty());
     assert!(acked.state.removals.is_empty());
     // Back in service, it joins again.
     w.lifecycle("i-2", "InService");
@@ -1539,17 +1604,17 @@ fn a_scale_in_by_the_group_drains_through_the_terminating_hook_with_heartbeats()
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
     assert!(
-        plan.complete_hooks.is_empty(),
+        plan.outcome.complete_hooks().is_empty(),
         "held until the job lets it go"
     );
     let beat = pass(&r, &mut w, &plan.state, 3_000 + HEARTBEAT / 2);
     assert_eq!(
-        beat.heartbeats,
+        beat.outcome.heartbeats(),
         [("i-2".to_string(), "grp-terminating".to_string())]
     );
     let quiet = pass(&r, &mut w, &beat.state, 3_000 + HEARTBEAT / 2 + 1_000);
     assert!(
-        quiet.heartbeats.is_empty(),
+        quiet.outcome.heartbeats().is_empty(),
         "one heartbeat per half timeout"
     );
     w.acks.generation = Some(2);
@@ -1558,7 +1623,7 @@ fn a_scale_in_by_the_group_drains_through_the_terminating_hook_with_heartbeats()
         hook(&acked),
         [("i-2".into(), "grp-terminating".into(), "CONTINUE")]
     );
-    assert!(acked.terminate.is_empty() && acked.group_terminate.is_empty());
+    assert!(acked.outcome.terminate().is_empty() && acked.outcome.group_terminate().is_empty());
 }
 
 #[test]
@@ -1567,7 +1632,7 @@ fn a_lower_desired_capacity_drains_the_newest_protected_worker_first() {
     w.group_mut().desired = 1;
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]), "i-2 launched last");
-    assert!(plan.group_terminate.is_empty());
+    assert!(plan.outcome.group_terminate().is_empty());
     let again = pass(&r, &mut w, &plan.state, 3_500);
     assert_eq!(
         hosts(&again),
@@ -1576,7 +1641,10 @@ fn a_lower_desired_capacity_drains_the_newest_protected_worker_first() {
     );
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &again.state, 4_000);
-    assert_eq!(acked.group_terminate, [("i-2".to_string(), false)]);
+    assert_eq!(
+        acked.outcome.group_terminate(),
+        [("i-2".to_string(), false)]
+    );
 }
 
 #[test]
@@ -1586,8 +1654,8 @@ fn a_removed_group_worker_shrinks_its_group() {
     let plan = pass(&r, &mut w, &state, 3_000);
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &plan.state, 4_000);
-    assert_eq!(acked.group_terminate, [("i-1".to_string(), true)]);
-    assert!(acked.terminate.is_empty());
+    assert_eq!(acked.outcome.group_terminate(), [("i-1".to_string(), true)]);
+    assert!(acked.outcome.terminate().is_empty());
 }
 
 #[test]
@@ -1606,8 +1674,17 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
         w.group = Some(Ok(group_of(&w, 3)));
         w.markers.failed.insert(ip(&addr), format!("exit {n}"));
         let plan = pass(&r, &mut w, &state, now);
-        let replaced = plan.group_terminate.iter().any(|(i, d)| i == &id && !d);
-        assert_eq!(replaced, n <= 2, "failure {n}: {:?}", plan.group_terminate);
+        let replaced = plan
+            .outcome
+            .group_terminate()
+            .iter()
+            .any(|(i, d)| i == &id && !d);
+        assert_eq!(
+            replaced,
+            n <= 2,
+            "failure {n}: {:?}",
+            plan.outcome.group_terminate()
+        );
         state = plan.state;
         now += 1_000;
     }
@@ -1616,7 +1693,8 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
     w.resume = Some(now);
     let resumed = pass(&r, &mut w, &state, now + 1_000);
     assert!(resumed
-        .group_terminate
+        .outcome
+        .group_terminate()
         .contains(&("i-3".to_string(), false)));
     assert!(kinds(&resumed).contains(&"resumed"));
     assert_eq!(resumed.state.prepare_failures, 1);
@@ -1629,7 +1707,7 @@ fn an_unreadable_group_holds_every_removal() {
     w.group = Some(Err("throttled".into()));
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
-    assert!(plan.holds.iter().any(|h| h.contains("throttled")));
+    assert!(plan.outcome.holds.iter().any(|h| h.contains("throttled")));
 }
 
 #[test]
@@ -1641,8 +1719,11 @@ fn a_drained_group_worker_is_replaced_by_its_group() {
     w.notices.clear();
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &plan.state, 4_000);
-    assert_eq!(acked.group_terminate, [("i-1".to_string(), false)]);
-    assert!(acked.terminate.is_empty());
+    assert_eq!(
+        acked.outcome.group_terminate(),
+        [("i-1".to_string(), false)]
+    );
+    assert!(acked.outcome.terminate().is_empty());
 }
 
 #[test]
@@ -1660,7 +1741,7 @@ fn an_interruption_on_a_partial_view_is_remembered_until_the_view_is_complete() 
         .state
         .removals
         .iter()
-        .any(|x| x.id == "i-2" && x.cause == Cause::Interrupted);
+        .any(|x| x.id == "i-2" && x.is_interrupted());
     assert!(kept, "{:?}", plan.state.removals);
     w.notices.clear();
     let complete = pass(&r, &mut w, &plan.state, 4_000);
@@ -1701,10 +1782,10 @@ fn a_worker_in_a_zone_without_a_mount_target_waits_for_one_and_is_journaled_once
         "prepare-data marker prepare_data_success_10.0.1.1"
     );
     assert_eq!(worker(&first, &w, "i-2").label(), "PREPARING");
-    let journaled: Vec<&Event> = (first.events.iter())
+    let journaled: Vec<&Event> = (first.outcome.events.iter())
         .filter(|e| e.kind == "no_mount_target")
         .collect();
-    assert_eq!(journaled.len(), 1, "{:?}", first.events);
+    assert_eq!(journaled.len(), 1, "{:?}", first.outcome.events);
     let e = journaled[0];
     assert_eq!(e.instance.as_deref(), Some("i-2"));
     assert_eq!(e.ip, Some(ip("10.0.1.2")));
@@ -1717,7 +1798,12 @@ fn a_worker_in_a_zone_without_a_mount_target_waits_for_one_and_is_journaled_once
     let restarted = pass(&r, &mut w, &reloaded(&second.state), 3_000);
     for plan in [&second, &restarted] {
         assert_eq!(waiting_for(plan, &w, "i-2"), NO_TARGET_IN_1C);
-        assert_eq!(count_kind(plan, "no_mount_target"), 0, "{:?}", plan.events);
+        assert_eq!(
+            count_kind(plan, "no_mount_target"),
+            0,
+            "{:?}",
+            plan.outcome.events
+        );
     }
 }
 
@@ -1726,8 +1812,8 @@ fn the_check_only_explains_a_wait_it_never_removes_terminates_or_holds() {
     let r = rules();
     let mut w = split_across_zones();
     let plan = pass(&r, &mut w, &State::default(), 1_000);
-    assert!(plan.terminate.is_empty() && plan.state.removals.is_empty());
-    assert!(plan.holds.is_empty(), "{:?}", plan.holds);
+    assert!(plan.outcome.terminate().is_empty() && plan.state.removals.is_empty());
+    assert!(plan.outcome.holds.is_empty(), "{:?}", plan.outcome.holds);
     assert_eq!(tagged(&plan, WorkerStatus::Preparing), ["i-1", "i-2"]);
     // A marker that does appear (the agent found another way) still joins.
     w.ready("10.0.1.2");
@@ -1798,5 +1884,8 @@ fn a_group_worker_held_at_launch_in_a_zone_without_a_mount_target_says_so() {
         "{why}"
     );
     assert_eq!(count_kind(&plan, "no_mount_target"), 1);
-    assert!(plan.complete_hooks.is_empty(), "held, not abandoned early");
+    assert!(
+        plan.outcome.complete_hooks().is_empty(),
+        "held, not abandoned early"
+    );
 }

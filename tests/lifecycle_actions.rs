@@ -14,7 +14,7 @@ use dt::config::Slots;
 use dt::decide::{decide, Rules};
 use dt::model::*;
 
-fn action(result: &'static str) -> HookAction {
+fn action(result: HookResult) -> HookAction {
     HookAction {
         instance: "i-0abc".into(),
         hook: "demo-terminating".into(),
@@ -34,7 +34,7 @@ async fn completing_a_hook_names_the_group_hook_instance_and_result() {
         })
         .then_output(|| CompleteLifecycleActionOutput::builder().build());
     let client = mock_client!(aws_sdk_autoscaling, [&rule]);
-    asg::complete(&client, "demo-workers", &action("CONTINUE"))
+    asg::complete(&client, "demo-workers", &action(HookResult::Continue))
         .await
         .expect("completed");
     assert_eq!(rule.num_calls(), 1);
@@ -49,7 +49,7 @@ async fn a_failed_completion_says_which_instance_and_why() {
             )
         });
     let client = mock_client!(aws_sdk_autoscaling, [&rule]);
-    let err = asg::complete(&client, "demo-workers", &action("ABANDON"))
+    let err = asg::complete(&client, "demo-workers", &action(HookResult::Abandon))
         .await
         .unwrap_err();
     assert!(err.contains("i-0abc") && err.contains("ABANDON"), "{err}");
@@ -178,8 +178,8 @@ async fn a_worker_that_never_reports_is_abandoned_at_the_prepare_timeout_and_hea
         let (_, errors) = asg::apply_hooks(
             &client,
             "demo-workers",
-            &plan.complete_hooks,
-            &plan.heartbeats,
+            &plan.outcome.complete_hooks(),
+            &plan.outcome.heartbeats(),
         )
         .await;
         assert!(errors.is_empty(), "{errors:?}");
@@ -187,7 +187,12 @@ async fn a_worker_that_never_reports_is_abandoned_at_the_prepare_timeout_and_hea
             assert_eq!(abandon.num_calls(), 0, "abandoned early, at {now} ms");
         } else if beats_before.is_none() {
             assert_eq!(abandon.num_calls(), 1, "not abandoned at the timeout");
-            let kinds: Vec<&str> = plan.events.iter().map(|e| e.kind.as_str()).collect();
+            let kinds: Vec<&str> = plan
+                .outcome
+                .events
+                .iter()
+                .map(|e| e.kind.as_str())
+                .collect();
             assert_eq!(kinds, ["prepare_never_reported"]);
             beats_before = Some(beat.num_calls());
         }

@@ -45,7 +45,7 @@ pub async fn complete(client: &Client, group: &str, a: &HookAction) -> Result<()
         .auto_scaling_group_name(group)
         .lifecycle_hook_name(&a.hook)
         .instance_id(&a.instance)
-        .lifecycle_action_result(a.result)
+        .lifecycle_action_result(a.result.as_str())
         .send()
         .await
         .map(|_| ())

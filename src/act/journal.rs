@@ -82,7 +82,7 @@ mod tests {
     fn a_huge_line_is_skipped_and_a_fifo_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
-        let event = Event::new(1, "joined", "10.0.0.5 joined".into());
+        let event = Event::new(1, crate::model::EventKind::Joined, "10.0.0.5 joined".into());
         append(&path, std::slice::from_ref(&event)).unwrap();
         let mut f = std::fs::OpenOptions::new()
             .append(true)

@@ -1,6 +1,7 @@
 //! Act: applies a plan. Every action is idempotent, so a pass that died half-way is simply
 //! applied again by the next one.
 
+pub mod apply;
 pub mod asg;
 pub mod ec2;
 pub mod hostfiles;

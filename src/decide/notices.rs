@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use super::Decider;
+use super::draft::Draft;
+use super::pass::Pass;
+use super::removal;
 use crate::config::Rebalance;
 use crate::model::*;
 
@@ -17,214 +19,176 @@ struct Target {
     ip: IpAddr,
 }
 
-impl Decider<'_> {
-    pub(super) fn heed_notices(&mut self, notices: &[Notice]) {
-        let now = self.now;
-        (self.st.noticed).retain(|_, at| now.saturating_sub(*at) < NOTICE_MEMORY_MS);
-        for n in notices {
-            if self.st.noticed.contains_key(&n.id) {
-                continue;
-            }
-            let drain = matches!(
-                n.kind,
-                NoticeKind::Rebalance
-                    | NoticeKind::CapacityBlockExpiring
-                    | NoticeKind::ScheduledChange
-            );
-            if drain && !self.can_remove() {
-                // A drain is voluntary: never on a partial view. The daemon keeps the notice.
-                self.deferred.push(n.id.clone());
-                continue;
-            }
-            if let Some(from) = self.drains_from(n).filter(|from| now < *from) {
-                // Kept (the queue's message, the agent's marker) until its time comes.
-                self.deferred.push(n.id.clone());
-                self.holds.push(format!(
-                    "{} from the {} for {}: drains from {} (events.scheduled_change_lead before it starts)",
-                    describe(n.kind),
-                    n.source,
-                    target_text(&n.target),
-                    rfc3339(from)
-                ));
-                continue;
-            }
-            let targets = self.targets(&n.target);
-            if targets.is_empty() {
-                // Not this cluster's, or already gone: nothing to do, nothing to remember.
-                continue;
-            }
-            self.st.noticed.insert(n.id.clone(), now);
-            for t in targets {
-                self.heed(n, t);
-            }
+pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]) {
+    let now = p.now;
+    (st.noticed).retain(|_, at| now.saturating_sub(*at) < NOTICE_MEMORY_MS);
+    for n in notices {
+        if st.noticed.contains_key(&n.id) {
+            continue;
         }
-    }
-
-    /// When a scheduled change's worker starts to drain: `scheduled_change_lead` before it starts.
-    fn drains_from(&self, n: &Notice) -> Option<Millis> {
-        match (n.kind, n.deadline) {
-            (NoticeKind::ScheduledChange, Some(at)) => {
-                Some(at.saturating_sub(self.rules.scheduled_change_lead_ms))
-            }
-            _ => None,
+        let drain = matches!(
+            n.kind,
+            NoticeKind::Rebalance | NoticeKind::CapacityBlockExpiring | NoticeKind::ScheduledChange
+        );
+        if drain && !p.can_remove() {
+            // A drain is voluntary: never on a partial view. The daemon keeps the notice.
+            out.outcome.deferred_notices.push(n.id.clone());
+            continue;
         }
-    }
-
-    fn heed(&mut self, n: &Notice, t: Target) {
-        if self.rules.is_protected(t.ip) {
-            let msg = format!(
-                "{} from the {}: {} is a base host, never removed by dtd; the job will lose it",
+        if let Some(from) = drains_from(p, n).filter(|from| now < *from) {
+            // Kept (the queue's message, the agent's marker) until its time comes.
+            out.outcome.deferred_notices.push(n.id.clone());
+            out.outcome.holds.push(format!(
+                "{} from the {} for {}: drains from {} (events.scheduled_change_lead before it starts)",
                 describe(n.kind),
                 n.source,
-                t.ip
-            );
-            self.event("notice_ignored", Some((&t.id, t.ip)), None, msg);
-            return;
+                target_text(&n.target),
+                rfc3339(from)
+            ));
+            continue;
         }
-        match n.kind {
-            NoticeKind::Interruption => self.interrupt(n, t),
-            NoticeKind::GroupTerminating if self.held_by_hook(&t.id) => {}
-            NoticeKind::GroupTerminating => self.interrupt(n, t),
-            NoticeKind::Rebalance if self.rules.rebalance == Rebalance::Report => {
-                let msg = format!(
-                    "rebalance recommendation for {} from the {} (reported only: events.rebalance is report)",
-                    t.ip, n.source
-                );
-                self.event("rebalance_recommendation", Some((&t.id, t.ip)), None, msg);
-            }
-            NoticeKind::Rebalance => self.drain(n, t, Cause::Rebalance),
-            NoticeKind::CapacityBlockExpiring => self.drain(n, t, Cause::CapacityBlock),
-            NoticeKind::ScheduledChange => self.drain(n, t, Cause::ScheduledChange),
+        let targets = targets(p, st, &n.target);
+        if targets.is_empty() {
+            // Not this cluster's, or already gone: nothing to do, nothing to remember.
+            continue;
+        }
+        st.noticed.insert(n.id.clone(), now);
+        for t in targets {
+            heed_one(p, st, out, n, t);
         }
     }
+}
 
-    /// The instance is being taken away: out of the host files now, no acknowledgement awaited,
-    /// never terminated by us (AWS does it).
-    fn interrupt(&mut self, n: &Notice, t: Target) {
-        let reason = format!("{} from the {}", describe(n.kind), n.source);
-        if let Some(pos) = self.st.members.iter().position(|m| m.id == t.id) {
-            self.st.members.remove(pos);
-            self.removed.push(t.ip);
-            self.st.interruptions += 1;
-        } else if let Some(r) = self.st.removals.iter_mut().find(|r| r.id == t.id) {
-            if r.cause == Cause::Interrupted {
-                // The same interruption from its other source (agent and queue both report).
-                return;
-            }
-            // Already leaving: stop waiting for an acknowledgement it may not live to see.
-            r.cause = Cause::Interrupted;
-            if r.termination == Termination::Waiting {
-                r.termination = Termination::Sent;
-            }
-            let msg = format!("{reason}: {} was already leaving; AWS takes it back", t.ip);
-            self.event("interrupted", Some((&t.id, t.ip)), None, msg);
-            return;
+/// When a scheduled change's worker starts to drain: `scheduled_change_lead` before it starts.
+fn drains_from(p: &Pass, n: &Notice) -> Option<Millis> {
+    match (n.kind, n.deadline) {
+        (NoticeKind::ScheduledChange, Some(at)) => {
+            Some(at.saturating_sub(p.rules.scheduled_change_lead_ms))
         }
-        let mut r = self.new_removal(&t.id, t.ip, Cause::Interrupted, &reason);
-        r.termination = Termination::Sent;
-        self.queue_removal(r);
+        _ => None,
     }
+}
 
-    /// Leaves gracefully, like a deleted elastic tag: terminated once the job acknowledges.
-    /// A rebalance recommendation respects `min`; a Capacity Block's end and a scheduled change
-    /// do not, as the capacity goes away whatever we do.
-    fn drain(&mut self, n: &Notice, t: Target, cause: Cause) {
-        let mut reason = format!("{} from the {}", describe(n.kind), n.source);
-        if let (NoticeKind::ScheduledChange, Some(at)) = (n.kind, n.deadline) {
-            // People need the start time to judge it; the journal has no other field for it.
-            reason.push_str(&format!(" (starts {})", rfc3339(at)));
-        }
-        let Some(pos) = self.st.members.iter().position(|m| m.id == t.id) else {
-            let msg = format!("{reason}: {} is not in the job; nothing to drain", t.ip);
-            self.event("notice", Some((&t.id, t.ip)), None, msg);
-            return;
-        };
-        // Members no longer running leave later this pass: they do not count toward min.
-        let running = (self.st.members.iter())
-            .filter(|m| self.index.contains_key(m.id.as_str()))
-            .count();
-        let count = self.rules.base_hosts.len() + running;
-        if cause == Cause::Rebalance && count <= self.rules.min {
+fn heed_one(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
+    if p.rules.is_protected(t.ip) {
+        let msg = format!(
+            "{} from the {}: {} is a base host, never removed by dtd; the job will lose it",
+            describe(n.kind),
+            n.source,
+            t.ip
+        );
+        out.event(p, EventKind::NoticeIgnored, Some((&t.id, t.ip)), None, msg);
+        return;
+    }
+    match n.kind {
+        NoticeKind::Interruption => interrupt(p, st, out, n, t),
+        NoticeKind::GroupTerminating if held_by_hook(p, &t.id) => {}
+        NoticeKind::GroupTerminating => interrupt(p, st, out, n, t),
+        NoticeKind::Rebalance if p.rules.rebalance == Rebalance::Report => {
             let msg = format!(
-                "{reason}: {} kept, the job is at min ({})",
-                t.ip, self.rules.min
+                "rebalance recommendation for {} from the {} (reported only: events.rebalance is report)",
+                t.ip, n.source
             );
-            self.event("removal_held", Some((&t.id, t.ip)), None, msg);
-            return;
+            let who = Some((t.id.as_str(), t.ip));
+            out.event(p, EventKind::RebalanceRecommendation, who, None, msg);
         }
-        self.st.members.remove(pos);
-        self.removed.push(t.ip);
-        let mut r = self.new_removal(&t.id, t.ip, cause, &reason);
-        if self.group.is_some_and(|g| g.instances.contains_key(&t.id)) {
-            // Its group replaces it (Capacity Rebalancing may already have).
-            r.end = End::GroupTerminate { decrement: false };
-        }
-        if let Some(deadline) = n.deadline {
-            r.deadline = r.deadline.min(deadline);
-        }
-        self.queue_removal(r);
+        NoticeKind::Rebalance => drain(p, st, out, n, t, Cause::Rebalance),
+        NoticeKind::CapacityBlockExpiring => drain(p, st, out, n, t, Cause::CapacityBlock),
+        NoticeKind::ScheduledChange => drain(p, st, out, n, t, Cause::ScheduledChange),
     }
+}
 
-    fn targets(&self, target: &NoticeTarget) -> Vec<Target> {
-        let listed = |at: usize| Target {
-            id: self.list[at].id.clone(),
-            ip: self.list[at].ip,
-        };
-        match target {
-            NoticeTarget::Instance(id) => {
-                if let Some(&at) = self.index.get(id.as_str()) {
-                    return vec![listed(at)];
-                }
-                self.remembered(|id2, _| id2 == id)
+/// The instance is being taken away: out of the host files now, no acknowledgement awaited,
+/// never terminated by us (AWS does it).
+fn interrupt(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
+    let reason = format!("{} from the {}", describe(n.kind), n.source);
+    removal::interrupt(p, st, out, &t.id, t.ip, &reason);
+}
+
+/// Leaves gracefully, like a deleted elastic tag: terminated once the job acknowledges.
+/// A rebalance recommendation respects `min`; a Capacity Block's end and a scheduled change
+/// do not, as the capacity goes away whatever we do.
+fn drain(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target, cause: Cause) {
+    let mut reason = format!("{} from the {}", describe(n.kind), n.source);
+    if let (NoticeKind::ScheduledChange, Some(at)) = (n.kind, n.deadline) {
+        // People need the start time to judge it; the journal has no other field for it.
+        reason.push_str(&format!(" (starts {})", rfc3339(at)));
+    }
+    let Some(pos) = st.members.iter().position(|m| m.id == t.id) else {
+        let msg = format!("{reason}: {} is not in the job; nothing to drain", t.ip);
+        out.event(p, EventKind::Notice, Some((&t.id, t.ip)), None, msg);
+        return;
+    };
+    // Members no longer running leave later this pass: they do not count toward min.
+    let running = (st.members.iter()).filter(|m| p.is_running(&m.id)).count();
+    let count = p.rules.base_hosts.len() + running;
+    if cause == Cause::Rebalance && count <= p.rules.min {
+        let msg = format!(
+            "{reason}: {} kept, the job is at min ({})",
+            t.ip, p.rules.min
+        );
+        out.event(p, EventKind::RemovalHeld, Some((&t.id, t.ip)), None, msg);
+        return;
+    }
+    st.members.remove(pos);
+    out.removed.push(t.ip);
+    // Its group replaces it (Capacity Rebalancing may already have).
+    let then = match p.group.is_some_and(|g| g.instances.contains_key(&t.id)) {
+        true => Ending::GroupTerminate { decrement: false },
+        false => Ending::Terminate,
+    };
+    let mut r = removal::new_for(p, &t.id, t.ip, cause, Some(then), &reason);
+    if let Some(deadline) = n.deadline {
+        r.deadline = r.deadline.min(deadline);
+    }
+    removal::queue(p, st, out, r);
+}
+
+fn targets(p: &Pass, st: &State, target: &NoticeTarget) -> Vec<Target> {
+    let listed = |at: usize| Target {
+        id: p.list[at].id.clone(),
+        ip: p.list[at].ip,
+    };
+    match target {
+        NoticeTarget::Instance(id) => {
+            if let Some(at) = p.at(id) {
+                return vec![listed(at)];
             }
-            NoticeTarget::Ip(ip) => {
-                // The index holds this cluster's workers, each instance once.
-                let at = (0..self.list.len()).find(|&at| {
-                    self.list[at].ip == *ip
-                        && self.index.get(self.list[at].id.as_str()) == Some(&at)
-                });
-                match at {
-                    Some(at) => vec![listed(at)],
-                    None => self.remembered(|_, ip2| ip2 == *ip),
-                }
+            remembered(st, |id2, _| id2 == id)
+        }
+        NoticeTarget::Ip(ip) => {
+            // The index holds this cluster's workers, each instance once.
+            let at = (0..p.list.len())
+                .find(|&at| p.list[at].ip == *ip && p.at(&p.list[at].id) == Some(at));
+            match at {
+                Some(at) => vec![listed(at)],
+                None => remembered(st, |_, ip2| ip2 == *ip),
             }
-            NoticeTarget::CapacityReservation(cr) => (0..self.list.len())
-                .filter(|&at| self.facts[at].cluster)
-                .filter(|&at| self.list[at].capacity_reservation.as_deref() == Some(cr))
-                .map(listed)
-                .collect(),
         }
+        NoticeTarget::CapacityReservation(cr) => (0..p.list.len())
+            .filter(|&at| p.facts[at].cluster)
+            .filter(|&at| p.list[at].capacity_reservation.as_deref() == Some(cr))
+            .map(listed)
+            .collect(),
     }
+}
 
-    /// A member the EC2 view did not show this pass (it failed): the state still knows it.
-    fn remembered(&self, matches: impl Fn(&str, IpAddr) -> bool) -> Vec<Target> {
-        let member = self.st.members.iter().map(|m| (&m.id, m.ip));
-        let removal = self.st.removals.iter().map(|r| (&r.id, r.ip));
-        member
-            .chain(removal)
-            .find(|(id, ip)| matches(id, *ip))
-            .map(|(id, ip)| Target { id: id.clone(), ip })
-            .into_iter()
-            .collect()
-    }
+/// A member the EC2 view did not show this pass (it failed): the state still knows it.
+fn remembered(st: &State, matches: impl Fn(&str, IpAddr) -> bool) -> Vec<Target> {
+    let member = st.members.iter().map(|m| (&m.id, m.ip));
+    let removal = st.removals.iter().map(|r| (&r.id, r.ip));
+    member
+        .chain(removal)
+        .find(|(id, ip)| matches(id, *ip))
+        .map(|(id, ip)| Target { id: id.clone(), ip })
+        .into_iter()
+        .collect()
+}
 
-    /// The group waits on our terminating hook for this instance: the hook path drains it.
-    fn held_by_hook(&self, id: &str) -> bool {
-        self.group
-            .is_some_and(|g| g.terminating_hook.is_some() && g.instances.contains_key(id))
-    }
-
-    /// Interrupted workers stay shown as INTERRUPTED until AWS has taken them.
-    /// Forgotten once a complete view no longer shows it: like every removal, it is not dropped
-    /// on a partial one.
-    pub(super) fn await_reclaim(&mut self, r: &Removal) -> bool {
-        if self.can_remove() && !self.index.contains_key(r.id.as_str()) {
-            return false;
-        }
-        let why = Some("AWS to reclaim it".to_string());
-        self.view_id(&r.id, Some(WorkerStatus::Interrupted), why);
-        true
-    }
+/// The group waits on our terminating hook for this instance: the hook path drains it.
+fn held_by_hook(p: &Pass, id: &str) -> bool {
+    p.group
+        .is_some_and(|g| g.terminating_hook.is_some() && g.instances.contains_key(id))
 }
 
 fn describe(kind: NoticeKind) -> &'static str {

@@ -4,7 +4,7 @@
 use aws_sdk_autoscaling::Client;
 
 use crate::aws::describe_error;
-use crate::model::{Group, GroupMember, Hook};
+use crate::model::{Group, GroupMember, Hook, LifecycleState};
 
 const LAUNCHING: &str = "autoscaling:EC2_INSTANCE_LAUNCHING";
 const TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
@@ -31,7 +31,10 @@ pub async fn read_group(client: &Client, name: &str) -> Result<Group, String> {
     for i in g.instances() {
         let Some(id) = i.instance_id() else { continue };
         let member = GroupMember {
-            lifecycle_state: i.lifecycle_state().map_or("", |s| s.as_str()).to_string(),
+            lifecycle_state: i
+                .lifecycle_state()
+                .cloned()
+                .unwrap_or(LifecycleState::from("")),
             protected: i.protected_from_scale_in().unwrap_or(false),
         };
         group.instances.insert(id.to_string(), member);

@@ -1,0 +1,177 @@
+//! Applies a pass's outcome: the host files and the generation file, then the job's
+//! notification, the status tags, the terminations and the group's actions. Every step runs
+//! whatever the others did; each result is reported under the name `dtctl status` shows.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::config::{HostfileSpec, Notify};
+use crate::deadline::Deadline;
+use crate::decide::removal;
+use crate::fsutil::now_millis;
+use crate::model::*;
+
+use super::{asg, ec2, hostfiles, notify};
+
+/// What applying an outcome acts on.
+pub struct Actuators {
+    pub ec2: aws_sdk_ec2::Client,
+    /// The worker group's client and name, when the config names a group.
+    pub group: Option<(aws_sdk_autoscaling::Client, String)>,
+    pub hostfiles: Vec<HostfileSpec>,
+    pub generation_file: PathBuf,
+    pub notify: Notify,
+}
+
+/// What applying did: events to journal, and each step's result by name (`None`: it worked).
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub events: Vec<Event>,
+    pub results: Vec<(&'static str, Option<String>)>,
+}
+
+/// Applies `outcome`. `state` learns which notification was delivered and which removals'
+/// endings AWS accepted; `failing` (the failures already reported) keeps a refusal from being
+/// journaled at every pass. Work on the shared directory runs within `shared_fs`'s deadline.
+pub async fn apply(
+    a: &Actuators,
+    outcome: &Outcome,
+    state: &mut State,
+    shared_fs: &mut Deadline,
+    failing: &BTreeMap<&'static str, String>,
+) -> Applied {
+    let mut done = Applied::default();
+    let written = write_hostfiles(a, outcome, state.generation, shared_fs).await;
+    let ok = written.is_ok();
+    done.results.push(("host files", written.err()));
+    if let (true, Some(n)) = (ok, &outcome.notify) {
+        deliver(a, n, state, shared_fs, failing, &mut done).await;
+    }
+    let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
+    done.results.push(("status tags", tagged.err()));
+    let ids = outcome.terminate();
+    if !ids.is_empty() {
+        let (ended, err) = ec2::terminate(&a.ec2, &ids).await;
+        if !ended.is_empty() {
+            tracing::info!(instances = ?ended, "terminated");
+        }
+        confirm(state, &ended, "TerminateInstances accepted for", &mut done);
+        done.results.push(("terminations", err));
+    }
+    if let Some((client, group)) = &a.group {
+        apply_group(client, group, outcome, state, &mut done).await;
+    }
+    done
+}
+
+/// The host files, then the generation file.
+async fn write_hostfiles(
+    a: &Actuators,
+    outcome: &Outcome,
+    generation: u64,
+    shared_fs: &mut Deadline,
+) -> Result<(), String> {
+    let (specs, hosts) = (a.hostfiles.clone(), outcome.hosts.clone());
+    let gen_file = a.generation_file.clone();
+    let write = move || {
+        let written = hostfiles::ensure(&specs, &hosts)?;
+        hostfiles::write_generation(&gen_file, generation)?;
+        Ok::<bool, String>(written)
+    };
+    let written = shared_fs.try_run("writing host files", write).await?;
+    if written {
+        let workers = outcome.hosts.len();
+        tracing::info!(generation, workers, "host files rewritten");
+    }
+    Ok(())
+}
+
+/// Tells the job; a refusal (the pidfile names another program) is journaled once.
+async fn deliver(
+    a: &Actuators,
+    n: &Notification,
+    state: &mut State,
+    shared_fs: &mut Deadline,
+    failing: &BTreeMap<&'static str, String>,
+    done: &mut Applied,
+) {
+    const WHAT: &str = "job notification";
+    let hostfile = (a.hostfiles.first())
+        .map(|h| h.path.clone())
+        .unwrap_or_default();
+    let sent = match a.notify.clone() {
+        // Reading the pidfile touches the shared directory: within its deadline.
+        Notify::Signal {
+            signal,
+            pidfile,
+            expect,
+        } => {
+            let send = move || notify::signal_job(signal, &pidfile, expect.as_deref());
+            let sent = shared_fs.run("signalling the job", send).await;
+            sent.unwrap_or_else(|e| Err(notify::NotifyError::Failed(e)))
+        }
+        how => notify::send(&how, n, &hostfile).await,
+    };
+    let generation = Some(n.generation);
+    match sent {
+        Ok(how) => {
+            done.results.push((WHAT, None));
+            tracing::info!(generation = n.generation, "job notified: {how}");
+            if state.pending_notification.as_ref() == Some(n) {
+                state.pending_notification = None;
+            }
+            let message = format!("generation {} delivered: {how}", n.generation);
+            let e = Event::new(now_millis(), EventKind::Notified, message);
+            done.events.push(Event { generation, ..e });
+        }
+        Err(e) => {
+            let message = format!("{e} (retried next pass)");
+            let changed = failing.get(WHAT) != Some(&message);
+            if changed && matches!(e, notify::NotifyError::Refused(_)) {
+                let e = Event::new(now_millis(), EventKind::NotifyRefused, message.clone());
+                done.events.push(Event { generation, ..e });
+            }
+            done.results.push((WHAT, Some(message)));
+        }
+    }
+}
+
+/// Scale-in protection, then terminations in the group, then lifecycle actions.
+async fn apply_group(
+    client: &aws_sdk_autoscaling::Client,
+    group: &str,
+    outcome: &Outcome,
+    state: &mut State,
+    done: &mut Applied,
+) {
+    let protect = outcome.protect();
+    if !protect.is_empty() {
+        let r = asg::protect(client, group, &protect).await;
+        done.results.push(("scale-in protection", r.err()));
+    }
+    let (mut ended, mut errors) = (Vec::new(), Vec::new());
+    for (id, decrement) in outcome.group_terminate() {
+        match asg::terminate(client, &id, decrement).await {
+            Ok(()) => ended.push(id),
+            Err(e) => errors.push(e),
+        }
+    }
+    let hooks = outcome.complete_hooks();
+    let (completed, failed) = asg::apply_hooks(client, group, &hooks, &outcome.heartbeats()).await;
+    ended.extend(completed);
+    errors.extend(failed);
+    confirm(
+        state,
+        &ended,
+        "Auto Scaling group accepted the end of",
+        done,
+    );
+    done.results
+        .push(("group actions", errors.into_iter().next()));
+}
+
+/// Removals whose ending call succeeded are never sent again.
+fn confirm(state: &mut State, ended: &[String], what: &str, done: &mut Applied) {
+    let events = removal::confirm(state, ended, what, now_millis());
+    done.events.extend(events);
+}

@@ -1,0 +1,90 @@
+//! The outcome of a pass while the rules write it, with what each instance shows.
+
+use std::net::IpAddr;
+
+use super::pass::Pass;
+use crate::model::*;
+
+/// What a pass says about one instance: its status (`None`: leave the tag) and what it waits for.
+pub(super) type View = (Option<WorkerStatus>, Option<String>);
+
+/// The outcome in the making: actions, events and holds, the views `report` turns into rows
+/// and tags, and the IPs that joined or left (the next generation).
+pub(super) struct Draft {
+    pub outcome: Outcome,
+    pub views: Vec<Option<View>>,
+    pub added: Vec<IpAddr>,
+    pub removed: Vec<IpAddr>,
+}
+
+impl Draft {
+    pub fn new(snap: &Snapshot, listed: usize) -> Draft {
+        let mut holds = Vec::new();
+        let mut note = |name: &str, r: Result<(), &String>| {
+            if let Err(e) = r {
+                holds.push(format!("{name}: {e}"));
+            }
+        };
+        note("EC2 instances", snap.instances.as_ref().map(|_| ()));
+        note("prepare-data markers", snap.markers.as_ref().map(|_| ()));
+        note("acknowledgements", snap.acks.as_ref().map(|_| ()));
+        if let Some(g) = &snap.group {
+            note("Auto Scaling group", g.as_ref().map(|_| ()));
+        }
+        Draft {
+            outcome: Outcome {
+                holds,
+                ..Outcome::default()
+            },
+            views: vec![None; listed],
+            added: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+
+    pub fn event(&mut self, p: &Pass, kind: EventKind, who: Who, gen: Option<u64>, msg: String) {
+        self.outcome.events.push(Event {
+            instance: who.map(|(id, _)| id.to_string()),
+            ip: who.map(|(_, ip)| ip),
+            generation: gen,
+            ..Event::new(p.now, kind, msg)
+        });
+    }
+
+    pub fn view(&mut self, at: usize, status: Option<WorkerStatus>, waiting: Option<String>) {
+        self.views[at] = Some((status, waiting));
+    }
+
+    /// Only observed instances are shown.
+    pub fn view_id(&mut self, p: &Pass, id: &str, status: WorkerStatus, waiting: Option<String>) {
+        if let Some(at) = p.at(id) {
+            self.view(at, Some(status), waiting);
+        }
+    }
+
+    pub fn act(&mut self, a: Action) {
+        self.outcome.actions.push(a);
+    }
+
+    /// Completes a lifecycle action once per pass, however many rules ask.
+    pub fn complete(&mut self, instance: &str, hook: &str, result: HookResult) {
+        let action = Action::CompleteHook(HookAction {
+            instance: instance.to_string(),
+            hook: hook.to_string(),
+            result,
+        });
+        if !self.outcome.actions.contains(&action) {
+            self.act(action);
+        }
+    }
+
+    pub fn heartbeat(&mut self, instance: &str, hook: &str) {
+        self.act(Action::Heartbeat {
+            instance: instance.to_string(),
+            hook: hook.to_string(),
+        });
+    }
+}
+
+/// The instance (id and IP) an event is about, if any.
+pub(super) type Who<'a> = Option<(&'a str, IpAddr)>;

@@ -1,0 +1,93 @@
+//! Joining: a worker whose prepare-data marker is there joins the job, within `max` and only on
+//! a complete view; a member's view follows the job's acknowledgement of its join.
+
+use super::draft::Draft;
+use super::pass::Pass;
+use super::{group, launch, mount_targets, worker_count};
+use crate::model::*;
+
+/// A cluster instance that is not a member and carries the elastic tag.
+pub(super) fn candidate(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    joins: &mut Vec<usize>,
+) {
+    let ip = p.list[at].ip;
+    let success = p.markers.is_some_and(|m| m.success.contains(&ip));
+    let failed = p.markers.and_then(|m| m.failed.get(&ip));
+    if !group::serving(p, at) {
+        launch::outside_service(p, st, out, at, success, failed);
+    } else if success {
+        joins.push(at);
+    } else if let (Some(why), true) = (failed, group::in_group(p, at)) {
+        launch::replace_failed(p, st, out, at, why);
+    } else if let Some(why) = failed {
+        let why = format!("a person: prepare-data failed ({why})");
+        out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+    } else {
+        let why = mount_targets::missing(p, st, out, at)
+            .unwrap_or_else(|| format!("prepare-data marker prepare_data_success_{ip}"));
+        out.view(at, Some(WorkerStatus::Preparing), Some(why));
+    }
+}
+
+pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>) {
+    for at in joins {
+        let inst = &p.list[at];
+        let listed = st.members.iter().any(|m| m.ip == inst.ip);
+        if !p.can_join() || listed {
+            let why = if listed {
+                "its IP to leave the host files"
+            } else {
+                "a complete view"
+            };
+            out.view(at, Some(WorkerStatus::AddQueued), Some(why.into()));
+            continue;
+        }
+        if worker_count(p, st) >= p.rules.max {
+            let why = format!("room under max ({})", p.rules.max);
+            out.view(at, Some(WorkerStatus::AddQueued), Some(why));
+            continue;
+        }
+        st.members.push(Member {
+            id: inst.id.clone(),
+            ip: inst.ip,
+            instance_type: inst.instance_type.clone(),
+            joined_generation: p.next_gen,
+            joined_at: p.now,
+            log_mark: p.log_mark(),
+            acked: false,
+        });
+        out.added.push(inst.ip);
+        if group::in_group(p, at) {
+            st.prepare_failures = 0;
+        }
+        let msg = format!(
+            "{} is ready (prepare-data marker) and joins the job",
+            inst.ip
+        );
+        out.event(p, EventKind::Joined, Some(p.who(at)), Some(p.next_gen), msg);
+        member_view(p, st, out, st.members.len() - 1, at);
+    }
+}
+
+/// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`).
+pub(super) fn member_view(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
+    let m = &mut st.members[pos];
+    if let Some(a) = p.acks {
+        let by_log = (a.log_added.get(&m.ip)).is_some_and(|line| *line > m.log_mark);
+        m.acked |= by_log || a.generation.is_some_and(|g| g >= m.joined_generation);
+    }
+    let (status, waiting) = if m.acked {
+        (WorkerStatus::Added, None)
+    } else {
+        let gen = m.joined_generation;
+        (
+            WorkerStatus::AddQueued,
+            Some(format!("job to acknowledge generation {gen}")),
+        )
+    };
+    out.view(at, Some(status), waiting);
+}

@@ -1,0 +1,221 @@
+//! New group workers: the launching hook holds one in `Pending:Wait` until its data is ready
+//! (CONTINUE) or it failed or never reported (ABANDON: the group replaces it); a group worker
+//! whose prepare-data failed is replaced; replacing stops after `max_prepare_failures` in a row
+//! until `dtctl resume`.
+
+use super::draft::Draft;
+use super::pass::Pass;
+use super::{group, mount_targets, removal};
+use crate::model::*;
+
+/// A group instance not in service: never in the host files. A new one held by the launching
+/// hook waits for its prepare-data (see `held_at_launch`).
+pub(super) fn outside_service(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    ready: bool,
+    failed: Option<&String>,
+) {
+    let state = group::lifecycle(p, at).map_or("", |m| m.lifecycle_state.as_str());
+    let hook = p.group.and_then(|g| g.launching_hook.as_ref());
+    match (state, hook) {
+        ("Pending:Wait", Some(hook)) => held_at_launch(p, st, out, at, hook, ready, failed),
+        _ => {
+            let why = format!("lifecycle state {state}: not in the job");
+            let status = failed.map(|_| WorkerStatus::PrepareFailed);
+            out.view(at, status.or(Some(WorkerStatus::Preparing)), Some(why));
+        }
+    }
+}
+
+/// Let in once its data is ready; abandoned (the group replaces it) when prepare-data failed
+/// or never reported within the prepare timeout; kept alive by heartbeats meanwhile.
+///
+/// The timeout runs from the first pass that saw the instance in `Pending:Wait`, remembered
+/// in the state, not from its launch time: the hook's own timeout starts when the instance
+/// enters the wait state ("How lifecycle hooks work", Amazon EC2 Auto Scaling User Guide),
+/// which can be long after launch (an instance from a warm pool, or attached to the group).
+fn held_at_launch(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    hook: &Hook,
+    ready: bool,
+    failed: Option<&String>,
+) {
+    let id = p.list[at].id.as_str();
+    let wait = (st.launch_waits.entry(id.to_string()))
+        .or_insert_with(|| LaunchWait {
+            since: p.now,
+            ..LaunchWait::default()
+        })
+        .clone();
+    let why = match failed {
+        Some(f) => format!("prepare-data failed ({f})"),
+        None => never_reported_why(p, at),
+    };
+    if wait.abandoned {
+        // Resent until the group moves it on: a completion that failed is retried.
+        out.complete(id, &hook.name, HookResult::Abandon);
+        let why = format!("the group to replace it: {why}");
+        out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+    } else if ready && p.can_join() {
+        out.complete(id, &hook.name, HookResult::Continue);
+        let why = Some("the group to put it in service".to_string());
+        out.view(at, Some(WorkerStatus::Preparing), why);
+    } else if failed.is_some() {
+        abandon_or_hold(p, st, out, at, hook, &why);
+    } else if p.now.saturating_sub(wait.since) >= p.rules.prepare_timeout_ms && p.can_remove() {
+        never_reported(p, st, out, at, hook, &why, wait.timed_out);
+    } else {
+        heartbeat(p, st, out, id, hook);
+        let left = (wait.since + p.rules.prepare_timeout_ms).saturating_sub(p.now);
+        let marker = format!("prepare-data marker prepare_data_success_{}", p.list[at].ip);
+        let why = format!(
+            "{} (held in Pending:Wait by {}; abandoned if none within {})",
+            mount_targets::missing(p, st, out, at).unwrap_or(marker),
+            hook.name,
+            show_ms(left)
+        );
+        out.view(at, Some(WorkerStatus::Preparing), Some(why));
+    }
+}
+
+fn never_reported_why(p: &Pass, at: usize) -> String {
+    let limit = show_ms(p.rules.prepare_timeout_ms);
+    format!(
+        "prepare-data never reported within {limit} (no marker from {})",
+        p.list[at].ip
+    )
+}
+
+/// Journaled once, then treated like a prepare-data failure: the user data died before the
+/// agent could write a marker, and would die the same way on every replacement.
+fn never_reported(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    hook: &Hook,
+    why: &str,
+    journaled: bool,
+) {
+    let (id, ip) = p.who(at);
+    if let Some(w) = st.launch_waits.get_mut(id) {
+        w.timed_out = true;
+    }
+    let abandoning = replacing(p, st, out);
+    if !journaled {
+        let then = match abandoning {
+            true => "abandoned; the group replaces it",
+            false => "held for a person: replacing failed workers has stopped",
+        };
+        let msg = format!("{ip} held in Pending:Wait by {}: {why}; {then}", hook.name);
+        out.event(
+            p,
+            EventKind::PrepareNeverReported,
+            Some((id, ip)),
+            None,
+            msg,
+        );
+    }
+    abandon_or_hold(p, st, out, at, hook, why);
+}
+
+/// Abandons a worker that failed, counted once; past `max_prepare_failures` in a row it is
+/// held (heartbeats go on) for a person, like any failed group worker.
+fn abandon_or_hold(p: &Pass, st: &mut State, out: &mut Draft, at: usize, hook: &Hook, why: &str) {
+    let id = p.list[at].id.as_str();
+    if let Some(held) = held_why(p, st, out, why) {
+        heartbeat(p, st, out, id, hook);
+        out.view(at, Some(WorkerStatus::PrepareFailed), Some(held));
+        return;
+    }
+    count_failure(p, st, at, why);
+    if let Some(w) = st.launch_waits.get_mut(id) {
+        w.abandoned = true;
+    }
+    out.complete(id, &hook.name, HookResult::Abandon);
+    let why = format!("the group to replace it: {why}");
+    out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+}
+
+/// What a failed worker waits for when it is not replaced now: a complete view, or a person
+/// once replacing has stopped. `None`: replace it.
+fn held_why(p: &Pass, st: &mut State, out: &mut Draft, why: &str) -> Option<String> {
+    if !p.can_remove() {
+        return Some(format!("a complete view to replace it: {why}"));
+    }
+    if !replacing(p, st, out) {
+        let limit = p.rules.max_prepare_failures;
+        return Some(format!("a person: {why}; replacing stopped after {limit} failures in a row, `dtctl resume` re-arms it"));
+    }
+    None
+}
+
+/// Keeps a long prepare-data from running into the launching hook's timeout (ABANDON).
+fn heartbeat(p: &Pass, st: &mut State, out: &mut Draft, id: &str, hook: &Hook) {
+    let since = *st.launch_heartbeats.entry(id.to_string()).or_insert(p.now);
+    if p.now.saturating_sub(since) >= hook.heartbeat_timeout_ms / 2 {
+        out.heartbeat(id, &hook.name);
+        st.launch_heartbeats.insert(id.to_string(), p.now);
+    }
+}
+
+/// Forgets heartbeat times and waits of instances no longer held by the launching hook.
+pub(super) fn prune(p: &Pass, st: &mut State) {
+    let Some(g) = p.group else { return };
+    let held = |id: &String| {
+        (g.instances.get(id)).is_some_and(|m| m.lifecycle_state == LifecycleState::PendingWait)
+    };
+    st.launch_heartbeats.retain(|id, _| held(id));
+    st.launch_waits.retain(|id, _| held(id));
+}
+
+/// Replacing stops after `max_prepare_failures` in a row, until `dtctl resume`.
+fn replacing(p: &Pass, st: &mut State, out: &mut Draft) -> bool {
+    if let Some(at) = p.resume.filter(|t| Some(*t) > st.resumed_at) {
+        st.resumed_at = Some(at);
+        if st.prepare_failures > 0 {
+            let msg = format!(
+                "replacing failed workers re-armed by dtctl resume after {} failures",
+                st.prepare_failures
+            );
+            out.event(p, EventKind::Resumed, None, None, msg);
+        }
+        st.prepare_failures = 0;
+    }
+    st.prepare_failures < p.rules.max_prepare_failures
+}
+
+/// `why` is the whole reason, e.g. "prepare-data failed (exit 3)", shown by `dtctl status`
+/// once replacing stops.
+fn count_failure(p: &Pass, st: &mut State, at: usize, why: &str) {
+    st.prepare_failures += 1;
+    st.last_prepare_failure = Some(format!("{}: {why}", p.list[at].ip));
+}
+
+/// A group worker whose prepare-data failed is terminated and the group replaces it,
+/// unless too many failed in a row: then it is left for a person.
+pub(super) fn replace_failed(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
+    let failed = format!("prepare-data failed ({why})");
+    if let Some(held) = held_why(p, st, out, &failed) {
+        out.view(at, Some(WorkerStatus::PrepareFailed), Some(held));
+        return;
+    }
+    count_failure(p, st, at, &failed);
+    let reason = format!("{failed}; the group replaces it");
+    let end = Ending::GroupTerminate { decrement: false };
+    let mut r = removal::new(p, &p.list[at], Cause::PrepareFailed, None, &reason);
+    r.stage = Stage::Ending(end);
+    removal::queue(p, st, out, r);
+}
+
+/// A duration for people, to the second: `3h 10m 20s`.
+fn show_ms(ms: Millis) -> String {
+    let secs = std::time::Duration::from_secs(ms.div_ceil(1000));
+    humantime::format_duration(secs).to_string()
+}

@@ -1,0 +1,94 @@
+//! What one pass reads and never changes: the rules, the time, the snapshot and its indexes.
+
+use rustc_hash::FxHashMap;
+
+use super::rules::{Facts, Rules};
+use crate::model::*;
+
+/// Works on positions in the snapshot's instance list: ids are hashed once per pass, because
+/// comparing and hashing them dominated a pass over 10,000 workers.
+pub(super) struct Pass<'a> {
+    pub rules: &'a Rules,
+    pub now: Millis,
+    pub list: &'a [Instance],
+    pub facts: Vec<Facts>,
+    /// Cluster workers only: instance id to its position in `list`.
+    pub index: FxHashMap<&'a str, usize>,
+    pub ec2_ok: bool,
+    /// The worker group, when configured and read; `group_ok` is false when it could not be.
+    pub group: Option<&'a Group>,
+    pub group_ok: bool,
+    pub resume: Option<Millis>,
+    pub markers: Option<&'a Markers>,
+    pub acks: Option<&'a Acks>,
+    pub mount_targets: Option<&'a MountTargets>,
+    /// The generation this pass's changes make.
+    pub next_gen: u64,
+}
+
+impl<'a> Pass<'a> {
+    pub fn new(rules: &'a Rules, snap: &'a Snapshot, prev: &State, now: Millis) -> Self {
+        let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
+        let list: &[Instance] = snap.instances.as_deref().unwrap_or_default();
+        let mut facts: Vec<Facts> = list.iter().map(|i| rules.facts(i)).collect();
+        if let Some(g) = group {
+            super::group::drop_terminating(g, list, &mut facts);
+        }
+        let mut index = FxHashMap::default();
+        index.reserve(list.len());
+        for (at, i) in list.iter().enumerate() {
+            // An instance listed twice (pages that shifted) is decided once.
+            if facts[at].cluster && index.insert(i.id.as_str(), at).is_some() {
+                facts[at].cluster = false;
+            }
+        }
+        let acked = snap.acks.as_ref().ok().and_then(|a| a.generation);
+        Pass {
+            rules,
+            now,
+            list,
+            facts,
+            index,
+            ec2_ok: snap.instances.is_ok(),
+            group,
+            group_ok: !matches!(snap.group, Some(Err(_))),
+            resume: snap.resume_requested,
+            markers: snap.markers.as_ref().ok(),
+            acks: snap.acks.as_ref().ok(),
+            mount_targets: snap.mount_targets.as_ref(),
+            // Never reuse a generation the ack file already holds (state file lost, or a
+            // `dtctl ack` ahead of the daemon): a removal numbered at or below it would count as
+            // acknowledged at once, and the worker be terminated before the job saw it leave.
+            next_gen: prev.generation.max(acked.unwrap_or(0)) + 1,
+        }
+    }
+
+    pub fn can_join(&self) -> bool {
+        self.ec2_ok && self.markers.is_some() && self.group_ok
+    }
+
+    /// Removing or terminating needs every source: a partial view never takes anything away.
+    pub fn can_remove(&self) -> bool {
+        self.can_join() && self.acks.is_some()
+    }
+
+    /// A listed cluster worker's position.
+    pub fn at(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
+    pub fn is_running(&self, id: &str) -> bool {
+        self.index.contains_key(id)
+    }
+
+    /// The instance and its IP, as events name them.
+    pub fn who(&self, at: usize) -> (&'a str, std::net::IpAddr) {
+        let list: &'a [Instance] = self.list;
+        (list[at].id.as_str(), list[at].ip)
+    }
+
+    /// The `host_worker_log` position a join or removal decided now is measured from.
+    pub fn log_mark(&self) -> u64 {
+        self.acks.map_or(0, |a| a.log_lines)
+    }
+}

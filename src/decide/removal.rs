@@ -1,0 +1,270 @@
+//! The removal lifecycle, one state machine (see [`Stage`]):
+//!
+//! ```text
+//!   AwaitingAck --(acknowledged, or the ack timeout)--> Ending --(call confirmed)--> Ended
+//!        |                 \--(ends with `then: None`: kept running)--> forgotten
+//!        |--(elastic tag back, cause ElasticTag)--> cancelled
+//!   any --(interruption)--> Reclaiming
+//!   any --(instance stopped running, on a complete view)--> forgotten
+//! ```
+//!
+//! [`advance`] is the only thing that moves a removal forward on a pass; `interrupt`, `cancel`
+//! and [`confirm`] are the transitions other events cause.
+
+use std::net::IpAddr;
+
+use super::draft::Draft;
+use super::pass::Pass;
+use crate::model::*;
+
+/// A removal of a listed instance waiting for the job's acknowledgement of the next generation.
+pub(super) fn new(
+    p: &Pass,
+    inst: &Instance,
+    cause: Cause,
+    then: Option<Ending>,
+    reason: &str,
+) -> Removal {
+    new_for(p, &inst.id, inst.ip, cause, then, reason)
+}
+
+pub(super) fn new_for(
+    p: &Pass,
+    id: &str,
+    ip: IpAddr,
+    cause: Cause,
+    then: Option<Ending>,
+    reason: &str,
+) -> Removal {
+    Removal {
+        id: id.to_string(),
+        ip,
+        generation: p.next_gen,
+        queued_at: p.now,
+        deadline: p.now + p.rules.ack_timeout_ms,
+        log_mark: p.log_mark(),
+        reason: reason.to_string(),
+        stage: Stage::AwaitingAck {
+            cause,
+            then,
+            heartbeat_at: None,
+        },
+    }
+}
+
+/// Remembers a new removal and journals it.
+pub(super) fn queue(p: &Pass, st: &mut State, out: &mut Draft, r: Removal) {
+    let (ip, generation, reason) = (r.ip, r.generation, &r.reason);
+    let (kind, msg) = match r.stage {
+        Stage::Reclaiming => (
+            EventKind::Interrupted,
+            format!("{reason}: {ip} left the job at once; the job keeps training without it"),
+        ),
+        Stage::AwaitingAck { .. } => (
+            EventKind::RemovalQueued,
+            format!("{reason}: {ip} leaves the job; terminated after the job acknowledges generation {generation}"),
+        ),
+        Stage::Ending(_) | Stage::Ended => (
+            EventKind::RemovalQueued,
+            format!("{reason}: {ip} never joined the job; terminating"),
+        ),
+    };
+    let id = r.id.clone();
+    st.removals.push(r);
+    out.event(p, kind, Some((&id, ip)), Some(generation), msg);
+}
+
+/// Only a deleted elastic tag can be taken back, and only before the worker is let go.
+pub(super) fn cancellable(r: &Removal) -> bool {
+    r.cause() == Some(Cause::ElasticTag)
+}
+
+/// AWS takes the instance away: a member leaves the job at once; a worker already leaving
+/// stops waiting for an acknowledgement it may not live to see. Never terminated by us.
+pub(super) fn interrupt(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    id: &str,
+    ip: IpAddr,
+    reason: &str,
+) {
+    if let Some(pos) = st.members.iter().position(|m| m.id == id) {
+        st.members.remove(pos);
+        out.removed.push(ip);
+        st.interruptions += 1;
+    } else if let Some(r) = st.removals.iter_mut().find(|r| r.id == id) {
+        if r.is_interrupted() {
+            // The same interruption from its other source (agent and queue both report).
+            return;
+        }
+        r.stage = Stage::Reclaiming;
+        let msg = format!("{reason}: {ip} was already leaving; AWS takes it back");
+        out.event(p, EventKind::Interrupted, Some((id, ip)), None, msg);
+        return;
+    }
+    let mut r = new_for(p, id, ip, Cause::ElasticTag, None, reason);
+    r.stage = Stage::Reclaiming;
+    queue(p, st, out, r);
+}
+
+pub(super) fn advance_all(p: &Pass, st: &mut State, out: &mut Draft) {
+    let removals = std::mem::take(&mut st.removals);
+    for mut r in removals {
+        if advance(p, out, &mut r) {
+            st.removals.push(r);
+        }
+    }
+}
+
+/// Moves one removal forward; returns false when it is finished and can be forgotten.
+fn advance(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
+    if p.rules.is_protected(r.ip) {
+        // Made a base host (or the master) since it was queued: never terminated.
+        return false;
+    }
+    if r.stage == Stage::Reclaiming {
+        return await_reclaim(p, out, r);
+    }
+    if !p.can_remove() {
+        let status = match r.stage {
+            Stage::AwaitingAck { .. } => WorkerStatus::RemovalQueued,
+            _ => WorkerStatus::Removed,
+        };
+        out.view_id(p, &r.id, status, Some("a complete view".into()));
+        return true;
+    }
+    if !p.is_running(&r.id) {
+        if r.awaits_ack() {
+            let msg = format!("{} stopped running before it was terminated", r.ip);
+            let who = Some((r.id.as_str(), r.ip));
+            out.event(p, EventKind::Gone, who, Some(r.generation), msg);
+        }
+        return false;
+    }
+    match &r.stage {
+        Stage::AwaitingAck { .. } => return await_ack(p, out, r),
+        Stage::Ending(e) => {
+            // The last call was never confirmed (it failed, or the daemon died): send it again.
+            send(out, &r.id, e);
+            out.view_id(p, &r.id, WorkerStatus::Removed, None);
+        }
+        Stage::Ended | Stage::Reclaiming => {
+            let why = Some("the instance to shut down".to_string());
+            out.view_id(p, &r.id, WorkerStatus::Removed, why);
+        }
+    }
+    true
+}
+
+/// Returns false when the removal is finished and can be forgotten.
+fn await_ack(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
+    let by_file = (p.acks.and_then(|a| a.generation)).is_some_and(|g| g >= r.generation);
+    let by_log = (p.acks.and_then(|a| a.log_removed.get(&r.ip))).is_some_and(|l| *l > r.log_mark);
+    let (kind, msg) = if by_file || by_log {
+        let how = if by_file {
+            "ack file"
+        } else {
+            "host_worker_log"
+        };
+        let msg = format!(
+            "job acknowledged the removal of {} ({how}); terminating",
+            r.ip
+        );
+        (EventKind::Acknowledged, msg)
+    } else if p.now >= r.deadline {
+        let msg = format!(
+            "no acknowledgement for {} before the ack timeout; terminating",
+            r.ip
+        );
+        (EventKind::AckTimeout, msg)
+    } else {
+        let secs = (r.deadline - p.now).div_ceil(1000);
+        let why = format!(
+            "job to acknowledge generation {} (timeout in {secs}s)",
+            r.generation
+        );
+        out.view_id(p, &r.id, WorkerStatus::RemovalQueued, Some(why));
+        heartbeat(p, out, r);
+        return true;
+    };
+    let who = Some((r.id.as_str(), r.ip));
+    out.event(p, kind, who, Some(r.generation), msg);
+    let Stage::AwaitingAck {
+        then: Some(end), ..
+    } = &r.stage
+    else {
+        // Out of the job and acknowledged; it stays running and may come back.
+        return false;
+    };
+    let end = end.clone();
+    send(out, &r.id, &end);
+    r.stage = Stage::Ending(end);
+    out.view_id(p, &r.id, WorkerStatus::Removed, None);
+    true
+}
+
+/// Sends what ends a removal whose job side is done.
+fn send(out: &mut Draft, id: &str, end: &Ending) {
+    match end {
+        Ending::Terminate => out.act(Action::Terminate {
+            instance: id.to_string(),
+        }),
+        Ending::GroupTerminate { decrement } => out.act(Action::GroupTerminate {
+            instance: id.to_string(),
+            decrement: *decrement,
+        }),
+        Ending::Hook { name } => out.complete(id, name, HookResult::Continue),
+    }
+}
+
+/// Keeps the terminating hook from timing out while the job finishes with the worker.
+fn heartbeat(p: &Pass, out: &mut Draft, r: &mut Removal) {
+    let Stage::AwaitingAck {
+        then: Some(Ending::Hook { name }),
+        heartbeat_at,
+        ..
+    } = &mut r.stage
+    else {
+        return;
+    };
+    let Some(h) = p.group.and_then(|g| g.terminating_hook.as_ref()) else {
+        return;
+    };
+    let last = heartbeat_at.unwrap_or(r.queued_at);
+    if p.now.saturating_sub(last) >= h.heartbeat_timeout_ms / 2 {
+        out.heartbeat(&r.id, name);
+        *heartbeat_at = Some(p.now);
+    }
+}
+
+/// Interrupted workers stay shown as INTERRUPTED until AWS has taken them. Forgotten once a
+/// complete view no longer shows it: like every removal, it is not dropped on a partial one.
+fn await_reclaim(p: &Pass, out: &mut Draft, r: &Removal) -> bool {
+    if p.can_remove() && !p.is_running(&r.id) {
+        return false;
+    }
+    let why = Some("AWS to reclaim it".to_string());
+    out.view_id(p, &r.id, WorkerStatus::Interrupted, why);
+    true
+}
+
+/// The calls that ended these instances succeeded (`what` names the call): their removals are
+/// never sent again. Returns the `terminated` events to journal.
+pub fn confirm(state: &mut State, done: &[String], what: &str, now: Millis) -> Vec<Event> {
+    let mut events = Vec::new();
+    for r in state.removals.iter_mut().filter(|r| done.contains(&r.id)) {
+        if !matches!(r.stage, Stage::Ending(_)) {
+            continue;
+        }
+        r.stage = Stage::Ended;
+        let message = format!("{what} {} ({})", r.id, r.ip);
+        events.push(Event {
+            instance: Some(r.id.clone()),
+            ip: Some(r.ip),
+            generation: Some(r.generation),
+            ..Event::new(now, EventKind::Terminated, message)
+        });
+    }
+    events
+}

@@ -1,0 +1,204 @@
+//! The end of a pass: the next generation and the notification it needs, the host files, the
+//! status tags and rows; and the status report's table.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::draft::Draft;
+use super::group;
+use super::pass::Pass;
+use crate::hostfile::Host;
+use crate::model::*;
+
+pub(super) fn finish(p: &Pass, mut st: State, mut out: Draft) -> Plan {
+    if !out.added.is_empty() || !out.removed.is_empty() {
+        bump_generation(p, &mut st, &mut out);
+    }
+    if p.ec2_ok {
+        st.held.retain(|id, _| p.is_running(id));
+        st.no_mount_target.retain(|id| p.is_running(id));
+    }
+    for (status, instances) in tags(p, &out) {
+        out.act(Action::Tag { status, instances });
+    }
+    let rows = rows(p, &mut st, &mut out);
+    let protect = group::to_protect(p, &st);
+    if !protect.is_empty() {
+        out.act(Action::Protect { instances: protect });
+    }
+    let outcome = Outcome {
+        notify: st.pending_notification.clone(),
+        hosts: hosts(p, &st),
+        rows,
+        ..out.outcome
+    };
+    Plan { state: st, outcome }
+}
+
+/// Folds this pass's changes into any notification the job has not received yet.
+fn bump_generation(p: &Pass, st: &mut State, out: &mut Draft) {
+    st.generation = p.next_gen;
+    let mut n = st.pending_notification.take().unwrap_or_default();
+    n.generation = p.next_gen;
+    for ip in std::mem::take(&mut out.added) {
+        toggle(&mut n.removed, &mut n.added, ip);
+    }
+    for ip in std::mem::take(&mut out.removed) {
+        toggle(&mut n.added, &mut n.removed, ip);
+    }
+    let msg = format!(
+        "generation {}: +[{}] -[{}]",
+        n.generation,
+        join_ips(&n.added),
+        join_ips(&n.removed)
+    );
+    out.event(p, EventKind::Generation, None, Some(n.generation), msg);
+    st.pending_notification = Some(n);
+}
+
+fn hosts(p: &Pass, st: &State) -> Vec<Host> {
+    let slots = &p.rules.slots;
+    let base = (p.rules.base_hosts.iter()).map(|ip| Host {
+        ip: *ip,
+        slots: slots.for_type("default"),
+    });
+    // A member whose IP became a base host (config changed) is listed once, as a base host.
+    let members = (st.members.iter()).filter(|m| !p.rules.is_protected(m.ip));
+    let members = members.map(|m| Host {
+        ip: m.ip,
+        slots: slots.for_type(&m.instance_type),
+    });
+    base.chain(members).collect()
+}
+
+/// Status tags to write: every viewed instance whose tag differs, in list order.
+fn tags(p: &Pass, out: &Draft) -> BTreeMap<WorkerStatus, Vec<String>> {
+    let mut tags: BTreeMap<WorkerStatus, Vec<String>> = BTreeMap::new();
+    for ((inst, view), facts) in p.list.iter().zip(&out.views).zip(&p.facts) {
+        let Some((Some(status), _)) = view else {
+            continue;
+        };
+        if facts.status != Some(*status) {
+            tags.entry(*status).or_default().push(inst.id.clone());
+        }
+    }
+    tags.values_mut().for_each(|ids| ids.sort_unstable());
+    tags
+}
+
+/// The rows of `dtctl status` in IP order, remembering when each status began.
+fn rows(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Row> {
+    if !p.ec2_ok {
+        let members = st.members.iter().enumerate();
+        return members.map(|(i, m)| unseen_member(i, m)).collect();
+    }
+    let list = p.list;
+    let mut rows = Vec::with_capacity(list.len());
+    let mut with_status = 0;
+    for (at, view) in out.views.iter_mut().enumerate() {
+        let Some((status, waiting_for)) = view.take() else {
+            continue;
+        };
+        let inst = &list[at];
+        let shown = match status {
+            Some(s) => Shown::Status(s),
+            None if p.rules.is_protected(inst.ip) => Shown::Base,
+            None => Shown::Unmanaged,
+        };
+        with_status += status.is_some() as usize;
+        // The tag holds the previous status: only a change needs remembering.
+        if let Some(s) = status.filter(|s| p.facts[at].status != Some(*s)) {
+            let since = Since {
+                id: inst.id.clone(),
+                status: s,
+                at: p.now,
+            };
+            st.since.insert(inst.ip, since);
+        }
+        rows.push(Row {
+            source: RowSource::Instance(at),
+            shown,
+            waiting_for,
+        });
+    }
+    // More remembered than shown: some instances left or lost their status.
+    if st.since.len() > with_status {
+        let shown: rustc_hash::FxHashSet<IpAddr> = (rows.iter())
+            .filter(|r| matches!(r.shown, Shown::Status(_)))
+            .filter_map(|r| match r.source {
+                RowSource::Instance(at) => Some(list[at].ip),
+                RowSource::Member(_) => None,
+            })
+            .collect();
+        st.since.retain(|ip, _| shown.contains(ip));
+    }
+    rows
+}
+
+/// Moves `ip` out of `from` if it is there (a change undone), else records it in `to`.
+fn toggle(from: &mut Vec<IpAddr>, to: &mut Vec<IpAddr>, ip: IpAddr) {
+    if let Some(pos) = from.iter().position(|x| *x == ip) {
+        from.remove(pos);
+    } else if !to.contains(&ip) {
+        to.push(ip);
+    }
+}
+
+pub fn join_ips(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(|ip| ip.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn unseen_member(index: usize, m: &Member) -> Row {
+    let status = if m.acked {
+        WorkerStatus::Added
+    } else {
+        WorkerStatus::AddQueued
+    };
+    Row {
+        source: RowSource::Member(index),
+        shown: Shown::Status(status),
+        waiting_for: Some("a complete EC2 view".into()),
+    }
+}
+
+/// The status report's table: base hosts first, then by IP.
+/// `state` is the one the rows were decided with: its members and when each status began.
+pub fn worker_views(rows: &[Row], snap: &Snapshot, state: &State) -> Vec<WorkerView> {
+    let members = &state.members;
+    let instances = snap.instances.as_deref().unwrap_or_default();
+    let mut out: Vec<WorkerView> = rows
+        .iter()
+        .filter_map(|row| {
+            let (id, ip, instance_type, az, market) = match row.source {
+                RowSource::Instance(i) => {
+                    let inst = instances.get(i)?;
+                    let (az, market) = (inst.az.as_str(), inst.market.as_str());
+                    (&inst.id, inst.ip, &inst.instance_type, az, market)
+                }
+                RowSource::Member(i) => {
+                    let m = members.get(i)?;
+                    (&m.id, m.ip, &m.instance_type, "?", "?")
+                }
+            };
+            Some(WorkerView {
+                id: id.clone(),
+                ip,
+                instance_type: instance_type.clone(),
+                az: az.to_string(),
+                market: market.to_string(),
+                status: row.label().to_string(),
+                since: state
+                    .since
+                    .get(&ip)
+                    .filter(|s| s.id == *id && Shown::Status(s.status) == row.shown)
+                    .map(|s| s.at),
+                waiting_for: row.waiting_for.clone(),
+            })
+        })
+        .collect();
+    out.sort_by_key(|v| (v.status != "BASE", v.ip));
+    out
+}

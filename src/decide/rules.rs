@@ -1,0 +1,93 @@
+//! The part of the configuration decide reads, and what it reads from an instance's tags.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use crate::config::{Config, Rebalance, Slots};
+use crate::model::*;
+
+/// The tags AWS puts on instances launched from a template or by a group.
+pub const TEMPLATE_TAG: &str = "aws:ec2launchtemplate:id";
+pub const GROUP_TAG: &str = "aws:autoscaling:groupName";
+
+/// The part of the configuration decide needs, with the launch template resolved to its id.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    pub elastic_tag: String,
+    pub worker_tags: BTreeMap<String, String>,
+    pub launch_template_id: Option<String>,
+    pub auto_scaling_group: Option<String>,
+    pub min: usize,
+    pub max: usize,
+    pub base_hosts: Vec<IpAddr>,
+    pub master: Option<IpAddr>,
+    pub slots: Slots,
+    pub ack_timeout_ms: u64,
+    pub rebalance: Rebalance,
+    pub max_prepare_failures: u32,
+    /// How long a worker held by the launching hook may go without a prepare-data marker.
+    pub prepare_timeout_ms: u64,
+    /// How long before an EC2 scheduled change starts its worker is drained.
+    pub scheduled_change_lead_ms: u64,
+}
+
+/// What the rules read from one instance's tags.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Facts {
+    /// Carries the worker tags and comes from this cluster's launch template or group.
+    pub cluster: bool,
+    pub elastic: bool,
+    pub status: Option<WorkerStatus>,
+}
+
+impl Rules {
+    pub fn from_config(cfg: &Config, launch_template_id: Option<String>) -> Rules {
+        Rules {
+            elastic_tag: cfg.elastic_tag().to_string(),
+            worker_tags: cfg.workers.tags.clone(),
+            launch_template_id,
+            auto_scaling_group: cfg.workers.auto_scaling_group.clone(),
+            min: cfg.workers.min,
+            max: cfg.workers.max,
+            base_hosts: cfg.workers.base_hosts.clone(),
+            master: cfg.master,
+            slots: cfg.workers.slots.clone(),
+            ack_timeout_ms: cfg.job.ack.timeout.as_millis() as u64,
+            rebalance: cfg.events.rebalance,
+            max_prepare_failures: cfg.workers.max_prepare_failures,
+            prepare_timeout_ms: cfg.prepare_timeout().as_millis() as u64,
+            scheduled_change_lead_ms: cfg.events.scheduled_change_lead.as_millis() as u64,
+        }
+    }
+
+    /// Carries the worker tags and comes from this cluster's launch template or group.
+    pub fn is_cluster_worker(&self, i: &Instance) -> bool {
+        self.facts(i).cluster
+    }
+
+    /// Everything the rules read from an instance's tags, in one walk over them (a pass reads
+    /// them for every instance; separate look-ups cost several times more at 10,000 workers).
+    pub(super) fn facts(&self, i: &Instance) -> Facts {
+        let mut f = Facts::default();
+        let mut source = false;
+        for (k, v) in i.tags.iter() {
+            if k == self.elastic_tag {
+                f.elastic = true;
+            } else if k == STATUS_TAG {
+                f.status = WorkerStatus::from_tag(v);
+            } else if k == TEMPLATE_TAG {
+                source |= self.launch_template_id.as_deref() == Some(v);
+            } else if k == GROUP_TAG {
+                source |= self.auto_scaling_group.as_deref() == Some(v);
+            }
+        }
+        let tagged = (self.worker_tags.iter()).all(|(k, v)| i.tags.get(k) == Some(v.as_str()));
+        f.cluster = source && tagged;
+        f
+    }
+
+    /// A base host or the master: never removed, never terminated.
+    pub fn is_protected(&self, ip: IpAddr) -> bool {
+        self.base_hosts.contains(&ip) || self.master == Some(ip)
+    }
+}

@@ -1,0 +1,178 @@
+//! The events journal's lines.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::Millis;
+
+/// A line of the events journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub time: Millis,
+    pub kind: EventKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    /// The instance's Availability Zone, and the EFS file system, when the event is about them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub az: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_id: Option<String>,
+    pub message: String,
+}
+
+impl Event {
+    /// An event about the whole cluster; set `instance`, `ip`, `generation` as they apply.
+    pub fn new(time: Millis, kind: EventKind, message: String) -> Event {
+        Event {
+            time,
+            kind,
+            instance: None,
+            ip: None,
+            generation: None,
+            az: None,
+            fs_id: None,
+            message,
+        }
+    }
+}
+
+/// What a journal line is about. Written as the snake_case names people and `dtctl events`
+/// read; a kind this release does not know (a newer `dtd` wrote it) is kept as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A prepared worker joined the job.
+    Joined,
+    /// The host files changed: a new generation.
+    Generation,
+    /// The job was told about a generation.
+    Notified,
+    /// The job refused the notification (its pidfile names another program).
+    NotifyRefused,
+    RemovalQueued,
+    RemovalHeld,
+    RemovalRefused,
+    RemovalCancelled,
+    /// The job acknowledged a removal; the worker is let go.
+    Acknowledged,
+    AckTimeout,
+    /// AWS accepted the call that ends a removed worker.
+    Terminated,
+    /// A member or a leaving worker stopped running on its own.
+    Gone,
+    Interrupted,
+    Notice,
+    NoticeIgnored,
+    RebalanceRecommendation,
+    PrepareNeverReported,
+    /// `dtctl resume` re-armed replacing failed workers.
+    Resumed,
+    NoMountTarget,
+    SourceFailed,
+    SourceRecovered,
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl EventKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            EventKind::Other(kind) => kind,
+            known => known.name(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            EventKind::Joined => "joined",
+            EventKind::Generation => "generation",
+            EventKind::Notified => "notified",
+            EventKind::NotifyRefused => "notify_refused",
+            EventKind::RemovalQueued => "removal_queued",
+            EventKind::RemovalHeld => "removal_held",
+            EventKind::RemovalRefused => "removal_refused",
+            EventKind::RemovalCancelled => "removal_cancelled",
+            EventKind::Acknowledged => "acknowledged",
+            EventKind::AckTimeout => "ack_timeout",
+            EventKind::Terminated => "terminated",
+            EventKind::Gone => "gone",
+            EventKind::Interrupted => "interrupted",
+            EventKind::Notice => "notice",
+            EventKind::NoticeIgnored => "notice_ignored",
+            EventKind::RebalanceRecommendation => "rebalance_recommendation",
+            EventKind::PrepareNeverReported => "prepare_never_reported",
+            EventKind::Resumed => "resumed",
+            EventKind::NoMountTarget => "no_mount_target",
+            EventKind::SourceFailed => "source_failed",
+            EventKind::SourceRecovered => "source_recovered",
+            EventKind::Other(_) => "",
+        }
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for EventKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_kind_reads_back_from_its_name() {
+        let known = [
+            EventKind::Joined,
+            EventKind::Generation,
+            EventKind::Notified,
+            EventKind::NotifyRefused,
+            EventKind::RemovalQueued,
+            EventKind::RemovalHeld,
+            EventKind::RemovalRefused,
+            EventKind::RemovalCancelled,
+            EventKind::Acknowledged,
+            EventKind::AckTimeout,
+            EventKind::Terminated,
+            EventKind::Gone,
+            EventKind::Interrupted,
+            EventKind::Notice,
+            EventKind::NoticeIgnored,
+            EventKind::RebalanceRecommendation,
+            EventKind::PrepareNeverReported,
+            EventKind::Resumed,
+            EventKind::NoMountTarget,
+            EventKind::SourceFailed,
+            EventKind::SourceRecovered,
+        ];
+        for kind in known {
+            let json = serde_json::to_string(&kind).expect("serialized");
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+            assert_eq!(
+                serde_json::from_str::<EventKind>(&json).expect("read"),
+                kind
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_kind_is_kept_as_written() {
+        let kind: EventKind = serde_json::from_str("\"stalled\"").expect("read");
+        assert_eq!(kind, EventKind::Other("stalled".into()));
+        assert_eq!(
+            serde_json::to_string(&kind).expect("written"),
+            "\"stalled\""
+        );
+    }
+}

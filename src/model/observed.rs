@@ -1,0 +1,158 @@
+//! What a pass observes: instances, markers, acknowledgements, the group, notices.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+pub use aws_sdk_autoscaling::types::LifecycleState;
+
+use super::{Millis, Tags, STATUS_TAG};
+
+/// One EC2 instance as DescribeInstances reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: String,
+    pub ip: IpAddr,
+    pub instance_type: String,
+    pub az: String,
+    /// `spot`, `capacity-block` or `on-demand`.
+    pub market: String,
+    pub launched_at: Millis,
+    pub tags: Tags,
+    /// The Capacity Reservation (Capacity Block) it runs in, if any.
+    #[serde(default)]
+    pub capacity_reservation: Option<String>,
+}
+
+impl Instance {
+    pub fn status_tag(&self) -> Option<&str> {
+        self.tags.get(STATUS_TAG)
+    }
+}
+
+/// Readiness markers on the shared file system.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Markers {
+    pub success: BTreeSet<IpAddr>,
+    /// IP to a one-line summary of why prepare-data failed (exit code, last output line).
+    pub failed: BTreeMap<IpAddr, String>,
+    /// Interruption notices written by workers' agents.
+    pub notices: Vec<Notice>,
+}
+
+/// What the job has said it applied, in either acknowledgement form.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Acks {
+    /// The generation in the `ack` file, if any.
+    pub generation: Option<u64>,
+    /// Complete lines read so far from `host_worker_log`; a position in that log.
+    pub log_lines: u64,
+    /// For each IP, the line number (1-based) of its latest `ADDED` / `REMOVED` line.
+    pub log_added: BTreeMap<IpAddr, u64>,
+    pub log_removed: BTreeMap<IpAddr, u64>,
+}
+
+/// One pass's view of the world. A source that could not be read completely is `Err(why)`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub instances: Result<Vec<Instance>, String>,
+    pub markers: Result<Markers, String>,
+    pub acks: Result<Acks, String>,
+    /// Interruption and rebalance notices received since the last pass (queue and agents).
+    pub notices: Vec<Notice>,
+    /// The worker Auto Scaling group, when the config names one.
+    pub group: Option<Result<Group, String>>,
+    /// When `dtctl resume` last asked to re-arm replacing failed workers.
+    pub resume_requested: Option<Millis>,
+    /// The zones where the shared file system has a mount target; `None` when `shared_fs_id` is
+    /// not configured or the last read failed (unknown: nothing is concluded from it).
+    pub mount_targets: Option<MountTargets>,
+}
+
+/// The Availability Zones (names, as this account sees them) where an EFS file system has a
+/// mount target a worker can mount through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountTargets {
+    pub fs_id: String,
+    pub zones: BTreeSet<String>,
+}
+
+/// The worker Auto Scaling group as DescribeAutoScalingGroups and DescribeLifecycleHooks see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub min: usize,
+    pub desired: usize,
+    pub max: usize,
+    /// Instance id to its lifecycle state (`InService`, `Pending:Wait`, `Standby`, ...) and
+    /// whether it is protected from scale-in.
+    pub instances: BTreeMap<String, GroupMember>,
+    pub launching_hook: Option<Hook>,
+    pub terminating_hook: Option<Hook>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMember {
+    #[serde(with = "lifecycle_state")]
+    pub lifecycle_state: LifecycleState,
+    pub protected: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hook {
+    pub name: String,
+    pub heartbeat_timeout_ms: Millis,
+}
+
+/// Something AWS said about an instance's future, from the event queue or a worker's agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The EventBridge event id, or the agent marker's notice id: a notice is heeded once.
+    pub id: String,
+    pub kind: NoticeKind,
+    pub target: NoticeTarget,
+    /// When AWS acts (Spot action time, when a Capacity Block's instances start terminating).
+    pub deadline: Option<Millis>,
+    /// `queue` or `agent`, for the journal.
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NoticeKind {
+    /// The instance will be taken away (Spot warning, interruptible reservation, or its group
+    /// terminating it without a hook): leave the job now, nothing to wait for.
+    Interruption,
+    /// Elevated risk of interruption: drain gracefully, or only report (config).
+    Rebalance,
+    /// The Capacity Block ends soon: drain its workers gracefully before it does.
+    CapacityBlockExpiring,
+    /// EC2 scheduled a reboot, stop, retirement or maintenance for it (AWS Health, or the instance
+    /// metadata's `events/maintenance/scheduled`): drain gracefully before the change starts.
+    ScheduledChange,
+    /// Its Auto Scaling group is terminating it (seen by its agent): with a terminating hook the
+    /// group waits and dtd drains it through the hook; without one it is an interruption.
+    GroupTerminating,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoticeTarget {
+    Instance(String),
+    Ip(IpAddr),
+    CapacityReservation(String),
+}
+
+/// A lifecycle state as AWS names it (`InService`, `Pending:Wait`, ...).
+mod lifecycle_state {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::LifecycleState;
+
+    pub fn serialize<S: Serializer>(state: &LifecycleState, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(state.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<LifecycleState, D::Error> {
+        String::deserialize(d).map(|s| LifecycleState::from(s.as_str()))
+    }
+}

@@ -1,0 +1,147 @@
+//! What a pass decided: the actions for act, the journal's events, the status rows.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::{Event, Notification, Row, State, WorkerStatus};
+use crate::hostfile::Host;
+
+/// What decide returns: the state to remember, and the outcome to apply.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub state: State,
+    pub outcome: Outcome,
+}
+
+/// Everything a pass wants done, plus what it says about it.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Host-file lines: base hosts first in config order, then workers in join order.
+    pub hosts: Vec<Host>,
+    /// The membership change the job has not been told about yet.
+    pub notify: Option<Notification>,
+    /// Calls to AWS, in the order decided.
+    pub actions: Vec<Action>,
+    pub events: Vec<Event>,
+    /// One row per worker for the status report, cheap to produce; `decide::worker_views`
+    /// turns them into [`super::WorkerView`]s.
+    pub rows: Vec<Row>,
+    /// Why this pass held its ground (a source failed), empty when it did not.
+    pub holds: Vec<String>,
+    /// Notices this pass could not heed (a drain on a partial view): keep them for the next.
+    pub deferred_notices: Vec<String>,
+}
+
+/// One call to AWS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// CreateTags: the status tag on instances whose tag differs.
+    Tag {
+        status: WorkerStatus,
+        instances: Vec<String>,
+    },
+    /// SetInstanceProtection: group workers in the job, protected from scale-in.
+    Protect { instances: Vec<String> },
+    /// TerminateInstances (a launch-template worker the job let go).
+    Terminate { instance: String },
+    /// TerminateInstanceInAutoScalingGroup; `decrement` lowers the desired capacity with it.
+    GroupTerminate { instance: String, decrement: bool },
+    /// CompleteLifecycleAction.
+    CompleteHook(HookAction),
+    /// RecordLifecycleActionHeartbeat.
+    Heartbeat { instance: String, hook: String },
+}
+
+/// A lifecycle action to complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookAction {
+    pub instance: String,
+    pub hook: String,
+    pub result: HookResult,
+}
+
+/// How a lifecycle action is completed ("CompleteLifecycleAction", Amazon EC2 Auto Scaling API
+/// Reference: `LifecycleActionResult` is `CONTINUE` or `ABANDON`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookResult {
+    Continue,
+    Abandon,
+}
+
+impl HookResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookResult::Continue => "CONTINUE",
+            HookResult::Abandon => "ABANDON",
+        }
+    }
+}
+
+impl fmt::Display for HookResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for HookResult {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// The actions of each kind, as lists: how tests and the status read an outcome.
+impl Outcome {
+    pub fn terminate(&self) -> Vec<String> {
+        self.each(|a| match a {
+            Action::Terminate { instance } => Some(instance.clone()),
+            _ => None,
+        })
+    }
+
+    /// (instance, decrement the desired capacity).
+    pub fn group_terminate(&self) -> Vec<(String, bool)> {
+        self.each(|a| match a {
+            Action::GroupTerminate {
+                instance,
+                decrement,
+            } => Some((instance.clone(), *decrement)),
+            _ => None,
+        })
+    }
+
+    pub fn complete_hooks(&self) -> Vec<HookAction> {
+        self.each(|a| match a {
+            Action::CompleteHook(h) => Some(h.clone()),
+            _ => None,
+        })
+    }
+
+    /// (instance, hook).
+    pub fn heartbeats(&self) -> Vec<(String, String)> {
+        self.each(|a| match a {
+            Action::Heartbeat { instance, hook } => Some((instance.clone(), hook.clone())),
+            _ => None,
+        })
+    }
+
+    pub fn protect(&self) -> Vec<String> {
+        let lists = self.each(|a| match a {
+            Action::Protect { instances } => Some(instances.clone()),
+            _ => None,
+        });
+        lists.concat()
+    }
+
+    /// Status tag value to the instances that need it.
+    pub fn tags(&self) -> BTreeMap<WorkerStatus, Vec<String>> {
+        let lists = self.each(|a| match a {
+            Action::Tag { status, instances } => Some((*status, instances.clone())),
+            _ => None,
+        });
+        lists.into_iter().collect()
+    }
+
+    fn each<T>(&self, pick: impl Fn(&Action) -> Option<T>) -> Vec<T> {
+        self.actions.iter().filter_map(pick).collect()
+    }
+}

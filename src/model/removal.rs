@@ -1,0 +1,306 @@
+//! A worker on its way out, as one state machine (`decide::removal` moves it forward).
+//!
+//! state.json keeps the flat shape of earlier releases (`termination`, `cause`, `end`,
+//! `heartbeat_at`), so a restarted or upgraded `dtd` reads the removals an older one queued.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::Millis;
+
+/// A worker leaving: out of the host files, not yet gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Record", into = "Record")]
+pub struct Removal {
+    pub id: String,
+    pub ip: IpAddr,
+    /// The first generation that no longer lists it.
+    pub generation: u64,
+    pub queued_at: Millis,
+    /// When the job's acknowledgement stops being awaited.
+    pub deadline: Millis,
+    /// `host_worker_log` position when it was queued: a `REMOVED` line after it acknowledges.
+    pub log_mark: u64,
+    /// Why, for people: the journal and `dtctl status` show it.
+    pub reason: String,
+    pub stage: Stage,
+}
+
+/// Where a removal is. Each stage holds only what it needs, so no stage can contradict another
+/// field (an interrupted worker awaiting an acknowledgement, a "keep running" sent to AWS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stage {
+    /// Out of the host files; waits for the job's acknowledgement of `generation` or the
+    /// deadline, then ends as `then` says (`None`: it stays running, outside the job).
+    AwaitingAck {
+        cause: Cause,
+        then: Option<Ending>,
+        /// When the terminating hook last got a heartbeat (only with `then: Hook`).
+        heartbeat_at: Option<Millis>,
+    },
+    /// Let go; the ending is sent every pass until a call is confirmed.
+    Ending(Ending),
+    /// The ending was confirmed: never sent again; shown until the instance stops running.
+    Ended,
+    /// AWS takes it back (an interruption): out at once, never terminated by us.
+    Reclaiming,
+}
+
+/// Why a worker leaves. Only a deleted elastic tag can be taken back by restoring the tag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    #[default]
+    ElasticTag,
+    Rebalance,
+    CapacityBlock,
+    /// EC2 scheduled a change (reboot, stop, retirement, maintenance) for it.
+    ScheduledChange,
+    /// Its group is scaling in, or the group's desired capacity is below its protected workers.
+    ScaleIn,
+    /// Left its group's service (Standby, Detaching, Warmed): out of the job, kept running.
+    OutOfService,
+    /// Its prepare-data failed; a group worker is replaced.
+    PrepareFailed,
+}
+
+/// How a leaving worker's instance ends once the job has let it go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// TerminateInstances (launch-template workers).
+    Terminate,
+    /// TerminateInstanceInAutoScalingGroup; `decrement` lowers the desired capacity with it
+    /// (a voluntary removal) or not (the group replaces it).
+    GroupTerminate { decrement: bool },
+    /// The group is terminating it and waits on our terminating hook: complete it (CONTINUE).
+    Hook { name: String },
+}
+
+impl Removal {
+    /// Waiting for the job, not yet let go.
+    pub fn awaits_ack(&self) -> bool {
+        matches!(self.stage, Stage::AwaitingAck { .. })
+    }
+
+    pub fn is_interrupted(&self) -> bool {
+        self.stage == Stage::Reclaiming
+    }
+
+    /// Why it left, while that still decides anything (until it is let go).
+    pub fn cause(&self) -> Option<Cause> {
+        match self.stage {
+            Stage::AwaitingAck { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+}
+
+/// The on-disk shape: every field of every stage, as earlier releases wrote it.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    id: String,
+    ip: IpAddr,
+    generation: u64,
+    queued_at: Millis,
+    deadline: Millis,
+    log_mark: u64,
+    reason: String,
+    termination: Termination,
+    /// `None` is written `interrupted`: the cause earlier releases gave a reclaimed worker.
+    #[serde(default = "elastic_tag", with = "interrupted_or")]
+    cause: Option<Cause>,
+    #[serde(default)]
+    end: End,
+    #[serde(default)]
+    heartbeat_at: Option<Millis>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Termination {
+    Waiting,
+    Requested,
+    Sent,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum End {
+    #[default]
+    Terminate,
+    GroupTerminate {
+        decrement: bool,
+    },
+    Hook {
+        name: String,
+    },
+    Keep,
+}
+
+impl From<Record> for Removal {
+    fn from(r: Record) -> Removal {
+        let ending = match r.end {
+            End::Terminate => Some(Ending::Terminate),
+            End::GroupTerminate { decrement } => Some(Ending::GroupTerminate { decrement }),
+            End::Hook { name } => Some(Ending::Hook { name }),
+            End::Keep => None,
+        };
+        let stage = match (r.cause, r.termination, ending) {
+            (None, _, _) => Stage::Reclaiming,
+            (Some(cause), Termination::Waiting, then) => Stage::AwaitingAck {
+                cause,
+                then,
+                heartbeat_at: r.heartbeat_at,
+            },
+            (_, Termination::Requested, Some(e)) => Stage::Ending(e),
+            // Nothing left to send: a kept worker is done once the job let it go.
+            (_, Termination::Requested, None) | (_, Termination::Sent, _) => Stage::Ended,
+        };
+        Removal {
+            id: r.id,
+            ip: r.ip,
+            generation: r.generation,
+            queued_at: r.queued_at,
+            deadline: r.deadline,
+            log_mark: r.log_mark,
+            reason: r.reason,
+            stage,
+        }
+    }
+}
+
+impl From<Removal> for Record {
+    fn from(r: Removal) -> Record {
+        let end = |e: Option<Ending>| match e {
+            Some(Ending::Terminate) => End::Terminate,
+            Some(Ending::GroupTerminate { decrement }) => End::GroupTerminate { decrement },
+            Some(Ending::Hook { name }) => End::Hook { name },
+            None => End::Keep,
+        };
+        // Past the acknowledgement the cause decides nothing, and is not kept.
+        let (termination, cause, end, heartbeat_at) = match r.stage {
+            Stage::AwaitingAck {
+                cause,
+                then,
+                heartbeat_at,
+            } => (Termination::Waiting, Some(cause), end(then), heartbeat_at),
+            Stage::Ending(e) => (Termination::Requested, elastic_tag(), end(Some(e)), None),
+            Stage::Ended => (Termination::Sent, elastic_tag(), End::Keep, None),
+            Stage::Reclaiming => (Termination::Sent, None, End::Keep, None),
+        };
+        Record {
+            id: r.id,
+            ip: r.ip,
+            generation: r.generation,
+            queued_at: r.queued_at,
+            deadline: r.deadline,
+            log_mark: r.log_mark,
+            reason: r.reason,
+            termination,
+            cause,
+            end,
+            heartbeat_at,
+        }
+    }
+}
+
+fn elastic_tag() -> Option<Cause> {
+    Some(Cause::ElasticTag)
+}
+
+mod interrupted_or {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Cause;
+
+    const INTERRUPTED: &str = "interrupted";
+
+    pub fn serialize<S: Serializer>(cause: &Option<Cause>, s: S) -> Result<S::Ok, S::Error> {
+        match cause {
+            Some(c) => c.serialize(s),
+            None => s.serialize_str(INTERRUPTED),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cause>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == INTERRUPTED {
+            return Ok(None);
+        }
+        let value = serde::de::value::StrDeserializer::<D::Error>::new(&text);
+        Cause::deserialize(value).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn removal(stage: Stage) -> Removal {
+        Removal {
+            id: "i-1".into(),
+            ip: "10.0.0.1".parse().expect("an IP"),
+            generation: 3,
+            queued_at: 10,
+            deadline: 20,
+            log_mark: 1,
+            reason: "elastic tag deleted".into(),
+            stage,
+        }
+    }
+
+    #[test]
+    fn every_stage_survives_state_json() {
+        let stages = [
+            Stage::AwaitingAck {
+                cause: Cause::Rebalance,
+                then: Some(Ending::Hook { name: "h".into() }),
+                heartbeat_at: Some(15),
+            },
+            Stage::AwaitingAck {
+                cause: Cause::OutOfService,
+                then: None,
+                heartbeat_at: None,
+            },
+            Stage::Ending(Ending::GroupTerminate { decrement: true }),
+            Stage::Ending(Ending::Terminate),
+            Stage::Ended,
+            Stage::Reclaiming,
+        ];
+        for stage in stages {
+            let r = removal(stage);
+            let json = serde_json::to_string(&r).expect("serialized");
+            let back: Removal = serde_json::from_str(&json).expect("read back");
+            assert_eq!(back, r, "{json}");
+        }
+    }
+
+    #[test]
+    fn an_earlier_releases_removal_is_read() {
+        let json = r#"{"id":"i-1","ip":"10.0.0.1","generation":3,"queued_at":10,"deadline":20,
+            "log_mark":1,"reason":"r","termination":"waiting"}"#;
+        let r: Removal = serde_json::from_str(json).expect("read");
+        let want = Stage::AwaitingAck {
+            cause: Cause::ElasticTag,
+            then: Some(Ending::Terminate),
+            heartbeat_at: None,
+        };
+        assert_eq!(r.stage, want);
+        let interrupted = json.replace(
+            r#""termination":"waiting""#,
+            r#""termination":"sent","cause":"interrupted""#,
+        );
+        let r: Removal = serde_json::from_str(&interrupted).expect("read");
+        assert_eq!(r.stage, Stage::Reclaiming);
+    }
+
+    #[test]
+    fn the_file_keeps_its_flat_shape() {
+        let r = removal(Stage::Ending(Ending::Hook { name: "h".into() }));
+        let v = serde_json::to_value(&r).expect("serialized");
+        assert_eq!(v["termination"], "requested");
+        assert_eq!(v["end"], serde_json::json!({"hook": {"name": "h"}}));
+    }
+}

@@ -1,0 +1,93 @@
+//! What the daemon remembers across restarts: only what AWS and EFS cannot tell it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Millis, Removal, WorkerStatus};
+
+/// A worker in the host files (base hosts are not stored: they come from the config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: String,
+    pub ip: IpAddr,
+    pub instance_type: String,
+    pub joined_generation: u64,
+    pub joined_at: Millis,
+    /// `host_worker_log` position when it joined: an `ADDED` line after it acknowledges the join.
+    pub log_mark: u64,
+    pub acked: bool,
+}
+
+/// A change of membership the job has not been told about yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notification {
+    pub generation: u64,
+    pub added: Vec<IpAddr>,
+    pub removed: Vec<IpAddr>,
+}
+
+/// What the daemon remembers across restarts: only what AWS and EFS cannot tell it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub generation: u64,
+    pub members: Vec<Member>,
+    pub removals: Vec<Removal>,
+    #[serde(default)]
+    pub pending_notification: Option<Notification>,
+    /// When each worker's status last changed, for `dtctl status`. Keyed by IP, which compares
+    /// far cheaper than an instance id in a pass over 10,000 workers; the id guards IP reuse.
+    #[serde(default)]
+    pub since: BTreeMap<IpAddr, Since>,
+    /// Instances whose requested removal is held (base host, `min`), so the event is journaled once.
+    #[serde(default)]
+    pub held: BTreeMap<String, String>,
+    /// Notice ids already heeded, with when: the queue delivers at least once, agents' markers
+    /// stay on disk, and a restart must not act on either twice.
+    #[serde(default)]
+    pub noticed: BTreeMap<String, Millis>,
+    /// Workers the job lost to interruptions and kept training without.
+    #[serde(default)]
+    pub interruptions: u64,
+    /// Group workers whose prepare-data failed in a row; replacing stops at the limit.
+    #[serde(default)]
+    pub prepare_failures: u32,
+    /// The last of those failures, for `dtctl status`.
+    #[serde(default)]
+    pub last_prepare_failure: Option<String>,
+    /// When the launching hook of each instance held in `Pending:Wait` last got a heartbeat.
+    #[serde(default)]
+    pub launch_heartbeats: BTreeMap<String, Millis>,
+    /// Each instance held in `Pending:Wait` by the launching hook: since when, and how its wait
+    /// ended. Remembered so that a restarted dtd neither resets the prepare timeout nor counts
+    /// or journals an abandoned worker twice.
+    #[serde(default)]
+    pub launch_waits: BTreeMap<String, LaunchWait>,
+    /// The `dtctl resume` request already honoured.
+    #[serde(default)]
+    pub resumed_at: Option<Millis>,
+    /// Instances already journaled as waiting in a zone without a mount target, so a pass (or
+    /// a restarted dtd) does not journal them again.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub no_mount_target: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchWait {
+    /// The first pass that saw it in `Pending:Wait`.
+    pub since: Millis,
+    /// No marker within the prepare timeout: `prepare_never_reported` is journaled.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// ABANDON decided: counted as one prepare-data failure, and resent until the group acts.
+    #[serde(default)]
+    pub abandoned: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Since {
+    pub id: String,
+    pub status: WorkerStatus,
+    pub at: Millis,
+}
