@@ -1,13 +1,14 @@
 //! `dtd run`: the control loop on the master node, observe -> decide -> act, every `interval`.
 
+mod inbox;
+mod lock;
+mod shared;
+
 use std::collections::BTreeMap;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 
 use crate::act;
 use crate::act::apply::Actuators;
@@ -20,12 +21,12 @@ use crate::model::*;
 use crate::observe::acks::AckReader;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 use crate::observe::efs::MountTargetWatch;
-use crate::observe::eventbridge::Parsed;
 use crate::observe::markers::MarkerScanner;
-use crate::observe::queue::{self, QueueUpdate, Received};
 use crate::status::{PassFacts, StatusReport};
-use crate::store::{load_state, require_mounted, save_json, Paths, StoreError};
-use crate::untrusted::{self, libc_flags};
+use crate::store::{load_state, save_json, Paths, StoreError};
+use inbox::Inbox;
+pub use lock::{lock_state_dir, Lock};
+use shared::SharedReaders;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -49,9 +50,7 @@ pub struct Daemon {
     paths: Paths,
     clients: Clients,
     /// Messages from the event queue, and those received but not yet heeded by a pass.
-    queue: Option<mpsc::Receiver<QueueUpdate>>,
-    inbox: Vec<Received>,
-    queue_error: Option<String>,
+    inbox: Inbox,
     ec2: Ec2Observer,
     /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
     mount_targets: Option<MountTargetWatch>,
@@ -71,66 +70,6 @@ pub struct Daemon {
     /// Last failure per source or action, so a lasting failure is logged once, not every pass.
     failures: BTreeMap<&'static str, String>,
     errors: Vec<String>,
-}
-
-/// Held for the daemon's lifetime: a second `dtd` on the same state directory refuses to start.
-pub type Lock = nix::fcntl::Flock<std::fs::File>;
-
-/// Checks the state directory is on the shared file system, creates it, and locks it.
-pub fn lock_state_dir(cfg: &Config) -> Result<Lock, DaemonError> {
-    let paths = Paths::new(cfg.state_dir());
-    require_mounted(&paths.dir, &cfg.shared_dir, cfg.allow_local_state_dir)?;
-    std::fs::create_dir_all(&paths.dir).map_err(|source| DaemonError::StateDir {
-        path: paths.dir.display().to_string(),
-        source,
-    })?;
-    let lock_path = paths.lock();
-    let state_dir_error = |source| DaemonError::StateDir {
-        path: lock_path.display().to_string(),
-        source,
-    };
-    // Neither a FIFO (an open that blocks) nor a link planted where the lock goes.
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(libc_flags::NONBLOCK | libc_flags::NOFOLLOW)
-        .open(&lock_path)
-        .map_err(state_dir_error)?;
-    if !file.metadata().map_err(state_dir_error)?.is_file() {
-        return Err(DaemonError::LockNotAFile(lock_path.display().to_string()));
-    }
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .map_err(|_| DaemonError::Locked(lock_path.display().to_string()))
-}
-
-/// What the pass reads from the shared directory, all on one thread with one deadline.
-struct SharedReaders {
-    markers: MarkerScanner,
-    acks: AckReader,
-    resume: PathBuf,
-}
-
-struct SharedView {
-    markers: Result<Markers, String>,
-    acks: Result<Acks, String>,
-    resume_requested: Option<Millis>,
-}
-
-impl SharedReaders {
-    fn read(&mut self) -> SharedView {
-        SharedView {
-            markers: self.markers.scan(),
-            acks: self.acks.read(),
-            resume_requested: resume_requested(&self.resume),
-        }
-    }
-}
-
-/// `dtctl resume` writes the time it was asked; anything unreadable is no request.
-fn resume_requested(path: &std::path::Path) -> Option<Millis> {
-    let bytes = untrusted::read(path, 32).ok()??;
-    String::from_utf8_lossy(&bytes).trim().parse().ok()
 }
 
 impl Daemon {
@@ -165,9 +104,7 @@ impl Daemon {
                 notify: cfg.job.notify.clone(),
             },
             clients,
-            queue: None,
-            inbox: Vec::new(),
-            queue_error: None,
+            inbox: Inbox::default(),
             launch_template_id: None,
             failures: BTreeMap::new(),
             saved: None,
@@ -183,57 +120,29 @@ impl Daemon {
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
         let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
         tracing::info!(cluster = %self.cfg.cluster, generation = self.state.generation, state = %self.paths.dir.display(), "dtd started");
-        self.start_queue();
+        let queue = self
+            .clients
+            .sqs
+            .clone()
+            .zip(self.cfg.events.queue_url.clone());
+        if let Some((sqs, url)) = queue {
+            tracing::info!(queue = %url, "listening for interruption and lifecycle events");
+            self.inbox.listen(sqs, url, self.cfg.events.wait);
+        }
         loop {
             self.pass().await;
             let sleep = tokio::time::sleep(self.cfg.interval);
             tokio::select! {
                 _ = sleep => {}
-                Some(update) = recv(&mut self.queue) => self.take(update),
+                Some(update) = self.inbox.recv() => self.inbox.take(update),
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
             // Everything else already waiting joins this pass.
-            while let Some(Ok(update)) = self.queue.as_mut().map(|q| q.try_recv()) {
-                self.take(update);
-            }
+            self.inbox.take_waiting();
         }
         tracing::info!("dtd stopping");
         Ok(())
-    }
-
-    fn start_queue(&mut self) {
-        if let (Some(sqs), Some(url)) = (&self.clients.sqs, &self.cfg.events.queue_url) {
-            tracing::info!(queue = %url, "listening for interruption and lifecycle events");
-            self.queue = Some(queue::spawn(sqs.clone(), url.clone(), self.cfg.events.wait));
-        }
-    }
-
-    fn take(&mut self, update: QueueUpdate) {
-        match update {
-            QueueUpdate::Messages(m) => {
-                self.queue_error = None;
-                keep(&mut self.inbox, m);
-            }
-            QueueUpdate::Failed(e) => self.queue_error = Some(e),
-        }
-    }
-
-    /// This pass's notices: the queue's and the agents' markers'.
-    fn notices(&self, markers: &Result<Markers, String>) -> Vec<Notice> {
-        let from_queue = self.inbox.iter().flat_map(|r| match &r.parsed {
-            Parsed::Notices(n) => n.clone(),
-            Parsed::Wake(why) => {
-                tracing::info!("event: {why}");
-                Vec::new()
-            }
-            Parsed::Ignored(why) => {
-                tracing::debug!("event ignored: {why}");
-                Vec::new()
-            }
-        });
-        let from_agents = markers.iter().flat_map(|m| m.notices.iter().cloned());
-        from_queue.chain(from_agents).collect()
     }
 
     pub async fn pass(&mut self) {
@@ -241,11 +150,11 @@ impl Daemon {
         self.errors.clear();
         let (instances, calls) = self.observe_ec2().await;
         let mount_targets = self.observe_mount_targets(&instances).await;
-        let shared = self.read_shared().await;
+        let shared = shared::read(&self.readers, &mut self.shared_fs).await;
         let stalled = shared.markers.is_err() && self.shared_fs.is_stuck();
         let snap = Snapshot {
             instances,
-            notices: self.notices(&shared.markers),
+            notices: self.inbox.notices(&shared.markers),
             markers: shared.markers,
             acks: shared.acks,
             group: self.observe_group().await,
@@ -270,7 +179,9 @@ impl Daemon {
         self.save_state().await;
         self.apply(&plan.outcome).await;
         self.save_state().await;
-        self.settle_inbox(&plan.outcome.deferred_notices).await;
+        let (read, deleted) = self.inbox.settle(&plan.outcome.deferred_notices).await;
+        self.note_failure("event queue", read);
+        self.note_failure("event queue deletes", deleted);
         self.write_status(&plan.outcome, &snap, calls, started.elapsed())
             .await;
     }
@@ -282,53 +193,6 @@ impl Daemon {
         self.flush_journal().await;
         self.write_status(&plan.outcome, snap, calls, started.elapsed())
             .await;
-    }
-
-    /// Markers, acknowledgements and `dtctl resume`, read within the shared directory's deadline.
-    async fn read_shared(&mut self) -> SharedView {
-        let readers = Arc::clone(&self.readers);
-        let read = move || {
-            let mut r = readers
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            r.read()
-        };
-        match self
-            .shared_fs
-            .run("reading markers and acknowledgements", read)
-            .await
-        {
-            Ok(view) => view,
-            Err(stalled) => SharedView {
-                markers: Err(stalled.clone()),
-                acks: Err(stalled),
-                resume_requested: None,
-            },
-        }
-    }
-
-    /// Deletes the messages this pass heeded; kept for the next pass if deleting failed or the
-    /// pass deferred them.
-    async fn settle_inbox(&mut self, deferred: &[String]) {
-        let queue_error = self.queue_error.clone();
-        self.note_failure("event queue", queue_error);
-        let (Some(sqs), Some(url)) = (&self.clients.sqs, &self.cfg.events.queue_url) else {
-            return;
-        };
-        let is_deferred = |r: &Received| matches!(&r.parsed, Parsed::Notices(n) if n.iter().any(|n| deferred.contains(&n.id)));
-        let (keep, heeded): (Vec<Received>, Vec<Received>) = std::mem::take(&mut self.inbox)
-            .into_iter()
-            .partition(is_deferred);
-        self.inbox = keep;
-        if heeded.is_empty() {
-            return;
-        }
-        let receipts: Vec<String> = heeded.iter().map(|r| r.receipt.clone()).collect();
-        let (deleted, err) = act::queue::delete(sqs, url, &receipts).await;
-        if deleted < receipts.len() {
-            self.inbox.extend(heeded);
-        }
-        self.note_failure("event queue deletes", err);
     }
 
     async fn observe_group(&self) -> Option<Result<Group, String>> {
@@ -490,7 +354,7 @@ impl Daemon {
             outcome,
             snap,
             state: &self.state,
-            queue_error: self.queue_error.as_deref(),
+            queue_error: self.inbox.error(),
             mount_targets: (self.mount_targets.as_ref()).map(|w| w.cache().summary()),
             ec2_calls: calls,
             pass_ms: took.as_millis() as u64,
@@ -503,53 +367,5 @@ impl Daemon {
         if let Err(e) = self.state_fs.try_run("writing the status", save).await {
             tracing::warn!("{e}");
         }
-    }
-}
-
-/// Adds received messages to the inbox. One redelivered while kept (a stall, a deferral) keeps
-/// one copy with its newest receipt: SQS deletes a message only by the receipt of its latest
-/// delivery ("DeleteMessage", Amazon SQS API Reference), and a long stall must not grow the inbox
-/// by a copy every visibility timeout.
-fn keep(inbox: &mut Vec<Received>, received: Vec<Received>) {
-    for r in received {
-        match inbox.iter_mut().find(|kept| kept.parsed == r.parsed) {
-            Some(kept) => kept.receipt = r.receipt,
-            None => inbox.push(r),
-        }
-    }
-}
-
-async fn recv(queue: &mut Option<mpsc::Receiver<QueueUpdate>>) -> Option<QueueUpdate> {
-    match queue {
-        Some(q) => q.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn received(receipt: &str, body: &str) -> Received {
-        Received {
-            receipt: receipt.into(),
-            parsed: crate::observe::eventbridge::parse(body),
-        }
-    }
-
-    #[test]
-    fn a_redelivered_message_is_kept_once_with_its_newest_receipt() {
-        let warning = r#"{"id":"e-1","detail-type":"EC2 Spot Instance Interruption Warning","detail":{"instance-id":"i-1"}}"#;
-        let other = r#"{"id":"e-2","detail-type":"EC2 Spot Instance Interruption Warning","detail":{"instance-id":"i-2"}}"#;
-        let mut inbox = Vec::new();
-        keep(
-            &mut inbox,
-            vec![received("r1", warning), received("r2", other)],
-        );
-        for n in 3..10 {
-            keep(&mut inbox, vec![received(&format!("r{n}"), warning)]);
-        }
-        let receipts: Vec<&str> = inbox.iter().map(|r| r.receipt.as_str()).collect();
-        assert_eq!(receipts, ["r9", "r2"]);
     }
 }
