@@ -11,7 +11,6 @@ use super::Millis;
 
 /// A worker leaving: out of the host files, not yet gone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "Record", into = "Record")]
 pub struct Removal {
     pub id: String,
     pub ip: IpAddr,
@@ -24,12 +23,14 @@ pub struct Removal {
     pub log_mark: u64,
     /// Why, for people: the journal and `dtctl status` show it.
     pub reason: String,
+    #[serde(flatten)]
     pub stage: Stage,
 }
 
 /// Where a removal is. Each stage holds only what it needs, so no stage can contradict another
 /// field (an interrupted worker awaiting an acknowledgement, a "keep running" sent to AWS).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Record", into = "Record")]
 pub enum Stage {
     /// Out of the host files; waits for the job's acknowledgement of `generation` or the
     /// deadline, then ends as `then` says (`None`: it stays running, outside the job).
@@ -97,16 +98,9 @@ impl Removal {
     }
 }
 
-/// The on-disk shape: every field of every stage, as earlier releases wrote it.
+/// A stage's on-disk shape: the fields of every stage, as earlier releases wrote them.
 #[derive(Serialize, Deserialize)]
 struct Record {
-    id: String,
-    ip: IpAddr,
-    generation: u64,
-    queued_at: Millis,
-    deadline: Millis,
-    log_mark: u64,
-    reason: String,
     termination: Termination,
     /// `None` is written `interrupted`: the cause earlier releases gave a reclaimed worker.
     #[serde(default = "elastic_tag", with = "interrupted_or")]
@@ -139,15 +133,15 @@ enum End {
     Keep,
 }
 
-impl From<Record> for Removal {
-    fn from(r: Record) -> Removal {
+impl From<Record> for Stage {
+    fn from(r: Record) -> Stage {
         let ending = match r.end {
             End::Terminate => Some(Ending::Terminate),
             End::GroupTerminate { decrement } => Some(Ending::GroupTerminate { decrement }),
             End::Hook { name } => Some(Ending::Hook { name }),
             End::Keep => None,
         };
-        let stage = match (r.cause, r.termination, ending) {
+        match (r.cause, r.termination, ending) {
             (None, _, _) => Stage::Reclaiming,
             (Some(cause), Termination::Waiting, then) => Stage::AwaitingAck {
                 cause,
@@ -157,22 +151,12 @@ impl From<Record> for Removal {
             (_, Termination::Requested, Some(e)) => Stage::Ending(e),
             // Nothing left to send: a kept worker is done once the job let it go.
             (_, Termination::Requested, None) | (_, Termination::Sent, _) => Stage::Ended,
-        };
-        Removal {
-            id: r.id,
-            ip: r.ip,
-            generation: r.generation,
-            queued_at: r.queued_at,
-            deadline: r.deadline,
-            log_mark: r.log_mark,
-            reason: r.reason,
-            stage,
         }
     }
 }
 
-impl From<Removal> for Record {
-    fn from(r: Removal) -> Record {
+impl From<Stage> for Record {
+    fn from(stage: Stage) -> Record {
         let end = |e: Option<Ending>| match e {
             Some(Ending::Terminate) => End::Terminate,
             Some(Ending::GroupTerminate { decrement }) => End::GroupTerminate { decrement },
@@ -180,7 +164,7 @@ impl From<Removal> for Record {
             None => End::Keep,
         };
         // Past the acknowledgement the cause decides nothing, and is not kept.
-        let (termination, cause, end, heartbeat_at) = match r.stage {
+        let (termination, cause, end, heartbeat_at) = match stage {
             Stage::AwaitingAck {
                 cause,
                 then,
@@ -191,13 +175,6 @@ impl From<Removal> for Record {
             Stage::Reclaiming => (Termination::Sent, None, End::Keep, None),
         };
         Record {
-            id: r.id,
-            ip: r.ip,
-            generation: r.generation,
-            queued_at: r.queued_at,
-            deadline: r.deadline,
-            log_mark: r.log_mark,
-            reason: r.reason,
             termination,
             cause,
             end,
