@@ -9,6 +9,7 @@ use crate::act::journal;
 use crate::config::Config;
 use crate::fsutil::{now_millis, write_atomic};
 use crate::hostfile::{render, Format};
+use crate::protocol;
 use crate::status::StatusReport;
 use crate::store::Paths;
 use crate::untrusted;
@@ -97,7 +98,7 @@ pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Resu
 
 pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
     let path = cfg.ack_file();
-    write_atomic(path, format!("{generation}\n").as_bytes())
+    write_atomic(path, protocol::generation::render(generation).as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     println!("acknowledged generation {generation} in {}", path.display());
     Ok(())
