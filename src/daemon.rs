@@ -75,7 +75,7 @@ pub type Lock = nix::fcntl::Flock<std::fs::File>;
 
 /// Checks the state directory is on the shared file system, creates it, and locks it.
 pub fn lock_state_dir(cfg: &Config) -> Result<Lock, DaemonError> {
-    let paths = Paths::new(cfg.state_dir());
+    let paths = Paths::new(&cfg.state_dir);
     require_mounted(&paths.dir, &cfg.shared_dir, cfg.allow_local_state_dir)?;
     std::fs::create_dir_all(&paths.dir).map_err(|source| DaemonError::StateDir {
         path: paths.dir.display().to_string(),
@@ -132,11 +132,11 @@ fn resume_requested(path: &std::path::Path) -> Option<Millis> {
 
 impl Daemon {
     pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
-        let paths = Paths::new(cfg.state_dir());
+        let paths = Paths::new(&cfg.state_dir);
         let state = load_state(&paths.state())?;
         let readers = SharedReaders {
             markers: MarkerScanner::new(&cfg.shared_dir),
-            acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
+            acks: AckReader::new(&cfg.job.ack.file, cfg.job.ack.host_worker_log.as_deref()),
             resume: paths.resume(),
         };
         let deadline = |what: &str, dir: &std::path::Path| {
@@ -425,7 +425,7 @@ impl Daemon {
     /// The host files, then the generation file; whether the host files are as planned.
     async fn write_hostfiles(&mut self, plan: &Plan) -> bool {
         let (specs, hosts) = (self.cfg.hostfiles.clone(), plan.hosts.clone());
-        let (gen_file, generation) = (self.cfg.generation_file(), self.state.generation);
+        let (gen_file, generation) = (self.cfg.generation_file.clone(), self.state.generation);
         let write = move || {
             let written = act::hostfiles::ensure(&specs, &hosts)?;
             act::hostfiles::write_generation(&gen_file, generation)?;

@@ -32,10 +32,7 @@ impl Spec {
     pub fn from_config(cfg: &Config, identity: Identity) -> Spec {
         let a = &cfg.agent;
         Spec {
-            program: a
-                .prepare_data
-                .clone()
-                .unwrap_or_else(|| cfg.shared_dir.join("prepare-data.py")),
+            program: a.prepare_data.clone(),
             args: a.args.clone(),
             timeout: a.timeout,
             attempts: a.attempts.max(1),
