@@ -1,4 +1,4 @@
-//! `job.notify`: how the job hears about a new membership (DESIGN.md, "The job contract").
+//! `job.notify`, read from one word or a mapping, with its signal name and `expect` checked.
 
 use std::path::PathBuf;
 

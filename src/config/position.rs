@@ -1,5 +1,5 @@
-//! Where in the file an error is: serde_yaml knows for what it parses, the checks made after
-//! parsing look the key's line up.
+//! Where in the file an error is: serde_yaml places the errors it finds itself; for the rest the
+//! key's line is looked up in the text.
 
 /// serde_yaml places syntax and type errors itself; errors raised by our own checks (durations,
 /// signals, cross-field rules) carry no position, so the key's line is looked up from its path.
