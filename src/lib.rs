@@ -15,6 +15,7 @@ pub mod fsutil;
 pub mod hostfile;
 pub mod model;
 pub mod observe;
+pub mod protocol;
 pub mod status;
 pub mod store;
 pub mod tags;

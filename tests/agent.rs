@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::imds::ImdsStandIn;
 use common::{signal, wait_until};
-use dt::agent::notice::{InterruptionMarker, NoticeKind};
+use dt::protocol::interruption::{InterruptionMarker, NoticeKind};
 use serde_json::Value;
 
 const IP: &str = "10.0.3.7";

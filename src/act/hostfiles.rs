@@ -5,6 +5,7 @@ use std::path::Path;
 use crate::config::HostfileSpec;
 use crate::fsutil::write_if_changed;
 use crate::hostfile::{render, Host};
+use crate::protocol;
 
 /// Returns whether any file changed.
 pub fn ensure(specs: &[HostfileSpec], hosts: &[Host]) -> Result<bool, String> {
@@ -23,6 +24,6 @@ pub fn ensure(specs: &[HostfileSpec], hosts: &[Host]) -> Result<bool, String> {
 /// Written after the host files, so a job that reads it first never acknowledges a generation
 /// newer than the host file it then reads.
 pub fn write_generation(path: &Path, generation: u64) -> Result<bool, String> {
-    write_if_changed(path, format!("{generation}\n").as_bytes())
+    write_if_changed(path, protocol::generation::render(generation).as_bytes())
         .map_err(|e| format!("writing {}: {e}", path.display()))
 }

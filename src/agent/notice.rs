@@ -1,14 +1,10 @@
-//! Interruption notices read from the instance metadata, and the marker `dtd agent` writes for
-//! them: `<shared_dir>/interruption_<ip>`, which the master reads with [`InterruptionMarker`].
+//! Interruption notices read from the instance metadata, and which of them is worth the marker
+//! `dtd agent` writes (`<shared_dir>/interruption_<ip>`, an [`InterruptionMarker`]).
 
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::fsutil::millis_from_gmt_date;
-
-pub const INTERRUPTION_PREFIX: &str = "interruption_";
+use crate::protocol::interruption::{InterruptionMarker, NoticeKind};
 
 /// IMDS paths (under `/latest/meta-data/`) that carry notices.
 pub const SPOT_PATH: &str = "spot/instance-action";
@@ -18,49 +14,6 @@ pub const LIFECYCLE_PATH: &str = "autoscaling/target-lifecycle-state";
 /// instances", section "View scheduled events" (Amazon EC2 User Guide).
 pub const SCHEDULED_PATH: &str = "events/maintenance/scheduled";
 
-/// Ordered by strength: a marker is only ever replaced by a notice at least as strong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NoticeKind {
-    /// A recommendation: the instance is at elevated risk of interruption.
-    RebalanceRecommendation,
-    /// EC2 scheduled a reboot, stop, retirement or maintenance starting at `action_time`.
-    ScheduledMaintenance,
-    /// The Auto Scaling group is terminating the instance (lifecycle hooks may hold it a while).
-    LifecycleTerminate,
-    /// The two-minute warning: the instance will be stopped or terminated at `action_time`.
-    SpotInterruption,
-}
-
-impl NoticeKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NoticeKind::RebalanceRecommendation => "rebalance-recommendation",
-            NoticeKind::ScheduledMaintenance => "scheduled-maintenance",
-            NoticeKind::LifecycleTerminate => "lifecycle-terminate",
-            NoticeKind::SpotInterruption => "spot-interruption",
-        }
-    }
-}
-
-/// The body of `<shared_dir>/interruption_<ip>`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InterruptionMarker {
-    /// Stable for one notice (`imds:<kind>:<time in the notice>`): a notice seen again, by a later
-    /// poll or a restarted agent, has the same id and is not written again.
-    pub id: String,
-    pub kind: NoticeKind,
-    pub instance_id: String,
-    pub ip: IpAddr,
-    /// The metadata's raw body, for people.
-    pub detail: String,
-    /// When the instance will be acted on (RFC 3339), when the notice says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action_time: Option<String>,
-    /// When the agent saw the notice (RFC 3339).
-    pub noticed_at: String,
-}
-
 /// A notice as read from IMDS, before it is stamped with who and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
@@ -68,10 +21,6 @@ pub struct Notice {
     pub id: String,
     pub detail: String,
     pub action_time: Option<String>,
-}
-
-pub fn marker_path(shared_dir: &Path, ip: IpAddr) -> PathBuf {
-    shared_dir.join(format!("{INTERRUPTION_PREFIX}{ip}"))
 }
 
 /// `spot/instance-action`: `{"action": "terminate", "time": "2026-11-23T10:00:00Z"}`.
@@ -212,18 +161,7 @@ pub fn replaces(new: &Notice, old: Option<&InterruptionMarker>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn marker(kind: NoticeKind, id: &str) -> InterruptionMarker {
-        InterruptionMarker {
-            id: id.into(),
-            kind,
-            instance_id: "i-1".into(),
-            ip: "10.0.0.1".parse().unwrap(),
-            detail: String::new(),
-            action_time: None,
-            noticed_at: "2026-11-23T10:00:00Z".into(),
-        }
-    }
+    use crate::protocol::interruption::sample as marker;
 
     #[test]
     fn spot_notice_id_comes_from_its_time() {
@@ -293,16 +231,5 @@ mod tests {
         assert!(!replaces(&reb, Some(&held_spot)));
         let held_reb = marker(NoticeKind::RebalanceRecommendation, &reb.id);
         assert!(replaces(&spot_n, Some(&held_reb)));
-    }
-
-    #[test]
-    fn marker_json_shape() {
-        let m = marker(NoticeKind::SpotInterruption, "imds:x");
-        let v: serde_json::Value = serde_json::to_value(&m).unwrap();
-        assert_eq!(v["kind"], "spot-interruption");
-        assert_eq!(v["ip"], "10.0.0.1");
-        assert!(v.get("action_time").is_none());
-        let back: InterruptionMarker = serde_json::from_value(v).unwrap();
-        assert_eq!(back, m);
     }
 }

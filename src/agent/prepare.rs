@@ -2,24 +2,20 @@
 //! `prepare_data_success_<ip>` or `prepare_data_failed_<ip>` for the master.
 
 use std::io::Read;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use super::output::Tail;
 use super::Identity;
 use crate::config::Config;
-use crate::observe::markers::{FAILED_PREFIX, MAX_REPORT_BYTES, SUCCESS_PREFIX};
+use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
+use crate::protocol::report::{self, FailureReport, SuccessReport};
 
 /// After the program exits, how long its output may still take to drain (a leftover background
 /// process can hold the pipe open for ever; its output is not waited for).
 const OUTPUT_GRACE: Duration = Duration::from_secs(1);
-/// The master reads at most 16 KiB of a report; oldest lines are dropped to stay well under.
-const MAX_MARKER_BYTES: usize = 12 * 1024;
 
 pub struct Spec {
     pub program: PathBuf,
@@ -36,10 +32,7 @@ impl Spec {
     pub fn from_config(cfg: &Config, identity: Identity) -> Spec {
         let a = &cfg.agent;
         Spec {
-            program: a
-                .prepare_data
-                .clone()
-                .unwrap_or_else(|| cfg.shared_dir.join("prepare-data.py")),
+            program: a.prepare_data.clone(),
             args: a.args.clone(),
             timeout: a.timeout,
             attempts: a.attempts.max(1),
@@ -50,13 +43,9 @@ impl Spec {
         }
     }
 
-    fn marker(&self, prefix: &str) -> PathBuf {
-        marker_path(&self.shared_dir, prefix, self.identity.ip)
+    fn marker(&self, kind: MarkerKind) -> PathBuf {
+        MarkerName::new(kind, self.identity.ip).path_in(&self.shared_dir)
     }
-}
-
-pub fn marker_path(shared_dir: &Path, prefix: &str, ip: IpAddr) -> PathBuf {
-    shared_dir.join(format!("{prefix}{ip}"))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,37 +76,15 @@ struct Attempt {
     tail: Vec<String>,
 }
 
-#[derive(Serialize)]
-struct SuccessBody<'a> {
-    instance_id: &'a str,
-    attempts: u32,
-    duration_s: f64,
-    output_tail: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct FailureBody<'a> {
-    instance_id: &'a str,
-    exit_code: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    signal: Option<i32>,
-    timed_out: bool,
-    attempts: u32,
-    duration_s: f64,
-    output_tail: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
 /// Whether this instance already prepared its data (the agent restarted). Markers that name
 /// another instance are left over from an earlier owner of this IP, and are removed: its success
 /// must not make this instance look ready, nor its failure make it look failed.
 pub fn already_prepared(spec: &Spec) -> bool {
-    let failed = spec.marker(FAILED_PREFIX);
+    let failed = spec.marker(MarkerKind::Failed);
     if let Ok(Some(_)) = foreign_owner(&failed, &spec.identity.instance_id) {
         super::remove_marker(&failed);
     }
-    let path = spec.marker(SUCCESS_PREFIX);
+    let path = spec.marker(MarkerKind::Success);
     match foreign_owner(&path, &spec.identity.instance_id) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         Err(e) => {
@@ -141,10 +108,7 @@ fn foreign_owner(path: &Path, mine: &str) -> std::io::Result<Option<String>> {
         Ok(None) => return Err(std::io::ErrorKind::NotFound.into()),
         Err(e) => return Err(std::io::Error::other(e.to_string())),
     };
-    let owner = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v.get("instance_id")?.as_str().map(str::to_string));
-    Ok(owner.filter(|o| o != mine))
+    Ok(report::owner(&body).filter(|o| o != mine))
 }
 
 /// Runs the attempts and writes the marker. Returns whether the data is ready.
@@ -178,21 +142,21 @@ pub async fn prepare(spec: &Spec) -> bool {
 }
 
 async fn write_success(spec: &Spec, attempts: u32, took: Duration, tail: Vec<String>) {
-    let body = |output_tail| SuccessBody {
-        instance_id: &spec.identity.instance_id,
+    let json = SuccessReport {
+        instance_id: spec.identity.instance_id.clone(),
         attempts,
         duration_s: seconds(took),
-        output_tail,
-    };
-    let json = bounded_json(tail, body);
-    super::write_marker(&spec.marker(SUCCESS_PREFIX), &json, spec.retry_delay).await;
-    super::remove_marker(&spec.marker(FAILED_PREFIX));
+        output_tail: tail,
+    }
+    .render();
+    super::write_marker(&spec.marker(MarkerKind::Success), &json, spec.retry_delay).await;
+    super::remove_marker(&spec.marker(MarkerKind::Failed));
 }
 
 async fn write_failure(spec: &Spec, took: Duration, attempt: Attempt) {
     let status = attempt.status;
-    let body = |output_tail| FailureBody {
-        instance_id: &spec.identity.instance_id,
+    let json = FailureReport {
+        instance_id: spec.identity.instance_id.clone(),
         exit_code: match status {
             Status::Exited(c) => Some(c),
             _ => None,
@@ -204,28 +168,16 @@ async fn write_failure(spec: &Spec, took: Duration, attempt: Attempt) {
         timed_out: status == Status::TimedOut,
         attempts: spec.attempts,
         duration_s: seconds(took),
-        output_tail,
-        error: match &status {
-            Status::NotStarted(why) => Some(why.clone()),
+        output_tail: attempt.tail,
+        error: match status {
+            Status::NotStarted(why) => Some(why),
             _ => None,
         },
-    };
-    let json = bounded_json(attempt.tail, body);
-    let path = spec.marker(FAILED_PREFIX);
+    }
+    .render();
+    let path = spec.marker(MarkerKind::Failed);
     super::write_marker(&path, &json, spec.retry_delay).await;
     tracing::warn!(path = %path.display(), "prepare-data: failed after {} attempt(s); wrote the failure marker", spec.attempts);
-}
-
-/// The marker's JSON, dropping the oldest output lines until it fits the master's reader.
-fn bounded_json<T: Serialize>(mut tail: Vec<String>, body: impl Fn(Vec<String>) -> T) -> Vec<u8> {
-    loop {
-        let mut json = serde_json::to_vec(&body(tail.clone())).unwrap_or_default();
-        if json.len() <= MAX_MARKER_BYTES || tail.is_empty() {
-            json.push(b'\n');
-            return json;
-        }
-        tail.remove(0);
-    }
 }
 
 fn seconds(d: Duration) -> f64 {
@@ -365,29 +317,5 @@ impl GroupKill {
 impl Drop for GroupKill {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_marker_fits_the_masters_reader_and_keeps_the_last_line() {
-        // Quotes double in JSON: 20 such lines would be far over the reader's 16 KiB.
-        let tail: Vec<String> = (0..20)
-            .map(|i| format!("{i}{}", "\"".repeat(499)))
-            .collect();
-        let json = bounded_json(tail, |output_tail| SuccessBody {
-            instance_id: "i-1",
-            attempts: 1,
-            duration_s: 1.0,
-            output_tail,
-        });
-        assert!(json.len() <= MAX_MARKER_BYTES + 1, "{}", json.len());
-        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
-        let lines = v["output_tail"].as_array().unwrap();
-        assert!(!lines.is_empty() && lines.len() < 20);
-        assert!(lines.last().unwrap().as_str().unwrap().starts_with("19"));
     }
 }

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::imds::{Imds, ImdsFailure};
-use super::notice::{self, InterruptionMarker, Notice};
+use super::notice::{self, Notice};
 use super::Identity;
-use crate::observe::markers::MAX_REPORT_BYTES;
+use crate::protocol::interruption::InterruptionMarker;
+use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
 
 pub struct Watcher {
     imds: Imds,
@@ -22,7 +23,7 @@ pub struct Watcher {
 
 impl Watcher {
     pub fn new(imds: Imds, identity: Identity, shared_dir: PathBuf, interval: Duration) -> Self {
-        let path = notice::marker_path(&shared_dir, identity.ip);
+        let path = MarkerName::new(MarkerKind::Interruption, identity.ip).path_in(&shared_dir);
         let held = load_held(&path, &identity.instance_id);
         Watcher {
             imds,
@@ -87,8 +88,7 @@ impl Watcher {
             action_time: n.action_time,
             noticed_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         };
-        let mut json = serde_json::to_vec(&marker).unwrap_or_default();
-        json.push(b'\n');
+        let json = marker.render();
         // A failed write is tried again at the next poll: `held` only changes once it is on disk.
         match crate::fsutil::write_atomic(&self.path, &json) {
             Ok(()) => {
@@ -119,7 +119,7 @@ fn load_held(path: &std::path::Path, instance_id: &str) -> Option<InterruptionMa
             return None;
         }
     };
-    match serde_json::from_slice::<InterruptionMarker>(&body) {
+    match InterruptionMarker::parse(&body) {
         Ok(m) if m.instance_id == instance_id => {
             tracing::info!(id = %m.id, path = %path.display(), "interruption marker already written for this instance");
             Some(m)

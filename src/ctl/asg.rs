@@ -98,7 +98,7 @@ fn progress(s: &StatusReport, replicas: usize) -> (String, bool) {
 }
 
 pub fn resume(cfg: &Config) -> anyhow::Result<()> {
-    let path = Paths::new(cfg.state_dir()).resume();
+    let path = Paths::new(&cfg.state_dir).resume();
     write_atomic(&path, format!("{}\n", now_millis()).as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     let stopped = load_status(cfg).ok().and_then(|s| s.replacing_stopped);

@@ -9,6 +9,7 @@ use crate::act::journal;
 use crate::config::Config;
 use crate::fsutil::{now_millis, write_atomic};
 use crate::hostfile::{render, Format};
+use crate::protocol;
 use crate::status::StatusReport;
 use crate::store::Paths;
 use crate::untrusted;
@@ -31,7 +32,7 @@ pub fn config_check(file: &Path) -> anyhow::Result<()> {
 }
 
 pub fn load_status(cfg: &Config) -> anyhow::Result<StatusReport> {
-    let path = Paths::new(cfg.state_dir()).status();
+    let path = Paths::new(&cfg.state_dir).status();
     let bytes = match untrusted::read(&path, STATUS_LIMIT) {
         Ok(Some(b)) => b,
         Ok(None) => bail!(
@@ -67,7 +68,7 @@ pub fn hosts(cfg: &Config, format: Option<Format>) -> anyhow::Result<()> {
 }
 
 pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Result<()> {
-    let path = Paths::new(cfg.state_dir()).journal();
+    let path = Paths::new(&cfg.state_dir).journal();
     let (events, bad) =
         journal::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let cutoff = since.map_or(0, |d| now_millis().saturating_sub(d.as_millis() as u64));
@@ -96,8 +97,8 @@ pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Resu
 }
 
 pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
-    let path = cfg.ack_file();
-    write_atomic(path, format!("{generation}\n").as_bytes())
+    let path = &cfg.job.ack.file;
+    write_atomic(path, protocol::generation::render(generation).as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     println!("acknowledged generation {generation} in {}", path.display());
     Ok(())

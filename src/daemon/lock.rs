@@ -12,7 +12,7 @@ pub type Lock = nix::fcntl::Flock<std::fs::File>;
 
 /// Checks the state directory is on the shared file system, creates it, and locks it.
 pub fn lock_state_dir(cfg: &Config) -> Result<Lock, DaemonError> {
-    let paths = Paths::new(cfg.state_dir());
+    let paths = Paths::new(&cfg.state_dir);
     require_mounted(&paths.dir, &cfg.shared_dir, cfg.allow_local_state_dir)?;
     std::fs::create_dir_all(&paths.dir).map_err(|source| DaemonError::StateDir {
         path: paths.dir.display().to_string(),

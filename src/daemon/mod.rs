@@ -74,11 +74,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
-        let paths = Paths::new(cfg.state_dir());
+        let paths = Paths::new(&cfg.state_dir);
         let state = load_state(&paths.state())?;
         let readers = SharedReaders {
             markers: MarkerScanner::new(&cfg.shared_dir),
-            acks: AckReader::new(cfg.ack_file(), cfg.job.ack.host_worker_log.as_deref()),
+            acks: AckReader::new(&cfg.job.ack.file, cfg.job.ack.host_worker_log.as_deref()),
             resume: paths.resume(),
         };
         let deadline = |what: &str, dir: &std::path::Path| {
@@ -100,7 +100,7 @@ impl Daemon {
                 ec2: clients.ec2.clone(),
                 group: (clients.autoscaling.clone()).zip(cfg.workers.auto_scaling_group.clone()),
                 hostfiles: cfg.hostfiles.clone(),
-                generation_file: cfg.generation_file(),
+                generation_file: cfg.generation_file.clone(),
                 notify: cfg.job.notify.clone(),
             },
             clients,

@@ -43,7 +43,7 @@ pub(super) struct Facts {
 impl Rules {
     pub fn from_config(cfg: &Config, launch_template_id: Option<String>) -> Rules {
         Rules {
-            elastic_tag: cfg.elastic_tag().to_string(),
+            elastic_tag: cfg.workers.elastic_tag.clone(),
             worker_tags: cfg.workers.tags.clone(),
             launch_template_id,
             auto_scaling_group: cfg.workers.auto_scaling_group.clone(),
@@ -55,7 +55,7 @@ impl Rules {
             ack_timeout_ms: cfg.job.ack.timeout.as_millis() as u64,
             rebalance: cfg.events.rebalance,
             max_prepare_failures: cfg.workers.max_prepare_failures,
-            prepare_timeout_ms: cfg.prepare_timeout().as_millis() as u64,
+            prepare_timeout_ms: cfg.workers.prepare_timeout.as_millis() as u64,
             scheduled_change_lead_ms: cfg.events.scheduled_change_lead.as_millis() as u64,
         }
     }

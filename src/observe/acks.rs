@@ -6,18 +6,15 @@
 //! directory or a huge file there is refused with a warning, never read through.
 
 use std::io::{Seek, SeekFrom};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::model::Acks;
+use crate::protocol::generation;
+use crate::protocol::host_worker_log::{Change, LogLine, MAX_LINE_BYTES};
 use crate::untrusted::{self, ReadError, WarnOnce};
 
-/// A generation number and its newline; anything longer is not one.
-const ACK_FILE_LIMIT: u64 = 32;
 /// How much of the log one pass reads: a few thousand lines, never the whole of a runaway file.
 const LOG_CHUNK: u64 = 256 * 1024;
-/// `SEQ ADDED|REMOVED IP TIME` is well under this; a longer line is skipped to its newline.
-const LOG_LINE_LIMIT: usize = 1024;
 
 pub struct AckReader {
     ack_file: PathBuf,
@@ -70,7 +67,7 @@ impl AckReader {
     }
 
     fn read_ack_file(&mut self) -> Result<Option<u64>, String> {
-        let bytes = match untrusted::read(&self.ack_file, ACK_FILE_LIMIT) {
+        let bytes = match untrusted::read(&self.ack_file, generation::MAX_BYTES) {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(None),
             Err(ReadError::Io(e)) => {
@@ -86,9 +83,9 @@ impl AckReader {
         };
         self.refused.clear(&self.ack_file);
         let text = String::from_utf8_lossy(&bytes).into_owned();
-        match text.trim().parse::<u64>() {
-            Ok(g) => Ok(Some(g)),
-            Err(_) => {
+        match generation::parse(&text) {
+            Some(g) => Ok(Some(g)),
+            None => {
                 // A garbled ack only delays terminations until the timeout; warn once per content.
                 if self.warned_ack.as_deref() != Some(text.as_str()) {
                     tracing::warn!(file = %self.ack_file.display(), "ack file does not hold a generation number; ignored");
@@ -135,7 +132,8 @@ impl LogReader {
             if !self.skipping {
                 self.partial.extend_from_slice(body);
             }
-            if self.partial.len() > LOG_LINE_LIMIT {
+            // A longer line is not the log's: it is skipped to its newline.
+            if self.partial.len() > MAX_LINE_BYTES {
                 self.partial.clear();
                 self.skipping = true;
             }
@@ -150,35 +148,20 @@ impl LogReader {
     }
 
     fn apply(&self, line: &[u8], acks: &mut Acks) {
-        match parse_line(line) {
-            Some((true, ip)) => {
-                acks.log_added.insert(ip, acks.log_lines);
-            }
-            Some((false, ip)) => {
-                acks.log_removed.insert(ip, acks.log_lines);
-            }
-            None => tracing::warn!(
+        let Some(entry) = LogLine::parse(line) else {
+            tracing::warn!(
                 file = %self.path.display(),
                 line = acks.log_lines,
                 "ignoring malformed host_worker_log line (expected `SEQ ADDED|REMOVED IP TIME`)"
-            ),
-        }
+            );
+            return;
+        };
+        let latest = match entry.change {
+            Change::Added => &mut acks.log_added,
+            Change::Removed => &mut acks.log_removed,
+        };
+        latest.insert(entry.ip, acks.log_lines);
     }
-}
-
-/// `SEQ ADDED|REMOVED IP TIME` -> (added?, ip).
-fn parse_line(line: &[u8]) -> Option<(bool, IpAddr)> {
-    let text = std::str::from_utf8(line).ok()?;
-    let mut words = text.split_whitespace();
-    words.next()?.parse::<u64>().ok()?;
-    let added = match words.next()? {
-        "ADDED" => true,
-        "REMOVED" => false,
-        _ => return None,
-    };
-    let ip = words.next()?.parse().ok()?;
-    words.next()?;
-    Some((added, ip))
 }
 
 #[cfg(test)]
@@ -186,6 +169,7 @@ mod tests {
     use super::*;
     use std::fs::File;
     use std::io::Write;
+    use std::net::IpAddr;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -9,16 +9,14 @@ use std::fs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use crate::agent::notice::{InterruptionMarker, NoticeKind as AgentKind, INTERRUPTION_PREFIX};
 use crate::fsutil::millis_from_rfc3339;
 use crate::model::{Markers, Notice, NoticeKind, NoticeTarget};
+use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
+use crate::protocol::markers::{
+    MarkerKind, MarkerName, NameError, MAX_REPORT_BYTES, PREPARE_DATA_PREFIX,
+};
+use crate::protocol::report;
 use crate::untrusted;
-
-pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
-pub const FAILED_PREFIX: &str = "prepare_data_failed_";
-
-/// A failure report is small; more than this is not read (a marker is not a log file).
-pub const MAX_REPORT_BYTES: u64 = 16 * 1024;
 
 pub struct MarkerScanner {
     dir: PathBuf,
@@ -48,37 +46,32 @@ impl MarkerScanner {
     fn consider(&mut self, entry: &fs::DirEntry, markers: &mut Markers) {
         let name = entry.file_name();
         let Some(text) = name.to_str() else {
-            if name.to_string_lossy().starts_with("prepare_data_") {
+            if name.to_string_lossy().starts_with(PREPARE_DATA_PREFIX) {
                 self.warn(&name, "file name is not UTF-8");
             }
             return;
         };
-        let (kind, rest) = if let Some(rest) = text.strip_prefix(SUCCESS_PREFIX) {
-            (Kind::Success, rest)
-        } else if let Some(rest) = text.strip_prefix(FAILED_PREFIX) {
-            (Kind::Failed, rest)
-        } else if let Some(rest) = text.strip_prefix(INTERRUPTION_PREFIX) {
-            (Kind::Interruption, rest)
-        } else {
-            return;
-        };
-        let Ok(ip) = rest.parse::<IpAddr>() else {
-            self.warn(&name, "the part after the prefix is not an IP address");
-            return;
+        let MarkerName { kind, ip } = match MarkerName::parse(text) {
+            Ok(parsed) => parsed,
+            Err(NameError::NotAMarker) => return,
+            Err(e @ NameError::NotAnIp) => {
+                self.warn(&name, &e.to_string());
+                return;
+            }
         };
         if !entry.file_type().is_ok_and(|t| t.is_file()) {
             self.warn(&name, "not a regular file");
             return;
         }
         match kind {
-            Kind::Success => {
+            MarkerKind::Success => {
                 markers.success.insert(ip);
             }
-            Kind::Failed => {
+            MarkerKind::Failed => {
                 let summary = self.failure_summary(&entry.path(), &name);
                 markers.failed.insert(ip, summary);
             }
-            Kind::Interruption => match read_notice(&entry.path(), ip) {
+            MarkerKind::Interruption => match read_notice(&entry.path(), ip) {
                 Ok(n) => markers.notices.push(n),
                 Err(e) => self.warn(&name, &e),
             },
@@ -102,17 +95,11 @@ impl MarkerScanner {
     }
 }
 
-enum Kind {
-    Success,
-    Failed,
-    Interruption,
-}
-
 /// An agent's notice targets its instance id: an IP can be reused by a new instance while an
 /// old marker is still on disk.
 fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
     let body = read_small(path, "interruption marker")?;
-    let m: InterruptionMarker = serde_json::from_str(&body)
+    let m = InterruptionMarker::parse(body.as_bytes())
         .map_err(|e| format!("interruption marker is not the agent's JSON: {e}"))?;
     if m.ip != ip {
         return Err(format!("names {} in a file for {ip}", m.ip));
@@ -149,22 +136,9 @@ fn read_small(path: &Path, what: &str) -> Result<String, String> {
     }
 }
 
-/// `prepare_data_failed_<ip>` holds JSON: exit code, attempts, duration and the output's tail.
+/// `prepare_data_failed_<ip>`: the agent's report, in one line for people.
 fn read_report(path: &Path) -> Result<String, String> {
-    let body = read_small(path, "failure report")?;
-    let v: serde_json::Value =
-        serde_json::from_str(&body).map_err(|e| format!("failure report is not JSON: {e}"))?;
-    let code = v.get("exit_code").map_or("?".into(), |c| c.to_string());
-    let attempts = v.get("attempts").and_then(|a| a.as_u64()).unwrap_or(1);
-    let last = match v.get("output_tail") {
-        Some(serde_json::Value::Array(lines)) => {
-            lines.last().and_then(|l| l.as_str()).unwrap_or("")
-        }
-        Some(serde_json::Value::String(s)) => s.lines().last().unwrap_or(""),
-        _ => "",
-    };
-    let last: String = last.chars().filter(|c| !c.is_control()).take(200).collect();
-    Ok(format!("exit {code} after {attempts} attempt(s): {last}"))
+    report::summary(&read_small(path, "failure report")?)
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ async fn create_tags(cx: &Context<'_>, id: &str) -> Check {
 }
 
 async fn delete_tags(cx: &Context<'_>, id: &str) -> Check {
-    let tag = Tag::builder().key(cx.cfg.elastic_tag()).build();
+    let tag = Tag::builder().key(&cx.cfg.workers.elastic_tag).build();
     let r = cx
         .ec2
         .delete_tags()

@@ -111,7 +111,7 @@ fn tags(cx: &Context<'_>, name: &str, data: &ResponseLaunchTemplateData) -> Chec
         .flat_map(|s| s.tags())
         .map(|t| (t.key().unwrap_or(""), t.value().unwrap_or("")))
         .collect();
-    let elastic = cx.cfg.elastic_tag();
+    let elastic = cx.cfg.workers.elastic_tag.as_str();
     let mut missing: Vec<String> = Vec::new();
     if !on_instances.iter().any(|(k, _)| *k == elastic) {
         missing.push(elastic.to_string());

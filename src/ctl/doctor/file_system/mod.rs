@@ -3,10 +3,10 @@
 //! never comes), those mount targets admit NFS from the workers' security groups, and the file
 //! system policy refuses connections without TLS.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+mod nfs;
 
-use aws_sdk_ec2::types::{IpPermission, SecurityGroup};
+use std::collections::{BTreeMap, BTreeSet};
+
 use aws_sdk_efs::types::{LifeCycleState, MountTargetDescription};
 use serde_json::Value;
 
@@ -17,9 +17,7 @@ use crate::aws::describe_error;
 
 const AVAILABLE: &str = "file system";
 const TARGETS: &str = "file system: mount targets";
-const NFS: &str = "file system: NFS from workers";
 const TLS: &str = "file system: TLS required";
-const NFS_PORT: i32 = 2049;
 
 pub async fn checks(cx: &Context<'_>, workers: &Workers) -> Vec<Check> {
     let Some(fs) = cx.cfg.shared_fs_id.as_deref() else {
@@ -36,7 +34,7 @@ pub async fn checks(cx: &Context<'_>, workers: &Workers) -> Vec<Check> {
         return vec![
             available,
             Check::skip("efs.mount_targets", TARGETS, needs),
-            Check::skip("efs.security_groups", NFS, needs),
+            Check::skip("efs.security_groups", nfs::NFS, needs),
             Check::skip("efs.tls_policy", TLS, needs),
         ];
     }
@@ -45,7 +43,7 @@ pub async fn checks(cx: &Context<'_>, workers: &Workers) -> Vec<Check> {
     vec![
         available,
         zones_check(fs, &targets, &subnets),
-        nfs_check(cx, &efs, fs, &targets, &subnets, workers).await,
+        nfs::check(cx, &efs, fs, &targets, &subnets, workers).await,
         tls_check(&efs, fs).await,
     ]
 }
@@ -166,150 +164,6 @@ fn zones_check(fs: &str, targets: &Targets, subnets: &Subnets) -> Check {
     )
 }
 
-async fn nfs_check(
-    cx: &Context<'_>,
-    efs: &aws_sdk_efs::Client,
-    fs: &str,
-    targets: &Targets,
-    subnets: &Subnets,
-    workers: &Workers,
-) -> Check {
-    let (Ok(targets), Ok(subnets)) = (targets, subnets) else {
-        return Check::skip(
-            "efs.security_groups",
-            NFS,
-            "needs the mount targets and subnets",
-        );
-    };
-    if workers.security_groups.is_empty() {
-        return Check::skip(
-            "efs.security_groups",
-            NFS,
-            "the launch template names no security group, so the workers' groups are unknown",
-        );
-    }
-    let zones: BTreeSet<&str> = subnets.values().map(|(z, _)| z.as_str()).collect();
-    let cidrs: Vec<&str> = subnets.values().map(|(_, c)| c.as_str()).collect();
-    let mut closed = Vec::new();
-    for t in targets {
-        if !t
-            .availability_zone_name()
-            .is_some_and(|z| zones.contains(z))
-        {
-            continue;
-        }
-        let id = t.mount_target_id();
-        match target_groups(cx, efs, id).await {
-            Ok(groups) if admits_nfs(&groups, &workers.security_groups, &cidrs) => {}
-            Ok(_) => closed.push(id.to_string()),
-            Err(e) => return Check::fail("efs.security_groups", NFS, e, "let the role read them"),
-        }
-    }
-    let from = workers
-        .security_groups
-        .iter()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if closed.is_empty() {
-        return Check::pass(
-            "efs.security_groups",
-            NFS,
-            format!("TCP {NFS_PORT} open to {from}"),
-        );
-    }
-    Check::fail(
-        "efs.security_groups",
-        NFS,
-        format!(
-            "mount target {} of {fs} admits no NFS (TCP {NFS_PORT}) from {from}",
-            closed.join(", ")
-        ),
-        format!(
-            "aws ec2 authorize-security-group-ingress --group-id MOUNT_TARGET_SG --protocol tcp \
-             --port {NFS_PORT} --source-group {}",
-            workers
-                .security_groups
-                .first()
-                .map_or("WORKER_SG", String::as_str)
-        ),
-    )
-}
-
-async fn target_groups(
-    cx: &Context<'_>,
-    efs: &aws_sdk_efs::Client,
-    target: &str,
-) -> Result<Vec<SecurityGroup>, String> {
-    let ids = (efs
-        .describe_mount_target_security_groups()
-        .mount_target_id(target))
-    .send()
-    .await
-    .map_err(|e| {
-        format!(
-            "DescribeMountTargetSecurityGroups {target}: {}",
-            describe_error(&e)
-        )
-    })?
-    .security_groups()
-    .to_vec();
-    let out = (cx.ec2.describe_security_groups())
-        .set_group_ids(Some(ids))
-        .send()
-        .await
-        .map_err(|e| {
-            format!(
-                "DescribeSecurityGroups for {target}: {}",
-                describe_error(&e)
-            )
-        })?;
-    Ok(out.security_groups().to_vec())
-}
-
-/// Whether any rule of `groups` lets TCP 2049 in from one of `from` or from a CIDR covering every
-/// worker subnet.
-fn admits_nfs(groups: &[SecurityGroup], from: &BTreeSet<String>, worker_cidrs: &[&str]) -> bool {
-    let rules = groups.iter().flat_map(|g| g.ip_permissions());
-    rules.filter(|r| covers_nfs(r)).any(|r| {
-        let by_group = (r.user_id_group_pairs().iter())
-            .any(|p| p.group_id().is_some_and(|g| from.contains(g)));
-        let by_cidr = !worker_cidrs.is_empty()
-            && worker_cidrs.iter().all(|w| {
-                (r.ip_ranges().iter())
-                    .any(|range| range.cidr_ip().is_some_and(|c| cidr_contains(c, w)))
-            });
-        by_group || by_cidr
-    })
-}
-
-fn covers_nfs(rule: &IpPermission) -> bool {
-    match rule.ip_protocol() {
-        Some("-1") => true,
-        Some("tcp") | Some("6") => {
-            let from = rule.from_port().unwrap_or(0);
-            let to = rule.to_port().unwrap_or(65535);
-            from <= NFS_PORT && NFS_PORT <= to
-        }
-        _ => false,
-    }
-}
-
-/// Whether IPv4 network `outer` contains network `inner` (both `a.b.c.d/n`).
-fn cidr_contains(outer: &str, inner: &str) -> bool {
-    let parse = |c: &str| -> Option<(u32, u32)> {
-        let (ip, len) = c.split_once('/')?;
-        let ip: Ipv4Addr = ip.parse().ok()?;
-        let len: u32 = len.parse().ok().filter(|l| *l <= 32)?;
-        Some((u32::from(ip), len))
-    };
-    let (Some((o, ol)), Some((i, il))) = (parse(outer), parse(inner)) else {
-        return false;
-    };
-    let mask = if ol == 0 { 0 } else { u32::MAX << (32 - ol) };
-    ol <= il && (o & mask) == (i & mask)
-}
-
 async fn tls_check(efs: &aws_sdk_efs::Client, fs: &str) -> Check {
     let fix = || {
         format!(
@@ -379,7 +233,6 @@ fn denies_plain_nfs(policy: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_sdk_ec2::types::{IpRange, UserIdGroupPair};
 
     #[test]
     fn the_documented_tls_policy_is_recognized() {
@@ -398,57 +251,5 @@ mod tests {
             "Effect": "Deny", "Principal": "*", "Action": ["elasticfilesystem:ClientWrite"],
             "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]});
         assert!(!denies_plain_nfs(&other_condition));
-    }
-
-    fn group(rule: IpPermission) -> SecurityGroup {
-        SecurityGroup::builder().ip_permissions(rule).build()
-    }
-
-    #[test]
-    fn nfs_is_admitted_by_group_or_by_a_covering_cidr() {
-        let workers: BTreeSet<String> = ["sg-w".to_string()].into();
-        let by_group = IpPermission::builder()
-            .ip_protocol("tcp")
-            .from_port(2049)
-            .to_port(2049)
-            .user_id_group_pairs(UserIdGroupPair::builder().group_id("sg-w").build())
-            .build();
-        assert!(admits_nfs(&[group(by_group)], &workers, &["10.0.1.0/24"]));
-        let wrong_port = IpPermission::builder()
-            .ip_protocol("tcp")
-            .from_port(22)
-            .to_port(22)
-            .user_id_group_pairs(UserIdGroupPair::builder().group_id("sg-w").build())
-            .build();
-        assert!(!admits_nfs(
-            &[group(wrong_port)],
-            &workers,
-            &["10.0.1.0/24"]
-        ));
-        let cidr = |c: &str| {
-            IpPermission::builder()
-                .ip_protocol("-1")
-                .ip_ranges(IpRange::builder().cidr_ip(c).build())
-                .build()
-        };
-        assert!(admits_nfs(
-            &[group(cidr("10.0.0.0/16"))],
-            &workers,
-            &["10.0.1.0/24", "10.0.2.0/24"]
-        ));
-        assert!(!admits_nfs(
-            &[group(cidr("10.0.1.0/24"))],
-            &workers,
-            &["10.0.1.0/24", "10.0.2.0/24"]
-        ));
-    }
-
-    #[test]
-    fn cidr_containment() {
-        assert!(cidr_contains("0.0.0.0/0", "10.0.1.0/24"));
-        assert!(cidr_contains("10.0.0.0/16", "10.0.255.0/24"));
-        assert!(!cidr_contains("10.0.1.0/24", "10.0.0.0/16"));
-        assert!(!cidr_contains("10.1.0.0/16", "10.0.1.0/24"));
-        assert!(!cidr_contains("nonsense", "10.0.1.0/24"));
     }
 }

@@ -1,0 +1,65 @@
+//! Deserializers for values that need more checking than their type gives.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    use serde::de::Error;
+    let text = String::deserialize(d)?;
+    let parsed = humantime::parse_duration(&text).map_err(|e| {
+        D::Error::custom(format!("bad duration `{text}` ({e}); write e.g. 2s, 10m"))
+    })?;
+    if parsed.is_zero() {
+        return Err(D::Error::custom("duration must be greater than zero"));
+    }
+    Ok(parsed)
+}
+
+/// Inside `workers` serde loses the key's path (the section is parsed through RawWorkers), so
+/// the message names the key itself.
+pub(super) fn prepare_timeout<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    use serde::de::Error;
+    duration(d)
+        .map(Some)
+        .map_err(|e| D::Error::custom(format!("prepare_timeout: {e}")))
+}
+
+/// Cluster names end up in tag keys and directory names, so only a safe alphabet is allowed.
+pub(super) fn cluster_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    let name = String::deserialize(d)?;
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(name)
+    } else {
+        Err(D::Error::custom(format!(
+            "cluster `{name}` must be 1-64 characters of letters, digits, '-' or '_'"
+        )))
+    }
+}
+
+/// An EFS file system id as the EFS API writes it: `fs-` and 8 or 17 hex digits (older ids have
+/// 8). It reaches API calls and messages only, but a typo should fail here, not at the first call.
+pub(super) fn file_system_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    use serde::de::Error;
+    let id = String::deserialize(d)?;
+    let hex = id.strip_prefix("fs-").unwrap_or("");
+    let ok = (hex.len() == 8 || hex.len() == 17)
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if ok {
+        Ok(Some(id))
+    } else {
+        Err(D::Error::custom(format!(
+            "shared_fs_id `{id}` is not an EFS file system id (fs- and 8 or 17 lowercase hex digits)"
+        )))
+    }
+}

@@ -1,0 +1,168 @@
+//! The YAML configuration file shared by `dtd` and `dtctl` (DESIGN.md, "Configuration").
+//!
+//! Parsing is strict: unknown keys and bad values are errors that name the key and the line,
+//! because a typo in a key that silently falls back to a default can terminate the wrong instance.
+//! The file is read into [`raw`] structs, then resolved once into a [`Config`] whose fields hold
+//! final values: every default that depends on another key (the state directory, the elastic tag,
+//! the ack file, the prepare timeout...) is computed there, so callers only read fields.
+
+mod de;
+mod notify;
+mod position;
+mod raw;
+mod resolve;
+mod sections;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::hostfile::{Format, HostTemplate};
+pub use notify::Notify;
+pub use sections::{Events, Rebalance, Slots};
+
+/// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
+/// the pass that reads its marker: added to the agent's own limit for the default prepare timeout.
+pub const PREPARE_MARGIN: Duration = Duration::from_secs(600);
+
+/// The longest a lifecycle hook can hold an instance in a wait state: its GlobalTimeout is 48 hours
+/// or 100 times the heartbeat timeout, whichever is smaller (Amazon EC2 Auto Scaling API
+/// Reference, "LifecycleHook"). A longer prepare timeout could never be reached.
+pub const HOOK_GLOBAL_TIMEOUT_MAX: Duration = Duration::from_secs(48 * 3600);
+
+/// Where the elastic tag key defaults from: `<cluster>-aws-dl-cfn-elastic-worker` (2018 protocol).
+pub const ELASTIC_TAG_SUFFIX: &str = "-aws-dl-cfn-elastic-worker";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub cluster: String,
+    /// Otherwise the usual AWS configuration chain decides.
+    pub region: Option<String>,
+    pub workers: Workers,
+    pub shared_dir: PathBuf,
+    /// The EFS file system mounted at `shared_dir` (the stack fills it in): lets `dtd` say when a
+    /// worker's Availability Zone has no mount target, and `dtctl doctor` check the file system.
+    pub shared_fs_id: Option<String>,
+    /// How often `dtd` re-reads the file system's mount targets; a worker seen in a zone without
+    /// one triggers a read sooner, but never more often than this or once a minute.
+    pub shared_fs_refresh: Duration,
+    /// Never empty: `<shared_dir>/host_worker` in the mxnet format when the file lists none.
+    pub hostfiles: Vec<HostfileSpec>,
+    pub job: Job,
+    pub events: Events,
+    pub interval: Duration,
+    /// Where `dtd` keeps its state, status and events journal; default `<shared_dir>/.dt/<cluster>`.
+    pub state_dir: PathBuf,
+    /// Lets the state directory be on the root file system (a demo or a test on one machine);
+    /// otherwise `dtd run` refuses it, since a shared file system not yet mounted would leave the
+    /// real state behind and start a second one under the mount point.
+    pub allow_local_state_dir: bool,
+    /// How long one AWS API call may take before it is retried (three attempts per call).
+    pub api_timeout: Duration,
+    /// How long a pass waits for the shared file system (or the state directory's) before it
+    /// reports it stalled and holds.
+    pub fs_timeout: Duration,
+    /// The master node's private IP: never removed, never terminated, never listed as a worker.
+    pub master: Option<IpAddr>,
+    /// What `dtd agent` does on each worker.
+    pub agent: Agent,
+    /// `<shared_dir>/generation`, which the daemon writes after the host files.
+    pub generation_file: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct Workers {
+    /// At least one of the launch template and the group is set.
+    pub launch_template: Option<String>,
+    pub auto_scaling_group: Option<String>,
+    /// Default `<cluster>-aws-dl-cfn-elastic-worker`.
+    pub elastic_tag: String,
+    pub tags: BTreeMap<String, String>,
+    pub min: usize,
+    pub max: usize,
+    pub base_hosts: Vec<IpAddr>,
+    pub slots: Slots,
+    pub page_size: i32,
+    /// Consecutive prepare-data failures after which group workers are no longer replaced.
+    pub max_prepare_failures: u32,
+    /// How long a group worker may wait in `Pending:Wait` for a marker before it is abandoned:
+    /// `workers.prepare_timeout`, or the agent's own limit plus [`PREPARE_MARGIN`].
+    pub prepare_timeout: Duration,
+}
+
+/// One host file: a built-in `format`, or a `template` file of the user's own.
+#[derive(Debug, Clone)]
+pub struct HostfileSpec {
+    pub path: PathBuf,
+    /// The built-in format; for a template host file, the form `dtctl hosts` prints (mxnet).
+    pub format: Format,
+    /// The template, read when the config was loaded, so a bad one stops `dtd` at start.
+    pub template: Option<HostTemplate>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub notify: Notify,
+    pub ack: Ack,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ack {
+    /// The 2018 form: lines `SEQ ADDED|REMOVED IP TIME` appended by the job.
+    pub host_worker_log: Option<PathBuf>,
+    /// The generation form, written by the job or `dtctl ack G`; default `<shared_dir>/ack`.
+    pub file: PathBuf,
+    pub timeout: Duration,
+}
+
+/// `dtd agent`: prepare-data on boot, then watch the instance's own metadata for notices.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    /// The prepare-data program (run as an argv, no shell); default `<shared_dir>/prepare-data.py`.
+    pub prepare_data: PathBuf,
+    /// Extra arguments passed to it after the program.
+    pub args: Vec<String>,
+    /// One attempt's time limit; the attempt is killed when it is exceeded.
+    pub timeout: Duration,
+    /// Attempts before a failure marker is written (1 = no retry).
+    pub attempts: u32,
+    /// Pause between attempts.
+    pub retry_delay: Duration,
+    /// How often the instance metadata is polled for interruption notices.
+    pub imds_interval: Duration,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses, validates and resolves; the error text names the key and the line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let raw: raw::RawConfig =
+            serde_path_to_error::deserialize(de).map_err(|e| position::describe(text, e))?;
+        resolve::resolve(raw, text)
+    }
+}

@@ -1,0 +1,89 @@
+//! `job.notify`, read from one word or a mapping, with its signal name and `expect` checked.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer};
+
+/// How the job hears about a new membership (DESIGN.md, "The job contract").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Notify {
+    #[default]
+    None,
+    Signal {
+        signal: nix::sys::signal::Signal,
+        pidfile: PathBuf,
+        /// A string the process's command line must contain before it is signalled.
+        expect: Option<String>,
+    },
+    Command(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotify {
+    #[serde(default)]
+    signal: Option<String>,
+    #[serde(default)]
+    pidfile: Option<PathBuf>,
+    #[serde(default)]
+    expect: Option<String>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+}
+
+impl<'de> Deserialize<'de> for Notify {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Word(String),
+            Map(RawNotify),
+        }
+        match Either::deserialize(d)? {
+            Either::Word(w) if w == "none" => Ok(Notify::None),
+            Either::Word(w) => Err(D::Error::custom(format!(
+                "unknown notify `{w}`: use none, {{ signal, pidfile }} or {{ command: [..] }}"
+            ))),
+            Either::Map(RawNotify {
+                signal: Some(sig),
+                pidfile: Some(pidfile),
+                expect,
+                command: None,
+            }) => Ok(Notify::Signal {
+                signal: parse_signal(&sig).map_err(D::Error::custom)?,
+                pidfile,
+                expect: expect_text(expect).map_err(D::Error::custom)?,
+            }),
+            Either::Map(RawNotify {
+                signal: None,
+                pidfile: None,
+                expect: None,
+                command: Some(argv),
+            }) if !argv.is_empty() && !argv[0].is_empty() => Ok(Notify::Command(argv)),
+            Either::Map(_) => Err(D::Error::custom(
+                "notify needs exactly { signal, pidfile[, expect] } or { command: [program, args..] }",
+            )),
+        }
+    }
+}
+
+fn expect_text(expect: Option<String>) -> Result<Option<String>, String> {
+    match expect {
+        Some(e) if e.trim().is_empty() => {
+            Err("expect must not be empty: it is a string the job's command line contains".into())
+        }
+        other => Ok(other),
+    }
+}
+
+fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, String> {
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    full.parse()
+        .map_err(|_| format!("unknown signal `{name}` (e.g. SIGUSR1, SIGHUP)"))
+}

@@ -1,0 +1,262 @@
+//! The configuration file as written: serde input, with the defaults that are constants. Keys
+//! whose default depends on another key stay `None` here; [`super::resolve`] fills them in.
+//!
+//! `expecting` keeps type errors naming the section as users have seen it ("expected struct
+//! Agent", not RawAgent).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::de::{cluster_name, duration, file_system_id, prepare_timeout};
+use super::{Events, Notify, Slots};
+use crate::hostfile::Format;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "struct Config")]
+pub(super) struct RawConfig {
+    #[serde(deserialize_with = "cluster_name")]
+    pub cluster: String,
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(deserialize_with = "checked_workers")]
+    pub workers: RawWorkers,
+    pub shared_dir: PathBuf,
+    #[serde(default, deserialize_with = "file_system_id")]
+    pub shared_fs_id: Option<String>,
+    #[serde(default = "default_shared_fs_refresh", deserialize_with = "duration")]
+    pub shared_fs_refresh: Duration,
+    #[serde(default)]
+    pub hostfiles: Vec<RawHostfile>,
+    #[serde(default)]
+    pub job: RawJob,
+    #[serde(default)]
+    pub events: Events,
+    #[serde(default = "default_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub allow_local_state_dir: bool,
+    #[serde(default = "default_api_timeout", deserialize_with = "duration")]
+    pub api_timeout: Duration,
+    #[serde(default = "default_fs_timeout", deserialize_with = "duration")]
+    pub fs_timeout: Duration,
+    #[serde(default)]
+    pub master: Option<IpAddr>,
+    #[serde(default)]
+    pub agent: RawAgent,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWorkers {
+    #[serde(default)]
+    pub launch_template: Option<String>,
+    #[serde(default)]
+    pub auto_scaling_group: Option<String>,
+    #[serde(default)]
+    pub elastic_tag: Option<String>,
+    #[serde(default = "default_worker_tags")]
+    pub tags: BTreeMap<String, String>,
+    #[serde(default)]
+    pub min: usize,
+    pub max: usize,
+    #[serde(default)]
+    pub base_hosts: Vec<IpAddr>,
+    #[serde(default)]
+    pub slots: Slots,
+    #[serde(default = "default_page_size")]
+    pub page_size: i32,
+    #[serde(default = "default_max_prepare_failures")]
+    pub max_prepare_failures: u32,
+    #[serde(default, deserialize_with = "prepare_timeout")]
+    pub prepare_timeout: Option<Duration>,
+}
+
+/// The section's own rules, checked while it is parsed so the error names `workers` and its line.
+fn checked_workers<'de, D: Deserializer<'de>>(d: D) -> Result<RawWorkers, D::Error> {
+    let workers = RawWorkers::deserialize(d)?;
+    workers.check().map_err(serde::de::Error::custom)?;
+    Ok(workers)
+}
+
+impl RawWorkers {
+    fn check(&self) -> Result<(), String> {
+        if self.launch_template.is_none() && self.auto_scaling_group.is_none() {
+            return Err("one of launch_template or auto_scaling_group is required".into());
+        }
+        if self.max == 0 {
+            return Err("max must be at least 1".into());
+        }
+        if self.min > self.max {
+            return Err(format!(
+                "min ({}) is greater than max ({})",
+                self.min, self.max
+            ));
+        }
+        self.check_base_hosts()?;
+        if !(5..=1000).contains(&self.page_size) {
+            let got = self.page_size;
+            return Err(format!("page_size must be within 5..=1000, got {got}"));
+        }
+        if self.max_prepare_failures == 0 {
+            return Err("max_prepare_failures must be at least 1".into());
+        }
+        if self.tags.is_empty() {
+            return Err("tags must name at least one worker tag (default NodeType: Worker)".into());
+        }
+        Ok(())
+    }
+
+    fn check_base_hosts(&self) -> Result<(), String> {
+        let hosts = &self.base_hosts;
+        if hosts.len() > self.max {
+            let (n, max) = (hosts.len(), self.max);
+            return Err(format!("{n} base_hosts do not fit under max ({max})"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        match hosts.iter().find(|ip| !seen.insert(**ip)) {
+            Some(dup) => Err(format!("base_hosts lists {dup} twice")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One host file: exactly one of a built-in format and a template file.
+#[derive(Debug, Deserialize)]
+#[serde(try_from = "RawHostfileSpec")]
+pub(super) struct RawHostfile {
+    pub path: PathBuf,
+    pub form: HostfileForm,
+}
+
+#[derive(Debug)]
+pub(super) enum HostfileForm {
+    Format(Format),
+    /// The template file's path, read when the config is resolved.
+    Template(PathBuf),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHostfileSpec {
+    path: PathBuf,
+    #[serde(default)]
+    format: Option<Format>,
+    #[serde(default)]
+    template: Option<PathBuf>,
+}
+
+impl TryFrom<RawHostfileSpec> for RawHostfile {
+    type Error = String;
+
+    fn try_from(r: RawHostfileSpec) -> Result<Self, String> {
+        let form = match (r.format, r.template) {
+            (Some(format), None) => HostfileForm::Format(format),
+            (None, Some(template)) => HostfileForm::Template(template),
+            _ => return Err(
+                "a host file needs exactly one of format (mxnet, mpi, deepspeed, horovod) or template (a file)"
+                    .into(),
+            ),
+        };
+        Ok(RawHostfile { path: r.path, form })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "struct Job")]
+pub(super) struct RawJob {
+    #[serde(default)]
+    pub notify: Notify,
+    #[serde(default)]
+    pub ack: RawAck,
+}
+
+/// A key left out takes its value from [`Default`].
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, expecting = "struct Ack")]
+pub(super) struct RawAck {
+    pub host_worker_log: Option<PathBuf>,
+    pub file: Option<PathBuf>,
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+impl Default for RawAck {
+    fn default() -> Self {
+        RawAck {
+            host_worker_log: None,
+            file: None,
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A key left out takes its value from [`Default`].
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, expecting = "struct Agent")]
+pub(super) struct RawAgent {
+    pub prepare_data: Option<PathBuf>,
+    pub args: Vec<String>,
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    pub attempts: u32,
+    #[serde(deserialize_with = "duration")]
+    pub retry_delay: Duration,
+    #[serde(deserialize_with = "duration")]
+    pub imds_interval: Duration,
+}
+
+impl Default for RawAgent {
+    fn default() -> Self {
+        RawAgent {
+            prepare_data: None,
+            args: Vec::new(),
+            timeout: Duration::from_secs(3600),
+            attempts: 3,
+            retry_delay: Duration::from_secs(10),
+            imds_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RawAgent {
+    /// The longest `dtd agent` takes before it writes a marker: every attempt running into its
+    /// timeout, with the pauses between them.
+    pub fn limit(&self) -> Duration {
+        let pauses = (self.retry_delay).saturating_mul(self.attempts.saturating_sub(1));
+        (self.timeout.saturating_mul(self.attempts)).saturating_add(pauses)
+    }
+}
+
+fn default_max_prepare_failures() -> u32 {
+    5
+}
+
+fn default_shared_fs_refresh() -> Duration {
+    Duration::from_secs(300)
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn default_fs_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_api_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_page_size() -> i32 {
+    1000
+}
+
+fn default_worker_tags() -> BTreeMap<String, String> {
+    BTreeMap::from([("NodeType".to_string(), "Worker".to_string())])
+}

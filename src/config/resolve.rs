@@ -1,0 +1,202 @@
+//! From the file as written to the [`Config`] the daemon runs with: the checks that span keys,
+//! the host-file templates read, and every default that depends on another key filled in.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::position::at_key;
+use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
+use super::{
+    Ack, Agent, Config, HostfileSpec, Job, Workers, ELASTIC_TAG_SUFFIX, HOOK_GLOBAL_TIMEOUT_MAX,
+    PREPARE_MARGIN,
+};
+use crate::hostfile::{Format, HostTemplate};
+use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
+
+/// The 2018 `host_worker`, written when the file names no host file.
+const DEFAULT_HOSTFILE: &str = "host_worker";
+/// The prepare-data program run when the file names none.
+const DEFAULT_PREPARE_DATA: &str = "prepare-data.py";
+
+pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
+    validate(&raw, text)?;
+    let hostfiles = hostfiles(&raw.hostfiles, &raw.shared_dir, text)?;
+    let shared = raw.shared_dir;
+    Ok(Config {
+        workers: workers(raw.workers, &raw.cluster, &raw.agent),
+        state_dir: raw
+            .state_dir
+            .unwrap_or_else(|| shared.join(".dt").join(&raw.cluster)),
+        agent: agent(raw.agent, &shared),
+        job: job(raw.job, &shared),
+        generation_file: shared.join(GENERATION_FILE),
+        cluster: raw.cluster,
+        region: raw.region,
+        shared_dir: shared,
+        shared_fs_id: raw.shared_fs_id,
+        shared_fs_refresh: raw.shared_fs_refresh,
+        hostfiles,
+        events: raw.events,
+        interval: raw.interval,
+        allow_local_state_dir: raw.allow_local_state_dir,
+        api_timeout: raw.api_timeout,
+        fs_timeout: raw.fs_timeout,
+        master: raw.master,
+    })
+}
+
+fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
+    Workers {
+        elastic_tag: w
+            .elastic_tag
+            .unwrap_or_else(|| format!("{cluster}{ELASTIC_TAG_SUFFIX}")),
+        prepare_timeout: (w.prepare_timeout)
+            .unwrap_or_else(|| agent.limit().saturating_add(PREPARE_MARGIN)),
+        launch_template: w.launch_template,
+        auto_scaling_group: w.auto_scaling_group,
+        tags: w.tags,
+        min: w.min,
+        max: w.max,
+        base_hosts: w.base_hosts,
+        slots: w.slots,
+        page_size: w.page_size,
+        max_prepare_failures: w.max_prepare_failures,
+    }
+}
+
+fn job(j: RawJob, shared_dir: &Path) -> Job {
+    let ack = Ack {
+        host_worker_log: j.ack.host_worker_log,
+        file: j.ack.file.unwrap_or_else(|| shared_dir.join(ACK_FILE)),
+        timeout: j.ack.timeout,
+    };
+    Job {
+        notify: j.notify,
+        ack,
+    }
+}
+
+fn agent(a: RawAgent, shared_dir: &Path) -> Agent {
+    Agent {
+        prepare_data: a
+            .prepare_data
+            .unwrap_or_else(|| shared_dir.join(DEFAULT_PREPARE_DATA)),
+        args: a.args,
+        timeout: a.timeout,
+        attempts: a.attempts,
+        retry_delay: a.retry_delay,
+        imds_interval: a.imds_interval,
+    }
+}
+
+/// The checks that serde cannot make on one value: they span keys, or need the whole file.
+fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
+    if !raw.shared_dir.is_absolute() {
+        let msg = "shared_dir must be an absolute path";
+        return Err(at_key(text, "shared_dir", msg));
+    }
+    for spec in &raw.hostfiles {
+        if !spec.path.is_absolute() || spec.path.file_name().is_none() {
+            let path = spec.path.display();
+            let msg = format!("hostfiles: path {path} must be an absolute file path");
+            return Err(at_key(text, "hostfiles", &msg));
+        }
+    }
+    if !(Duration::from_secs(1)..=Duration::from_secs(20)).contains(&raw.events.wait) {
+        let msg = "events.wait must be within 1s..=20s (SQS long polling)";
+        return Err(at_key(text, "wait", msg));
+    }
+    if raw.agent.attempts == 0 {
+        return Err(at_key(
+            text,
+            "attempts",
+            "agent.attempts must be at least 1",
+        ));
+    }
+    if raw.shared_fs_refresh < Duration::from_secs(1) {
+        let msg = "shared_fs_refresh must be at least 1s";
+        return Err(at_key(text, "shared_fs_refresh", msg));
+    }
+    validate_prepare_timeout(raw, text)?;
+    match raw.master {
+        Some(master) if raw.workers.base_hosts.contains(&master) => Err(at_key(
+            text,
+            "master",
+            "master must not also be a base host",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A prepare timeout shorter than the agent's own limit would abandon a worker whose agent is
+/// still retrying, before it could report either way.
+fn validate_prepare_timeout(raw: &RawConfig, text: &str) -> Result<(), String> {
+    let Some(t) = raw.workers.prepare_timeout else {
+        return Ok(());
+    };
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    let agent = raw.agent.limit();
+    if t < agent {
+        let msg = format!(
+            "workers.prepare_timeout ({}) is shorter than the agent's own limit ({}: agent.timeout \
+             × agent.attempts plus the retry delays); a worker still preparing would be abandoned",
+            show(t),
+            show(agent)
+        );
+        return Err(at_key(text, "prepare_timeout", &msg));
+    }
+    if t > HOOK_GLOBAL_TIMEOUT_MAX {
+        let msg = format!(
+            "workers.prepare_timeout ({}) is longer than 48h, the most a lifecycle hook can hold an instance",
+            show(t)
+        );
+        return Err(at_key(text, "prepare_timeout", &msg));
+    }
+    Ok(())
+}
+
+/// The host files with their templates read, so a bad one stops `dtd` at start, not mid-run.
+fn hostfiles(
+    raw: &[RawHostfile],
+    shared_dir: &Path,
+    text: &str,
+) -> Result<Vec<HostfileSpec>, String> {
+    if raw.is_empty() {
+        return Ok(vec![HostfileSpec {
+            path: shared_dir.join(DEFAULT_HOSTFILE),
+            format: Format::Mxnet,
+            template: None,
+        }]);
+    }
+    let spec = |(i, h): (usize, &RawHostfile)| {
+        let (format, template) = match &h.form {
+            HostfileForm::Format(format) => (*format, None),
+            HostfileForm::Template(path) => (Format::Mxnet, Some(template(i, path, text)?)),
+        };
+        let path = h.path.clone();
+        Ok(HostfileSpec {
+            path,
+            format,
+            template,
+        })
+    };
+    raw.iter().enumerate().map(spec).collect()
+}
+
+fn template(i: usize, path: &Path, text: &str) -> Result<HostTemplate, String> {
+    // The key usually sits inside a flow mapping (`- { path: .., template: .. }`), where at_key's
+    // search for a line starting with the key would miss it.
+    let shown = path.display().to_string();
+    let line = text
+        .lines()
+        .position(|l| l.contains("template:") && l.contains(&shown))
+        .map(|n| format!(" at line {}", n + 1))
+        .unwrap_or_default();
+    let fail = |message: String| format!("hostfiles[{i}].template: {message}{line}");
+    if !path.is_absolute() {
+        return Err(fail(format!("{shown} must be an absolute path")));
+    }
+    let body =
+        std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read {shown}: {e}")))?;
+    HostTemplate::parse(&body).map_err(|e| fail(format!("{shown} {e}")))
+}

@@ -1,0 +1,85 @@
+//! The sections read as they are written: none has a default that depends on another key.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::de::duration;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Events {
+    /// EventBridge -> SQS queue of interruption, rebalance, state-change and lifecycle events.
+    #[serde(default)]
+    pub queue_url: Option<String>,
+    /// What a rebalance recommendation does: drain the worker now, or only report it.
+    #[serde(default)]
+    pub rebalance: Rebalance,
+    /// SQS long-poll wait per receive (1s..=20s).
+    #[serde(default = "default_queue_wait", deserialize_with = "duration")]
+    pub wait: Duration,
+    /// How long before an EC2 scheduled change starts its worker is drained: AWS announces
+    /// retirements days or weeks ahead, and the GPUs are worth using until then.
+    #[serde(
+        default = "default_scheduled_change_lead",
+        deserialize_with = "duration"
+    )]
+    pub scheduled_change_lead: Duration,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            queue_url: None,
+            rebalance: Rebalance::default(),
+            wait: default_queue_wait(),
+            scheduled_change_lead: default_scheduled_change_lead(),
+        }
+    }
+}
+
+fn default_scheduled_change_lead() -> Duration {
+    Duration::from_secs(3600)
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rebalance {
+    /// Remove the worker from the job gracefully (acknowledged), then terminate it.
+    #[default]
+    Drain,
+    /// Journal and show the recommendation; change nothing.
+    Report,
+}
+
+fn default_queue_wait() -> Duration {
+    Duration::from_secs(20)
+}
+
+/// Slots per worker: one number for every worker, or per instance type with a default.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Slots {
+    All(u32),
+    ByType(BTreeMap<String, u32>),
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Slots::All(1)
+    }
+}
+
+impl Slots {
+    pub fn for_type(&self, instance_type: &str) -> u32 {
+        match self {
+            Slots::All(n) => *n,
+            Slots::ByType(map) => map
+                .get(instance_type)
+                .or_else(|| map.get("default"))
+                .copied()
+                .unwrap_or(1),
+        }
+    }
+}

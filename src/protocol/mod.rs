@@ -1,0 +1,20 @@
+//! The wire formats spoken through the shared directory, each named, parsed and rendered here
+//! only, so the agent and the master (and `dtctl`) cannot drift apart (DESIGN.md, "Files on the
+//! shared file system"). The bytes on disk are a contract with jobs and with 2018 users: a change
+//! here is a change of protocol.
+//!
+//! | file | written by | read by | module |
+//! |---|---|---|---|
+//! | `prepare_data_success_<ip>`, `prepare_data_failed_<ip>` | `dtd agent` (or a 2018 script) | `dtd run` | [`markers`] (names), [`report`] (bodies) |
+//! | `interruption_<ip>` | `dtd agent` | `dtd run` | [`markers`] (name), [`interruption`] (body) |
+//! | `host_worker_log` | the job | `dtd run` | [`host_worker_log`] |
+//! | `generation` | `dtd run`, after the host files | the job | [`generation`] |
+//! | `ack` | the job, or `dtctl ack G` | `dtd run` | [`generation`] |
+//!
+//! The host files themselves are rendered by [`crate::hostfile`]: only the master writes them.
+
+pub mod generation;
+pub mod host_worker_log;
+pub mod interruption;
+pub mod markers;
+pub mod report;
