@@ -1,7 +1,7 @@
 //! Worker Auto Scaling groups against moto: `dtctl scale` up and down, a scale-in and a Standby
 //! ordered by a person with the AWS CLI, and workers whose prepare-data keeps failing.
 //! moto keeps every group instance `InService` and has no lifecycle actions, so the hooks are
-//! tested in tests/lifecycle_actions.rs (mocked client) and tests/decide_rules.rs.
+//! tested in tests/lifecycle_actions.rs (a stand-in for those two calls) and tests/decide_rules.rs.
 
 mod common;
 
