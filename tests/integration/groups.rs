@@ -3,13 +3,11 @@
 //! moto keeps every group instance `InService` and has no lifecycle actions, so the hooks are
 //! tested in tests/lifecycle_actions.rs (a stand-in for those two calls) and tests/decide_rules.rs.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 const GROUP: &str = "itest-workers";
 

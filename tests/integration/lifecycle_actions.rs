@@ -1,13 +1,11 @@
 //! CompleteLifecycleAction and RecordLifecycleActionHeartbeat, which moto does not implement:
 //! tested with the real Auto Scaling client against a stand-in for those two calls
-//! (`common::autoscaling::AutoScalingStandIn`, a small Query-API server on a loopback port).
+//! (`support::autoscaling::AutoScalingStandIn`, a small Query-API server on a loopback port).
 //! Everything else about groups runs against moto (tests/groups.rs).
-
-mod common;
 
 use std::collections::BTreeMap;
 
-use common::autoscaling::{AutoScalingStandIn, Fields};
+use crate::support::autoscaling::{AutoScalingStandIn, Fields};
 use dt::act::asg;
 use dt::config::Slots;
 use dt::decide::{decide, Rules};
