@@ -1,17 +1,15 @@
 //! `dtd agent`, the real binary, on a "worker" whose instance metadata is a local stand-in
-//! (`common::imds::ImdsStandIn`: IMDS cannot run off EC2). The prepare-data programs are small
+//! (`support::imds::ImdsStandIn`: IMDS cannot run off EC2). The prepare-data programs are small
 //! shell scripts; what is checked is what the master and a person see: marker files and their
 //! JSON, the agent's log, processes left (or not) behind, the exit status.
-
-mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::imds::ImdsStandIn;
-use common::{signal, wait_until};
+use crate::support::imds::ImdsStandIn;
+use crate::support::{signal, wait_until};
 use dt::protocol::interruption::{InterruptionMarker, NoticeKind};
 use serde_json::Value;
 
@@ -434,7 +432,8 @@ fn lifecycle_terminated_is_a_notice_and_in_service_is_not() {
 /// at the same path first is no notice.
 #[test]
 fn a_scheduled_maintenance_event_is_a_notice_the_master_reads_and_a_canceled_one_is_not() {
-    let fixture = |name: &str| std::fs::read_to_string(common::fixtures::dir().join(name)).unwrap();
+    let fixture =
+        |name: &str| std::fs::read_to_string(crate::support::fixtures::dir().join(name)).unwrap();
     let mut w = Worker::new("echo ok\n");
     w.imds
         .set(SCHEDULED, &fixture("imds-maintenance-history.json"));

@@ -1,11 +1,9 @@
 //! What goes wrong: many pages, garbage on the shared directory, the AWS API going away, the
 //! daemon killed mid-removal, bad input to the CLI.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 fn quiet_job(c: &Cluster) -> String {
     format!(

@@ -1,11 +1,9 @@
 //! Joining and leaving, end to end: moto over HTTP, the AWS CLI as the person at the console,
 //! the real `dtd` binary, and files on a temporary "EFS" directory.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 fn log_ack_job(c: &Cluster, timeout: &str) -> String {
     format!(

@@ -1,18 +1,18 @@
 //! CompleteLifecycleAction and RecordLifecycleActionHeartbeat, which moto does not implement:
-//! tested at the client boundary with the SDK's own mocking crate (aws-smithy-mocks) standing in
-//! for the Auto Scaling API. Everything else about groups runs against moto (tests/groups.rs).
-
-use aws_sdk_autoscaling::operation::complete_lifecycle_action::CompleteLifecycleActionOutput;
-use aws_sdk_autoscaling::operation::record_lifecycle_action_heartbeat::RecordLifecycleActionHeartbeatOutput;
-use aws_sdk_autoscaling::Client;
-use aws_smithy_mocks::{mock, mock_client, RuleMode};
+//! tested with the real Auto Scaling client against a stand-in for those two calls
+//! (`support::autoscaling::AutoScalingStandIn`, a small Query-API server on a loopback port).
+//! Everything else about groups runs against moto (tests/groups.rs).
 
 use std::collections::BTreeMap;
 
+use crate::support::autoscaling::{AutoScalingStandIn, Fields};
 use dt::act::asg;
 use dt::config::Slots;
 use dt::decide::{decide, Rules};
 use dt::model::*;
+
+const COMPLETE: &str = "CompleteLifecycleAction";
+const HEARTBEAT_ACTION: &str = "RecordLifecycleActionHeartbeat";
 
 fn action(result: HookResult) -> HookAction {
     HookAction {
@@ -22,34 +22,45 @@ fn action(result: HookResult) -> HookAction {
     }
 }
 
+/// The form of a request for `action` with exactly these fields.
+fn request(action: &str, fields: &[(&str, &str)]) -> Fields {
+    let mut form: Fields = fields
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    form.insert("Action".into(), action.into());
+    form.insert("Version".into(), "2011-01-01".into());
+    form
+}
+
 #[tokio::test]
 async fn completing_a_hook_names_the_group_hook_instance_and_result() {
-    let rule = mock!(Client::complete_lifecycle_action)
-        .match_requests(|r| {
-            r.auto_scaling_group_name() == Some("demo-workers")
-                && r.lifecycle_hook_name() == Some("demo-terminating")
-                && r.instance_id() == Some("i-0abc")
-                && r.lifecycle_action_result() == Some("CONTINUE")
-                && r.lifecycle_action_token().is_none()
-        })
-        .then_output(|| CompleteLifecycleActionOutput::builder().build());
-    let client = mock_client!(aws_sdk_autoscaling, [&rule]);
-    asg::complete(&client, "demo-workers", &action(HookResult::Continue))
+    let aws = AutoScalingStandIn::start();
+    asg::complete(&aws.client(), "demo-workers", &action(HookResult::Continue))
         .await
         .expect("completed");
-    assert_eq!(rule.num_calls(), 1);
+    // Exactly these fields: no LifecycleActionToken.
+    let expected = request(
+        COMPLETE,
+        &[
+            ("AutoScalingGroupName", "demo-workers"),
+            ("LifecycleHookName", "demo-terminating"),
+            ("InstanceId", "i-0abc"),
+            ("LifecycleActionResult", "CONTINUE"),
+        ],
+    );
+    assert_eq!(aws.calls(COMPLETE), [expected]);
 }
 
 #[tokio::test]
 async fn a_failed_completion_says_which_instance_and_why() {
-    let rule = mock!(Client::complete_lifecycle_action)
-        .then_error(|| {
-            aws_sdk_autoscaling::operation::complete_lifecycle_action::CompleteLifecycleActionError::unhandled(
-                "No active Lifecycle Action found with instance ID i-0abc",
-            )
-        });
-    let client = mock_client!(aws_sdk_autoscaling, [&rule]);
-    let err = asg::complete(&client, "demo-workers", &action(HookResult::Abandon))
+    let aws = AutoScalingStandIn::start();
+    aws.fail_with(
+        COMPLETE,
+        "ValidationError",
+        "No active Lifecycle Action found with instance ID i-0abc",
+    );
+    let err = asg::complete(&aws.client(), "demo-workers", &action(HookResult::Abandon))
         .await
         .unwrap_err();
     assert!(err.contains("i-0abc") && err.contains("ABANDON"), "{err}");
@@ -58,18 +69,19 @@ async fn a_failed_completion_says_which_instance_and_why() {
 
 #[tokio::test]
 async fn a_heartbeat_names_the_group_hook_and_instance() {
-    let rule = mock!(Client::record_lifecycle_action_heartbeat)
-        .match_requests(|r| {
-            r.auto_scaling_group_name() == Some("demo-workers")
-                && r.lifecycle_hook_name() == Some("demo-terminating")
-                && r.instance_id() == Some("i-0abc")
-        })
-        .then_output(|| RecordLifecycleActionHeartbeatOutput::builder().build());
-    let client = mock_client!(aws_sdk_autoscaling, [&rule]);
-    asg::heartbeat(&client, "demo-workers", "i-0abc", "demo-terminating")
+    let aws = AutoScalingStandIn::start();
+    asg::heartbeat(&aws.client(), "demo-workers", "i-0abc", "demo-terminating")
         .await
         .expect("heartbeat");
-    assert_eq!(rule.num_calls(), 1);
+    let expected = request(
+        HEARTBEAT_ACTION,
+        &[
+            ("AutoScalingGroupName", "demo-workers"),
+            ("LifecycleHookName", "demo-terminating"),
+            ("InstanceId", "i-0abc"),
+        ],
+    );
+    assert_eq!(aws.calls(HEARTBEAT_ACTION), [expected]);
 }
 
 const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
@@ -143,32 +155,43 @@ fn held_worker() -> Snapshot {
     }
 }
 
-/// The daemon's passes, decide then act, against a mocked group API: the held worker's hook is
-/// heartbeated until the prepare timeout, then completed with ABANDON and never heartbeated again.
+/// The daemon's passes, decide then act, against the stand-in group API: the held worker's hook
+/// is heartbeated until the prepare timeout, then completed with ABANDON and never heartbeated
+/// again.
 #[tokio::test]
 async fn a_worker_that_never_reports_is_abandoned_at_the_prepare_timeout_and_heartbeats_stop() {
-    let beat = mock!(Client::record_lifecycle_action_heartbeat)
-        .match_requests(|r| {
-            r.auto_scaling_group_name() == Some("demo-workers")
-                && r.lifecycle_hook_name() == Some("demo-launching")
-                && r.instance_id() == Some("i-0abc")
-        })
-        .then_output(|| RecordLifecycleActionHeartbeatOutput::builder().build());
-    let abandon = mock!(Client::complete_lifecycle_action)
-        .match_requests(|r| {
-            r.auto_scaling_group_name() == Some("demo-workers")
-                && r.lifecycle_hook_name() == Some("demo-launching")
-                && r.instance_id() == Some("i-0abc")
-                && r.lifecycle_action_result() == Some("ABANDON")
-        })
-        .then_output(|| CompleteLifecycleActionOutput::builder().build());
-    let other_completion = mock!(Client::complete_lifecycle_action)
-        .then_output(|| CompleteLifecycleActionOutput::builder().build());
-    let client = mock_client!(
-        aws_sdk_autoscaling,
-        RuleMode::MatchAny,
-        [&beat, &abandon, &other_completion]
+    let aws = AutoScalingStandIn::start();
+    let client = aws.client();
+    let hook = [
+        ("AutoScalingGroupName", "demo-workers"),
+        ("LifecycleHookName", "demo-launching"),
+        ("InstanceId", "i-0abc"),
+    ];
+    let beat = request(HEARTBEAT_ACTION, &hook);
+    let abandon = request(
+        COMPLETE,
+        &[hook.as_slice(), &[("LifecycleActionResult", "ABANDON")]].concat(),
     );
+    let beats = || {
+        let calls = aws.calls(HEARTBEAT_ACTION);
+        assert!(
+            calls.iter().all(|c| *c == beat),
+            "another heartbeat: {calls:?}"
+        );
+        calls.len()
+    };
+    let abandons = || {
+        aws.calls(COMPLETE)
+            .iter()
+            .filter(|c| **c == abandon)
+            .count()
+    };
+    let other_completions = || {
+        aws.calls(COMPLETE)
+            .iter()
+            .filter(|c| **c != abandon)
+            .count()
+    };
     let (rules, snap) = (group_rules(), held_worker());
     let mut state = State::default();
     let mut beats_before = None;
@@ -184,9 +207,9 @@ async fn a_worker_that_never_reports_is_abandoned_at_the_prepare_timeout_and_hea
         .await;
         assert!(errors.is_empty(), "{errors:?}");
         if now < PREPARE_TIMEOUT {
-            assert_eq!(abandon.num_calls(), 0, "abandoned early, at {now} ms");
+            assert_eq!(abandons(), 0, "abandoned early, at {now} ms");
         } else if beats_before.is_none() {
-            assert_eq!(abandon.num_calls(), 1, "not abandoned at the timeout");
+            assert_eq!(abandons(), 1, "not abandoned at the timeout");
             let kinds: Vec<&str> = plan
                 .outcome
                 .events
@@ -194,7 +217,7 @@ async fn a_worker_that_never_reports_is_abandoned_at_the_prepare_timeout_and_hea
                 .map(|e| e.kind.as_str())
                 .collect();
             assert_eq!(kinds, ["prepare_never_reported"]);
-            beats_before = Some(beat.num_calls());
+            beats_before = Some(beats());
         }
         state = plan.state;
     }
@@ -204,14 +227,14 @@ async fn a_worker_that_never_reports_is_abandoned_at_the_prepare_timeout_and_hea
         Some((PREPARE_TIMEOUT / (HEARTBEAT / 2) - 1) as usize)
     );
     assert_eq!(
-        Some(beat.num_calls()),
+        Some(beats()),
         beats_before,
         "RecordLifecycleActionHeartbeat after ABANDON"
     );
     assert_eq!(
-        other_completion.num_calls(),
+        other_completions(),
         0,
         "completed otherwise than with ABANDON"
     );
-    assert!(abandon.num_calls() >= 1);
+    assert!(abandons() >= 1);
 }

@@ -1,15 +1,13 @@
 //! Worker Auto Scaling groups against moto: `dtctl scale` up and down, a scale-in and a Standby
 //! ordered by a person with the AWS CLI, and workers whose prepare-data keeps failing.
 //! moto keeps every group instance `InService` and has no lifecycle actions, so the hooks are
-//! tested in tests/lifecycle_actions.rs (mocked client) and tests/decide_rules.rs.
-
-mod common;
+//! tested in tests/lifecycle_actions.rs (a stand-in for those two calls) and tests/decide_rules.rs.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 const GROUP: &str = "itest-workers";
 

@@ -23,15 +23,13 @@
 //! /dt-test (on a node: /usr/local/bin/dtd and /etc/dt/dtd.yaml, both read-only there too).
 //! Top-level directories are bound without their sub-mounts, except the API file systems.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::imds::ImdsStandIn;
-use common::{aws_env, wait_for, Cluster};
+use crate::support::imds::ImdsStandIn;
+use crate::support::{aws_env, wait_for, Cluster};
 
 /// The sandbox settings of dtd.service, as node.sh writes it.
 #[derive(Debug)]

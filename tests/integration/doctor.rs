@@ -6,12 +6,10 @@
 //! EFS file system's DNS name (what the mount table shows for `mount -t efs`); doctor reads the
 //! mount table as it would on a node.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::{json, Value};
 
 const FS_DNS_SUFFIX: &str = ".efs.us-east-1.amazonaws.com:/";

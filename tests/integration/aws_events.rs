@@ -2,9 +2,7 @@
 //! its page), read by the real parser: the notice it becomes (kind, target, deadline), or that
 //! it is no notice. The stack test delivers the same files through the stack's rules.
 
-mod common;
-
-use common::fixtures::{filled, published};
+use crate::support::fixtures::{filled, published};
 use dt::fsutil::millis_from_rfc3339;
 use dt::model::{Notice, NoticeKind, NoticeTarget};
 use dt::observe::eventbridge::{parse, Parsed};

@@ -9,14 +9,12 @@
 //! `resolve:ssm:` AMI lookup does not exist in moto, so the stack's own `ImageId` parameter pins
 //! an emulator AMI.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 

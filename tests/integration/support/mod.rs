@@ -1,6 +1,7 @@
 //! Test harness: a real AWS API (moto's server on a loopback port), the real SDK client, the AWS
 //! CLI as the person at the console, and the real `dtd` / `dtctl` binaries.
 #![allow(dead_code)]
+pub mod autoscaling;
 pub mod fixtures;
 pub mod imds;
 

@@ -1,11 +1,9 @@
 //! The job contract end to end: a real job process receives the signal, rescales and
 //! acknowledges; a hook command receives the change in its environment.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 #[test]
 fn the_example_job_is_signalled_rescales_and_acknowledges() {

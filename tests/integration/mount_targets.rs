@@ -2,9 +2,7 @@
 //! end: moto over HTTP (EC2 and EFS), the AWS CLI as the person at the console creating the VPC,
 //! the file system and its mount targets, and the real `dtd` / `dtctl` binaries.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 const ZONE_A: &str = "us-east-1a";
 const ZONE_B: &str = "us-east-1b";

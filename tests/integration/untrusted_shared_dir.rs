@@ -5,13 +5,11 @@
 //! scripts/setup). Each asserts what a user sees: passes go on, the warning is logged once, dtd
 //! stays small, and the membership is right.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use common::*;
+use crate::support::*;
 
 /// The job side: signal mode with a pidfile, the ack file and the 2018 log, all in the shared dir.
 fn job_config(efs: &Path) -> String {

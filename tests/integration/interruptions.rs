@@ -2,12 +2,10 @@
 //! the SQS queue a rule delivers to, as on AWS. moto has no Spot market, so the events are the
 //! handwritten ones EC2 would send (like the AWS Node Termination Handler's own tests do).
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
-use common::imds::ImdsStandIn;
-use common::*;
+use crate::support::imds::ImdsStandIn;
+use crate::support::*;
 use serde_json::json;
 
 const SPOT: &str = "EC2 Spot Instance Interruption Warning";
@@ -192,12 +190,12 @@ fn a_rebalance_recommendation_drains_the_worker_gracefully() {
 /// AWS's EC2 Health sample (tests/fixtures/events/) for this worker with `startTime` set, as
 /// AWS writes it (RFC 1123, GMT).
 fn put_scheduled_change(t: &Training, id: &str, arn: &str, starts: SystemTime) {
-    let mut event = common::fixtures::filled("aws-health-ec2-scheduled-change.json");
+    let mut event = crate::support::fixtures::filled("aws-health-ec2-scheduled-change.json");
     event["detail"]["affectedEntities"][0]["entityValue"] = json!(id);
     event["detail"]["eventArn"] = json!(arn);
     event["detail"]["startTime"] = json!(gmt(starts));
     event["resources"] = json!([id]);
-    let entry = json!([common::fixtures::put_events_entry(&event)]);
+    let entry = json!([crate::support::fixtures::put_events_entry(&event)]);
     t.c.aws(&["events", "put-events", "--entries", &entry.to_string()]);
 }
 

@@ -1,0 +1,22 @@
+//! The integration tests, one crate: each file of tests/ was once its own test crate that linked
+//! the whole AWS SDK again; here they share one link (and one build with the shipped binaries,
+//! see scripts/build). `support` is the harness they share: moto, the real `dtd` and `dtctl`,
+//! and the stand-ins for what moto cannot emulate.
+
+mod support;
+
+mod agent;
+mod aws_events;
+mod decide_props;
+mod decide_rules;
+mod doctor;
+mod groups;
+mod interruptions;
+mod lifecycle_actions;
+mod membership;
+mod mount_targets;
+mod notify;
+mod resilience;
+mod sandbox;
+mod stack;
+mod untrusted_shared_dir;
