@@ -276,3 +276,89 @@ pub fn ago(ms: u64) -> String {
         _ => format!("{}h", s / 3600),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "cluster: demo
+workers: { launch_template: lt-0abc, min: 1, max: 3, base_hosts: [10.0.0.5] }
+shared_dir: /efs
+job: { ack: { host_worker_log: /efs/host_worker_log } }
+events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
+";
+
+    fn member(n: u8, generation: u64, acked: bool) -> Member {
+        Member {
+            id: format!("i-{n}"),
+            ip: format!("10.0.1.{n}").parse().expect("an IP"),
+            instance_type: "p3.2xlarge".into(),
+            joined_generation: generation,
+            joined_at: 0,
+            log_mark: 0,
+            acked,
+        }
+    }
+
+    /// Built from a pass's data alone, without the daemon's loop.
+    #[test]
+    fn a_report_is_built_from_what_a_pass_saw_and_decided() {
+        let cfg = Config::parse(CONFIG).expect("config");
+        let snap = Snapshot {
+            instances: Ok(Vec::new()),
+            markers: Err("shared directory /efs: no answer in 5s".into()),
+            acks: Ok(Acks {
+                log_lines: 4,
+                ..Acks::default()
+            }),
+            notices: Vec::new(),
+            group: None,
+            resume_requested: None,
+            mount_targets: None,
+        };
+        let state = State {
+            generation: 3,
+            members: vec![member(1, 2, true), member(2, 3, false)],
+            ..State::default()
+        };
+        let outcome = Outcome {
+            hosts: vec![crate::hostfile::Host {
+                ip: "10.0.0.5".parse().expect("an IP"),
+                slots: 1,
+            }],
+            holds: vec!["prepare-data markers: no answer".into()],
+            ..Outcome::default()
+        };
+        let facts = PassFacts {
+            outcome: &outcome,
+            snap: &snap,
+            state: &state,
+            queue_error: Some("ReceiveMessage: throttled"),
+            mount_targets: None,
+            ec2_calls: 1,
+            pass_ms: 12,
+            errors: &[],
+            now: 1_000,
+        };
+        let report = StatusReport::build(&cfg, facts);
+        // The log confirms every join up to generation 2; generation 3's is not yet confirmed.
+        assert_eq!(report.acked_generation, Some(2));
+        assert_eq!((report.min, report.max, report.current), (1, 3, 1));
+        assert_eq!(report.desired, 1, "only the base host: no rows");
+        let sources: Vec<(&str, bool)> = (report.sources.iter())
+            .map(|s| (s.name.as_str(), s.ok))
+            .collect();
+        assert_eq!(
+            sources,
+            [
+                ("EC2 instances", true),
+                ("prepare-data markers", false),
+                ("acknowledgements", true),
+                ("event queue", false),
+            ]
+        );
+        assert_eq!(report.sources[3].detail, "ReceiveMessage: throttled");
+        assert_eq!(report.holds, outcome.holds);
+        assert_eq!(report.replacing_stopped, None);
+    }
+}

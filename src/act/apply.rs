@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::config::{HostfileSpec, Notify};
+use crate::config::{Config, HostfileSpec, Notify};
 use crate::deadline::Deadline;
 use crate::decide::removal;
 use crate::fsutil::now_millis;
@@ -21,6 +21,23 @@ pub struct Actuators {
     pub hostfiles: Vec<HostfileSpec>,
     pub generation_file: PathBuf,
     pub notify: Notify,
+}
+
+impl Actuators {
+    /// The group is acted on only when the config names one and a client for it is given.
+    pub fn new(
+        cfg: &Config,
+        ec2: aws_sdk_ec2::Client,
+        autoscaling: Option<aws_sdk_autoscaling::Client>,
+    ) -> Actuators {
+        Actuators {
+            ec2,
+            group: autoscaling.zip(cfg.workers.auto_scaling_group.clone()),
+            hostfiles: cfg.hostfiles.clone(),
+            generation_file: cfg.generation_file.clone(),
+            notify: cfg.job.notify.clone(),
+        }
+    }
 }
 
 /// What applying did: events to journal, and each step's result by name (`None`: it worked).

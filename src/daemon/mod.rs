@@ -96,13 +96,7 @@ impl Daemon {
             ),
             mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
                 .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
-            actuators: Actuators {
-                ec2: clients.ec2.clone(),
-                group: (clients.autoscaling.clone()).zip(cfg.workers.auto_scaling_group.clone()),
-                hostfiles: cfg.hostfiles.clone(),
-                generation_file: cfg.generation_file.clone(),
-                notify: cfg.job.notify.clone(),
-            },
+            actuators: Actuators::new(&cfg, clients.ec2.clone(), clients.autoscaling.clone()),
             clients,
             inbox: Inbox::default(),
             launch_template_id: None,
