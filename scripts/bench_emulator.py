@@ -29,8 +29,8 @@ import urllib.request
 import boto3
 
 ELASTIC = "bench-aws-dl-cfn-elastic-worker"
-TARGET_DIR = os.environ.get("CARGO_TARGET_DIR", "target")
-DTD = os.path.join(TARGET_DIR, "release", "dtd")
+# The dtd of the one build (scripts/build; scripts/env.sh sets DT_BIN_DIR), unless --dtd says.
+DTD = os.path.join(os.environ.get("DT_BIN_DIR", "target/release"), "dtd")
 
 
 def free_port():
@@ -300,7 +300,7 @@ def main():
     p.add_argument("--trials", type=int, default=20, help="trials of each kind (default 20)")
     p.add_argument("--workers", type=int, default=1000, help="workers for the memory figure (default 1000)")
     p.add_argument("--passes", type=int, default=3, help="steady passes timed after the join (default 3)")
-    p.add_argument("--dtd", help="the dtd binary to measure (default: the release build)")
+    p.add_argument("--dtd", help="the dtd binary to measure (default: $DT_BIN_DIR/dtd, the one build of scripts/build)")
     p.add_argument("--only", choices=["latency", "interruption", "memory"], help="run one benchmark")
     args = p.parse_args()
     global DTD

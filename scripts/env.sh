@@ -15,6 +15,30 @@ export CARGO_TARGET_DIR
 # clone would rebuild the whole release (16 minutes here) in every fresh clone.
 export DT_RELEASE_TOOLS="${DT_RELEASE_TOOLS:-$DT_CACHE/release-tools}"
 
+# The one build (scripts/build): release, linked by zig against the glibc of Amazon Linux 2023,
+# for this machine's architecture. The demo runs these dtd and dtctl, the tests test them and
+# scripts/release packs them, so the SDK is compiled once for all three.
+export DT_GLIBC=2.34
+DT_TRIPLE="$(uname -m)-unknown-linux-gnu"
+export DT_TRIPLE
+export DT_BIN_DIR="$CARGO_TARGET_DIR/$DT_TRIPLE/release"
+
+# dt_cargo SUBCOMMAND [--triple TRIPLE] ARGS...: cargo-zigbuild's SUBCOMMAND (zigbuild, test,
+# clippy) on the one build's profile and target (TRIPLE defaults to this machine's). zig is
+# found through CARGO_ZIGBUILD_PYTHON_PATH rather than PATH, so the tests it runs see the
+# project's PATH (the release tools' virtualenv has a python3 of its own, without moto).
+dt_cargo() {
+    local sub="$1" triple="$DT_TRIPLE"
+    shift
+    if [ "${1:-}" = --triple ]; then
+        triple="$2"
+        shift 2
+    fi
+    CARGO_ZIGBUILD_PYTHON_PATH="$DT_RELEASE_TOOLS/bin/python3" \
+        "$DT_RELEASE_TOOLS/bin/cargo-zigbuild" "$sub" --release --locked \
+        --target "$triple.$DT_GLIBC" "$@"
+}
+
 # The project's Python tools (moto_server, aws, cfn-lint) come first.
 export PATH="$ROOT/.venv/bin:$PATH"
 
