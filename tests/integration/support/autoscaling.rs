@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::TcpStream;
+use std::sync::Mutex;
+
+use super::server::Server;
 
 /// The two actions moto lacks; anything else is answered `InvalidAction`.
 const ACTIONS: [&str; 2] = ["CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"];
@@ -26,34 +27,18 @@ struct State {
 }
 
 pub struct AutoScalingStandIn {
-    port: u16,
-    state: Arc<Mutex<State>>,
-    stop: Arc<AtomicBool>,
+    server: Server<State>,
 }
 
 impl AutoScalingStandIn {
     pub fn start() -> AutoScalingStandIn {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the Auto Scaling stand-in");
-        let port = listener.local_addr().expect("local addr").port();
-        let state = Arc::new(Mutex::new(State::default()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (state.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    return;
-                }
-                if let Ok(conn) = conn {
-                    let s = s.clone();
-                    std::thread::spawn(move || serve(conn, &s));
-                }
-            }
-        });
-        AutoScalingStandIn { port, state, stop }
+        AutoScalingStandIn {
+            server: Server::start("Auto Scaling stand-in", serve),
+        }
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.server.port)
     }
 
     /// The real SDK client, pointed here with static test credentials.
@@ -86,14 +71,7 @@ impl AutoScalingStandIn {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("Auto Scaling stand-in state")
-    }
-}
-
-impl Drop for AutoScalingStandIn {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        self.server.lock()
     }
 }
 

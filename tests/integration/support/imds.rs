@@ -6,10 +6,11 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::TcpStream;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::server::Server;
 
 const TTL_HEADER: &str = "x-aws-ec2-metadata-token-ttl-seconds";
 const TOKEN_HEADER: &str = "x-aws-ec2-metadata-token";
@@ -26,30 +27,14 @@ struct State {
 }
 
 pub struct ImdsStandIn {
-    port: u16,
-    state: Arc<Mutex<State>>,
-    stop: Arc<AtomicBool>,
+    server: Server<State>,
 }
 
 impl ImdsStandIn {
     pub fn start() -> ImdsStandIn {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the IMDS stand-in");
-        let port = listener.local_addr().expect("local addr").port();
-        let state = Arc::new(Mutex::new(State::default()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (state.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    return;
-                }
-                if let Ok(conn) = conn {
-                    let s = s.clone();
-                    std::thread::spawn(move || serve(conn, &s));
-                }
-            }
-        });
-        ImdsStandIn { port, state, stop }
+        ImdsStandIn {
+            server: Server::start("IMDS stand-in", serve),
+        }
     }
 
     /// An instance with this private IP and id.
@@ -61,7 +46,7 @@ impl ImdsStandIn {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.server.port)
     }
 
     /// The environment that points the AWS SDK's IMDS client here.
@@ -91,14 +76,7 @@ impl ImdsStandIn {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("IMDS stand-in state")
-    }
-}
-
-impl Drop for ImdsStandIn {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        self.server.lock()
     }
 }
 

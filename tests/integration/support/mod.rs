@@ -4,6 +4,7 @@
 pub mod autoscaling;
 pub mod fixtures;
 pub mod imds;
+pub mod server;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
