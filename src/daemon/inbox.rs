@@ -62,7 +62,7 @@ impl Inbox {
     pub fn notices(&self, markers: &Result<Markers, String>) -> Vec<Notice> {
         let from_queue = self.kept.iter().flat_map(|r| match &r.parsed {
             Parsed::Notices(n) => n.clone(),
-            Parsed::Wake(why) => {
+            Parsed::Wake { why, .. } => {
                 tracing::info!("event: {why}");
                 Vec::new()
             }

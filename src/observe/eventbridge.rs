@@ -13,14 +13,24 @@ const CAPACITY_BLOCK_GRACE_MS: Millis = 30 * 60_000;
 /// An AWS Health event names the instances it affects; more than this is not a worker notice.
 const MAX_AFFECTED_ENTITIES: usize = 1000;
 
+/// A tag change event names the resource it is about (AWS's sample names one); the ids it
+/// yields are read from EC2 by id on the hot path, so a message naming more is read only this
+/// far (the periodic full read still finds the rest).
+const MAX_TAGGED_RESOURCES: usize = 100;
+
 /// What one message asks of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     /// One per worker it names (an AWS Health event may name several instances).
     Notices(Vec<Notice>),
-    /// Worth a pass now (a state change, a lifecycle action) but carries no rule of its own:
-    /// the pass reads the instance and group state itself.
-    Wake(String),
+    /// Worth a pass now (a state change, a lifecycle action, the elastic tag deleted or put
+    /// back) but carries no rule of its own: the pass reads the instance and group state itself.
+    Wake {
+        why: String,
+        /// The instances the event names, each a well-formed EC2 instance id (anything else
+        /// the message holds is dropped), so the pass can re-read just those; may be empty.
+        instances: Vec<String>,
+    },
     /// Not an event dtd handles; the message is deleted.
     Ignored(String),
 }
@@ -39,6 +49,9 @@ struct Envelope {
     time: Option<String>,
     #[serde(default)]
     detail: serde_json::Value,
+    /// ARNs of the resources the event is about (a list; tolerated as anything else).
+    #[serde(default)]
+    resources: serde_json::Value,
 }
 
 pub fn parse(body: &str) -> Parsed {
@@ -100,22 +113,98 @@ pub fn parse(body: &str) -> Parsed {
                 None => Parsed::Ignored(format!("{kind} without a capacity-reservation-id")),
             }
         }
-        "EC2 Instance State-change Notification" => Parsed::Wake(format!(
-            "{} is {}",
-            detail("instance-id").unwrap_or("an instance"),
-            detail("state").unwrap_or("changing state")
-        )),
+        "EC2 Instance State-change Notification" => {
+            let instances = valid_instance(detail("instance-id"));
+            let why = format!(
+                "{} is {}",
+                instances.first().map_or("an instance", String::as_str),
+                detail("state").unwrap_or("changing state")
+            );
+            Parsed::Wake { why, instances }
+        }
+        // "Amazon EC2 Auto Scaling event reference", "Lifecycle action events" (Amazon EC2 Auto
+        // Scaling User Guide): the instance is `detail.EC2InstanceId`.
         "EC2 Instance-terminate Lifecycle Action" | "EC2 Instance-launch Lifecycle Action" => {
-            Parsed::Wake(format!(
+            let instances = valid_instance(detail("EC2InstanceId"));
+            let why = format!(
                 "{kind} for {}",
-                detail("EC2InstanceId").unwrap_or("an instance")
-            ))
+                instances.first().map_or("an instance", String::as_str)
+            );
+            Parsed::Wake { why, instances }
+        }
+        "Tag Change on Resource" if env.source.as_deref() == Some("aws.tag") => {
+            tag_change(&env.detail, &env.resources)
         }
         "AWS Health Event" if env.source.as_deref() == Some("aws.health") => {
             health(&env.detail, &id)
         }
         other => Parsed::Ignored(format!("detail-type `{other}` is not handled")),
     }
+}
+
+/// A tag of an EC2 instance was added, changed or deleted (the stack's rule passes only changes
+/// of the elastic tag): the instances are the `resources` ARNs, `arn:<partition>:ec2:<region>:
+/// <account>:instance/<id>`. Shape: "Monitor tag changes with serverless workflows and Amazon
+/// EventBridge" (Tagging AWS Resources and Tag Editor User Guide,
+/// docs.aws.amazon.com/tag-editor/latest/userguide/tag-monitor.html); detail-type and source:
+/// "Tags events" (EventBridge events reference,
+/// docs.aws.amazon.com/eventbridge/latest/ref/events-ref-tag.html).
+fn tag_change(detail: &serde_json::Value, resources: &serde_json::Value) -> Parsed {
+    let field = |key: &str| detail.get(key).and_then(|v| v.as_str());
+    let (service, kind) = (field("service"), field("resource-type"));
+    if service != Some("ec2") || kind != Some("instance") {
+        return Parsed::Ignored(format!(
+            "tag change on {} {} is not about an EC2 instance",
+            service.unwrap_or("no service"),
+            kind.unwrap_or("resource")
+        ));
+    }
+    let mut instances: Vec<String> = Vec::new();
+    let arns = resources.as_array().into_iter().flatten();
+    for id in arns.take(MAX_TAGGED_RESOURCES).filter_map(instance_of_arn) {
+        if !instances.iter().any(|i| i == id) {
+            instances.push(id.to_string());
+        }
+    }
+    match instances.as_slice() {
+        [] => Parsed::Ignored("tag change names no EC2 instance".into()),
+        [one] => Parsed::Wake {
+            why: format!("the tags of {one} changed"),
+            instances,
+        },
+        many => Parsed::Wake {
+            why: format!("the tags of {} instances changed", many.len()),
+            instances,
+        },
+    }
+}
+
+/// The instance id of an EC2 instance ARN; `None` for any other ARN or string.
+fn instance_of_arn(arn: &serde_json::Value) -> Option<&str> {
+    let mut parts = arn.as_str()?.splitn(6, ':');
+    let (arn, _partition, service) = (parts.next()?, parts.next()?, parts.next()?);
+    let (_region, _account, resource) = (parts.next()?, parts.next()?, parts.next()?);
+    let id = resource.strip_prefix("instance/")?;
+    (arn == "arn" && service == "ec2" && is_ec2_instance_id(id)).then_some(id)
+}
+
+/// The id, if it is one, as the only instance an event names.
+fn valid_instance(id: Option<&str>) -> Vec<String> {
+    id.filter(|i| is_ec2_instance_id(i))
+        .map(str::to_string)
+        .into_iter()
+        .collect()
+}
+
+/// EC2's form of an instance id: `i-` and 8 (before 2016) or 17 lowercase hex digits ("Resource
+/// IDs", Amazon EC2 User Guide). Only ids of this form are handed on to be read from EC2.
+fn is_ec2_instance_id(v: &str) -> bool {
+    v.strip_prefix("i-").is_some_and(|hex| {
+        matches!(hex.len(), 8 | 17)
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 /// An AWS Health event: only an EC2 scheduled change (reboot, stop, retirement, maintenance)
@@ -209,8 +298,14 @@ mod tests {
 
     #[test]
     fn state_changes_wake_and_strangers_are_ignored() {
-        let wake = r#"{"id":"e-2","detail-type":"EC2 Instance State-change Notification","detail":{"instance-id":"i-2","state":"shutting-down"}}"#;
-        assert_eq!(parse(wake), Parsed::Wake("i-2 is shutting-down".into()));
+        let wake = r#"{"id":"e-2","detail-type":"EC2 Instance State-change Notification","detail":{"instance-id":"i-0123456789abcdef0","state":"shutting-down"}}"#;
+        assert_eq!(
+            parse(wake),
+            Parsed::Wake {
+                why: "i-0123456789abcdef0 is shutting-down".into(),
+                instances: vec!["i-0123456789abcdef0".into()]
+            }
+        );
         assert!(matches!(parse("{]"), Parsed::Ignored(_)));
         assert!(matches!(
             parse(r#"{"detail-type":"AWS API Call via CloudTrail"}"#),
@@ -219,5 +314,152 @@ mod tests {
         let no_id =
             r#"{"id":"e-3","detail-type":"EC2 Spot Instance Interruption Warning","detail":{}}"#;
         assert!(matches!(parse(no_id), Parsed::Ignored(_)));
+    }
+
+    fn wake(body: &str) -> (String, Vec<String>) {
+        match parse(body) {
+            Parsed::Wake { why, instances } => (why, instances),
+            other => panic!("expected a wake, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wakes_name_only_well_formed_instance_ids() {
+        let state = |id: &str| {
+            format!(
+                r#"{{"detail-type":"EC2 Instance State-change Notification","detail":{{"instance-id":"{id}","state":"running"}}}}"#
+            )
+        };
+        // The old 8-digit form and the 17-digit form.
+        assert_eq!(wake(&state("i-abcd1111")).1, ["i-abcd1111"]);
+        assert_eq!(
+            wake(&state("i-1234567890abcdef0")).1,
+            ["i-1234567890abcdef0"]
+        );
+        // Anything else still wakes a pass, but names no instance, not even in the log line.
+        for bad in [
+            "i-1",
+            "i-ABCD1111",
+            "i-abcd111g",
+            "i-1234567890abcdef",
+            "i-1234567890abcdef01",
+            "x-abcd1111",
+            "i-abcd1111 ",
+            "../i-abcd1111",
+        ] {
+            let (why, instances) = wake(&state(bad));
+            assert!(instances.is_empty(), "{bad}");
+            assert_eq!(why, "an instance is running", "{bad}");
+        }
+        let no_id = r#"{"detail-type":"EC2 Instance State-change Notification","detail":{}}"#;
+        assert_eq!(wake(no_id).1, Vec::<String>::new());
+    }
+
+    #[test]
+    fn lifecycle_actions_name_their_instance() {
+        // "Amazon EC2 Auto Scaling event reference", "Scale-in lifecycle action" (its sample's
+        // placeholder time left in: not read).
+        let body = r#"{"version":"0","id":"12345678-1234-1234-1234-123456789012",
+            "detail-type":"EC2 Instance-terminate Lifecycle Action","source":"aws.autoscaling",
+            "account":"123456789012","time":"yyyy-mm-ddThh:mm:ssZ","region":"us-west-2",
+            "resources":["auto-scaling-group-arn"],
+            "detail":{"LifecycleActionToken":"87654321-4321-4321-4321-210987654321",
+            "AutoScalingGroupName":"my-asg","LifecycleHookName":"my-lifecycle-hook",
+            "EC2InstanceId":"i-1234567890abcdef0","LifecycleTransition":"autoscaling:EC2_INSTANCE_TERMINATING"}}"#;
+        let (why, instances) = wake(body);
+        assert_eq!(instances, ["i-1234567890abcdef0"]);
+        assert_eq!(
+            why,
+            "EC2 Instance-terminate Lifecycle Action for i-1234567890abcdef0"
+        );
+        let launch = body
+            .replace("terminate", "launch")
+            .replace("i-1234567890abcdef0", "i-nope");
+        assert_eq!(wake(&launch).1, Vec::<String>::new());
+    }
+
+    /// AWS's sample from "Monitor tag changes with serverless workflows and Amazon EventBridge"
+    /// (Tagging AWS Resources and Tag Editor User Guide), with `resources` as given.
+    fn tag_change(resources: &str, service: &str, resource_type: &str) -> String {
+        format!(
+            r#"{{"version":"0","id":"bddcf1d6-0251-35a1-aab0-adc1fb47c11c",
+            "detail-type":"Tag Change on Resource","source":"aws.tag","account":"123456789012",
+            "time":"2018-09-18T20:41:38Z","region":"us-east-1","resources":{resources},
+            "detail":{{"changed-tag-keys":["a-new-key","an-updated-key","a-deleted-key"],
+            "tags":{{"a-new-key":"tag-value-on-new-key-just-added","an-updated-key":"tag-value-was-just-changed",
+            "an-unchanged-key":"tag-value-still-the-same"}},
+            "service":"{service}","resource-type":"{resource_type}","version":3}}}}"#
+        )
+    }
+
+    const SAMPLE_ARN: &str =
+        r#"["arn:aws:ec2:us-east-1:123456789012:instance/i-0000000aaaaaaaaaa"]"#;
+
+    #[test]
+    fn a_tag_change_on_an_instance_wakes_for_that_instance() {
+        let (why, instances) = wake(&tag_change(SAMPLE_ARN, "ec2", "instance"));
+        assert_eq!(instances, ["i-0000000aaaaaaaaaa"]);
+        assert_eq!(why, "the tags of i-0000000aaaaaaaaaa changed");
+        // Another partition (aws-cn, as the page's China version shows it), one instance twice.
+        let twice = r#"["arn:aws-cn:ec2:cn-north-1:123456789012:instance/i-0000000aaaaaaaaaa",
+            "arn:aws:ec2:us-east-1:123456789012:instance/i-abcd1111",
+            "arn:aws:ec2:us-east-1:123456789012:instance/i-0000000aaaaaaaaaa"]"#;
+        let (why, instances) = wake(&tag_change(twice, "ec2", "instance"));
+        assert_eq!(instances, ["i-0000000aaaaaaaaaa", "i-abcd1111"]);
+        assert_eq!(why, "the tags of 2 instances changed");
+    }
+
+    #[test]
+    fn a_tag_change_without_a_well_formed_instance_arn_is_ignored() {
+        for resources in [
+            r#"[]"#,
+            r#""arn:aws:ec2:us-east-1:123456789012:instance/i-0000000aaaaaaaaaa""#,
+            r#"[42, null, {"arn":"x"}]"#,
+            r#"["i-0000000aaaaaaaaaa"]"#,
+            r#"["arn:aws:ec2:us-east-1:123456789012:instance/i-0000000AAAAAAAAAA"]"#,
+            r#"["arn:aws:ec2:us-east-1:123456789012:instance/i-0000000aaaaaaaaaa/x"]"#,
+            r#"["arn:aws:ec2:us-east-1:123456789012:volume/vol-0000000aaaaaaaaaa"]"#,
+            r#"["arn:aws:s3:us-east-1:123456789012:instance/i-0000000aaaaaaaaaa"]"#,
+            r#"["arn:aws:ec2:us-east-1:instance/i-0000000aaaaaaaaaa"]"#,
+            r#"["nra:aws:ec2:us-east-1:123456789012:instance/i-0000000aaaaaaaaaa"]"#,
+        ] {
+            let parsed = parse(&tag_change(resources, "ec2", "instance"));
+            assert!(
+                matches!(parsed, Parsed::Ignored(_)),
+                "{resources}: {parsed:?}"
+            );
+        }
+        // A malformed ARN beside a good one: only the good one is named.
+        let mixed = r#"["arn:aws:ec2:us-east-1:123456789012:instance/i-0000000aaaaaaaaaa;rm",
+            "arn:aws:ec2:us-east-1:123456789012:instance/i-abcd1111"]"#;
+        assert_eq!(
+            wake(&tag_change(mixed, "ec2", "instance")).1,
+            ["i-abcd1111"]
+        );
+    }
+
+    #[test]
+    fn a_tag_change_on_another_resource_or_from_another_source_is_ignored() {
+        for (service, kind) in [("ec2", "volume"), ("ec2", "subnet"), ("s3", "instance")] {
+            let parsed = parse(&tag_change(SAMPLE_ARN, service, kind));
+            assert!(matches!(parsed, Parsed::Ignored(_)), "{service} {kind}");
+        }
+        let forged = tag_change(SAMPLE_ARN, "ec2", "instance").replace("aws.tag", "my.app");
+        assert!(matches!(parse(&forged), Parsed::Ignored(_)));
+    }
+
+    #[test]
+    fn a_tag_change_naming_too_many_resources_yields_only_the_first() {
+        let arns: Vec<String> = (0..MAX_TAGGED_RESOURCES + 50)
+            .map(|n| format!("arn:aws:ec2:us-east-1:123456789012:instance/i-{n:017x}"))
+            .collect();
+        let resources = serde_json::to_string(&arns).unwrap();
+        let (_, instances) = wake(&tag_change(&resources, "ec2", "instance"));
+        assert_eq!(instances.len(), MAX_TAGGED_RESOURCES);
+        assert_eq!(instances[0], "i-00000000000000000");
+        assert_eq!(
+            instances.last().map(String::as_str),
+            Some(format!("i-{:017x}", MAX_TAGGED_RESOURCES - 1).as_str())
+        );
     }
 }

@@ -103,8 +103,33 @@ fn state_changes_wake_and_reclamation_reports_are_ignored() {
     let state = filled("instance-state-change.json");
     assert_eq!(
         parse(&state.to_string()),
-        Parsed::Wake("i-1234567890abcdef0 is pending".into())
+        Parsed::Wake {
+            why: "i-1234567890abcdef0 is pending".into(),
+            instances: vec!["i-1234567890abcdef0".into()],
+        }
     );
     let reclaimed = filled("interruptible-capacity-reservation-reclamation-complete.json");
     assert!(matches!(parse(&reclaimed.to_string()), Parsed::Ignored(_)));
+}
+
+#[test]
+fn a_tag_change_on_an_instance_wakes_for_that_instance_only() {
+    // AWS's sample: the instance is named by its ARN in `resources`.
+    let sample = filled("tag-change-on-resource.json");
+    assert_eq!(
+        parse(&sample.to_string()),
+        Parsed::Wake {
+            why: "the tags of i-0000000aaaaaaaaaa changed".into(),
+            instances: vec!["i-0000000aaaaaaaaaa".into()],
+        }
+    );
+    // The same change on a volume, or an ARN that is not an instance's: no pass for it.
+    let mut volume = sample.clone();
+    volume["detail"]["resource-type"] = "volume".into();
+    volume["resources"] =
+        serde_json::json!(["arn:aws:ec2:us-east-1:123456789012:volume/vol-0000000aaaaaaaaaa"]);
+    assert!(matches!(parse(&volume.to_string()), Parsed::Ignored(_)));
+    let mut mangled = sample;
+    mangled["resources"] = serde_json::json!(["arn:aws:ec2:us-east-1:123456789012:instance/"]);
+    assert!(matches!(parse(&mangled.to_string()), Parsed::Ignored(_)));
 }

@@ -630,7 +630,7 @@ fn check_published_events(moto: &Moto, out: &BTreeMap<String, String>) {
             let v: Json = serde_json::from_str(body).unwrap();
             let kind = match parse(body) {
                 Parsed::Notices(n) => Some(n[0].kind),
-                Parsed::Wake(_) => None,
+                Parsed::Wake { .. } => None,
                 Parsed::Ignored(why) => panic!("delivered but ignored ({why}): {body}"),
             };
             (fixtures::detail_type(&v), kind)
