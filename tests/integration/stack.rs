@@ -479,6 +479,7 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
         ("instance-events", "aws.ec2"),
         ("lifecycle-events", "aws.autoscaling"),
         ("health-events", "aws.health"),
+        ("tag-events", "aws.tag"),
     ] {
         let name = format!("{STACK}-{rule}");
         let described = aws_json(moto, &["events", "describe-rule", "--name", &name]);
@@ -507,6 +508,17 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
                 serde_json::json!([out["WorkerGroup"]])
             );
         }
+        if source == "aws.tag" {
+            // Changes of the elastic tag on instances: not the status tag dtd writes itself.
+            assert_eq!(
+                pattern["detail"],
+                serde_json::json!({
+                    "service": ["ec2"],
+                    "resource-type": ["instance"],
+                    "changed-tag-keys": [elastic_tag()],
+                })
+            );
+        }
         let targets = aws_json(moto, &["events", "list-targets-by-rule", "--rule", &name]);
         assert_eq!(targets["Targets"][0]["Arn"], queue_arn.as_str(), "{name}");
     }
@@ -524,14 +536,16 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
             "EC2 Instance-terminate Lifecycle Action",
             "EC2 Interruptible Capacity Reservation Instance Interruption Warning",
             "EC2 Spot Instance Interruption Warning",
+            "Tag Change on Resource",
         ]
     );
 
     check_delivery(moto, out);
     check_published_events(moto, out);
+    check_tag_changes(moto, out);
 
     // Not created by moto's CloudFormation: the queue policy, read from the template. Only
-    // EventBridge may send, and only on behalf of this stack's three rules.
+    // EventBridge may send, and only on behalf of this stack's four rules.
     let t = template();
     let policy = resource(&t, "EventQueuePolicy");
     let statement = &policy["PolicyDocument"]["Statement"][0];
@@ -551,12 +565,19 @@ fn check_events(moto: &Moto, out: &BTreeMap<String, String>) {
         [
             "InstanceEventsRule.Arn",
             "LifecycleEventsRule.Arn",
-            "HealthEventsRule.Arn"
+            "HealthEventsRule.Arn",
+            "TagEventsRule.Arn"
         ]
     );
     // Stand-in for CloudFormation: that policy on the queue, with the rules' ARNs, so the
     // queue looks as it does on AWS to `dtctl doctor`.
-    let rule_arns: Vec<String> = ["instance-events", "lifecycle-events", "health-events"]
+    let rules = [
+        "instance-events",
+        "lifecycle-events",
+        "health-events",
+        "tag-events",
+    ];
+    let rule_arns: Vec<String> = rules
         .iter()
         .map(|r| {
             let name = format!("{STACK}-{r}");
@@ -643,6 +664,53 @@ fn check_published_events(moto: &Moto, out: &BTreeMap<String, String>) {
     got.sort();
     expected.sort();
     assert_eq!(got, expected);
+}
+
+/// The elastic tag's key on this stack's workers (its launch template's tag and dtd.yaml's
+/// `workers.elastic_tag`).
+fn elastic_tag() -> String {
+    format!("{STACK}-aws-dl-cfn-elastic-worker")
+}
+
+/// AWS's Tag Change on Resource sample, put on the bus as the tagging service would: through
+/// the stack's rule when the elastic tag was deleted (or put back), becoming a wake for that
+/// instance; not for another tag of the instance (the status tag dtd writes among them), nor
+/// for the elastic tag's key on a volume.
+fn check_tag_changes(moto: &Moto, out: &BTreeMap<String, String>) {
+    use dt::observe::eventbridge::{parse, Parsed};
+    let sample = fixtures::filled("tag-change-on-resource.json");
+    let with_keys = |keys: &[&str]| {
+        let mut event = sample.clone();
+        event["detail"]["changed-tag-keys"] = serde_json::json!(keys);
+        event
+    };
+    // Deleted: the key changed and is no longer among the instance's tags.
+    let deleted = with_keys(&[&elastic_tag()]);
+    let mut on_volume = deleted.clone();
+    on_volume["detail"]["resource-type"] = "volume".into();
+    on_volume["resources"] =
+        serde_json::json!(["arn:aws:ec2:us-east-1:123456789012:volume/vol-0000000aaaaaaaaaa"]);
+    let entries: Vec<Json> = [
+        deleted,
+        with_keys(&["elastic_worker_status"]),
+        with_keys(&["a-new-key", "an-updated-key", "a-deleted-key"]),
+        on_volume,
+    ]
+    .iter()
+    .map(fixtures::put_events_entry)
+    .collect();
+    put_events(moto, &entries);
+    let delivered = drain_queue(moto, out);
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    let body: Json = serde_json::from_str(&delivered[0]).unwrap();
+    assert_eq!(
+        body["detail"]["changed-tag-keys"],
+        serde_json::json!([elastic_tag()])
+    );
+    match parse(&delivered[0]) {
+        Parsed::Wake { instances, .. } => assert_eq!(instances, ["i-0000000aaaaaaaaaa"]),
+        other => panic!("expected a wake, got {other:?}: {}", delivered[0]),
+    }
 }
 
 /// Every message the stack's queue holds now, deleted as read.
