@@ -16,6 +16,12 @@ pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
     Ok(parsed)
 }
 
+pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
+}
+
 /// Inside `workers` serde loses the key's path (the section is parsed through RawWorkers), so
 /// the message names the key itself.
 pub(super) fn prepare_timeout<'de, D: Deserializer<'de>>(

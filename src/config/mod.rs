@@ -65,6 +65,14 @@ pub struct Config {
     pub job: Job,
     pub events: Events,
     pub interval: Duration,
+    /// How often `dtd` lists every worker instance, in the background, to catch whatever the
+    /// events missed; between listings it reads only the instances an event or a marker names.
+    /// Default one minute with an event queue, `interval` without one (nothing else would say
+    /// that an elastic tag was deleted).
+    pub resync: Duration,
+    /// How often the shared directory is checked for new markers and acknowledgements (a
+    /// directory read and two `stat`s); a change starts a pass at once.
+    pub shared_poll: Duration,
     /// Where `dtd` keeps its state, status and events journal; default `<shared_dir>/.dt/<cluster>`.
     pub state_dir: PathBuf,
     /// Lets the state directory be on the root file system (a demo or a test on one machine);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::{cluster_name, duration, file_system_id, prepare_timeout};
+use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_timeout};
 use super::{Events, Notify, Slots};
 use crate::hostfile::Format;
 
@@ -37,6 +37,10 @@ pub(super) struct RawConfig {
     pub events: Events,
     #[serde(default = "default_interval", deserialize_with = "duration")]
     pub interval: Duration,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub resync: Option<Duration>,
+    #[serde(default = "default_shared_poll", deserialize_with = "duration")]
+    pub shared_poll: Duration,
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
     #[serde(default)]
@@ -243,6 +247,12 @@ fn default_shared_fs_refresh() -> Duration {
 
 fn default_interval() -> Duration {
     Duration::from_secs(2)
+}
+
+/// A directory read and two `stat`s five times a second: cheap, and a join or an acknowledgement
+/// waits 0.1 s for it on average.
+fn default_shared_poll() -> Duration {
+    Duration::from_millis(200)
 }
 
 fn default_fs_timeout() -> Duration {

@@ -17,11 +17,17 @@ use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
 const DEFAULT_HOSTFILE: &str = "host_worker";
 /// The prepare-data program run when the file names none.
 const DEFAULT_PREPARE_DATA: &str = "prepare-data.py";
+/// With events naming the instances that change, the complete listing only catches what they missed.
+const DEFAULT_RESYNC_WITH_EVENTS: Duration = Duration::from_secs(60);
 
 pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
     validate(&raw, text)?;
     let hostfiles = hostfiles(&raw.hostfiles, &raw.shared_dir, text)?;
     let shared = raw.shared_dir;
+    let resync = raw.resync.unwrap_or(match raw.events.queue_url {
+        Some(_) => DEFAULT_RESYNC_WITH_EVENTS.max(raw.interval),
+        None => raw.interval,
+    });
     Ok(Config {
         workers: workers(raw.workers, &raw.cluster, &raw.agent),
         state_dir: raw
@@ -38,6 +44,8 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
         hostfiles,
         events: raw.events,
         interval: raw.interval,
+        resync,
+        shared_poll: raw.shared_poll,
         allow_local_state_dir: raw.allow_local_state_dir,
         api_timeout: raw.api_timeout,
         fs_timeout: raw.fs_timeout,
@@ -112,6 +120,14 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
             "attempts",
             "agent.attempts must be at least 1",
         ));
+    }
+    if raw.resync.is_some_and(|r| r < raw.interval) {
+        let msg = "resync must be at least interval: a listing runs at most once a pass";
+        return Err(at_key(text, "resync", msg));
+    }
+    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&raw.shared_poll) {
+        let msg = "shared_poll must be within 10ms..=60s";
+        return Err(at_key(text, "shared_poll", msg));
     }
     if raw.shared_fs_refresh < Duration::from_secs(1) {
         let msg = "shared_fs_refresh must be at least 1s";

@@ -180,3 +180,34 @@ fn slots_by_type() {
     assert_eq!(cfg.workers.slots.for_type("p3.16xlarge"), 8);
     assert_eq!(cfg.workers.slots.for_type("g5.xlarge"), 2);
 }
+
+#[test]
+fn resync_defaults_to_a_minute_with_events_and_to_the_interval_without() {
+    let cfg = Config::parse(GOOD).unwrap();
+    assert_eq!(
+        cfg.resync,
+        Duration::from_secs(1),
+        "no queue: every interval"
+    );
+    assert_eq!(cfg.shared_poll, Duration::from_millis(200));
+    let queue = "interval: 1s\nevents:\n  queue_url: https://sqs.us-east-1.amazonaws.com/1/q";
+    assert_eq!(
+        good_with("interval: 1s", queue).resync,
+        Duration::from_secs(60)
+    );
+    let set = good_with(
+        "interval: 1s",
+        "interval: 1s\nresync: 5m\nshared_poll: 50ms",
+    );
+    assert_eq!(
+        (set.resync, set.shared_poll),
+        (Duration::from_secs(300), Duration::from_millis(50))
+    );
+    let e = error_of(&GOOD.replace("interval: 1s", "interval: 1s\nresync: 500ms"));
+    assert!(
+        e.contains("resync must be at least interval") && e.contains("line 12"),
+        "{e}"
+    );
+    let e = error_of(&GOOD.replace("interval: 1s", "interval: 1s\nshared_poll: 5ms"));
+    assert!(e.contains("shared_poll must be within"), "{e}");
+}

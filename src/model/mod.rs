@@ -1,6 +1,7 @@
 //! Plain data shared by observe, decide and act: what was seen, what is remembered, what to do.
 
 mod event;
+pub mod fleet;
 mod observed;
 mod outcome;
 mod removal;

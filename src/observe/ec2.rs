@@ -1,5 +1,6 @@
 //! EC2 worker instances: paginated DescribeInstances with server-side tag and state filters, so
-//! the number of calls per pass grows with pages, never with instances.
+//! the number of calls grows with pages, never with instances; and reads of just the instances
+//! an event or a marker names, which cost one call however large the fleet.
 
 use std::collections::BTreeMap;
 
@@ -7,8 +8,12 @@ use aws_sdk_ec2::types::{Filter, Instance as Ec2Instance};
 use aws_sdk_ec2::Client;
 
 use crate::aws::describe_error;
+use crate::model::fleet::Targets;
 use crate::model::Instance;
 
+const MAX_FILTER_VALUES: usize = 100;
+
+#[derive(Clone)]
 pub struct Ec2Observer {
     client: Client,
     filters: Vec<Filter>,
@@ -43,10 +48,54 @@ impl Ec2Observer {
 
     /// Every page or an error: a listing that stopped half-way is never returned as complete.
     pub async fn list(&self) -> Result<Listing, String> {
+        self.describe(self.filters.clone(), "DescribeInstances")
+            .await
+    }
+
+    /// The workers among the instances `targets` names, by id and by private IP. Complete for
+    /// what it asked, like a listing: one it asked for and did not return is not a worker.
+    /// Ids go in an `instance-id` filter rather than `InstanceIds`, which fails the whole call
+    /// for an id that no longer exists ("DescribeInstances", Amazon EC2 API Reference).
+    pub async fn read(&self, targets: &Targets) -> Result<Listing, String> {
+        let ids: Vec<String> = targets.ids.iter().cloned().collect();
+        let ips: Vec<String> = targets.ips.iter().map(|ip| ip.to_string()).collect();
+        let (by_id, by_ip) = tokio::join!(
+            self.read_by("instance-id", &ids),
+            self.read_by("private-ip-address", &ips)
+        );
+        let (mut listing, by_ip) = (by_id?, by_ip?);
+        listing.instances.extend(by_ip.instances);
+        listing.calls += by_ip.calls;
+        Ok(listing)
+    }
+
+    /// The EC2 API Reference gives no limit on a filter's values, but requests with more than
+    /// about 200 are refused (apache/druid#1954 hit it): 100 per call.
+    async fn read_by(&self, filter: &str, values: &[String]) -> Result<Listing, String> {
+        let mut listing = Listing {
+            instances: Vec::new(),
+            calls: 0,
+        };
+        for chunk in values.chunks(MAX_FILTER_VALUES) {
+            let mut filters = self.filters.clone();
+            let by = Filter::builder()
+                .name(filter)
+                .set_values(Some(chunk.to_vec()));
+            filters.push(by.build());
+            let part = self
+                .describe(filters, "DescribeInstances by id or IP")
+                .await?;
+            listing.instances.extend(part.instances);
+            listing.calls += part.calls;
+        }
+        Ok(listing)
+    }
+
+    async fn describe(&self, filters: Vec<Filter>, what: &str) -> Result<Listing, String> {
         let mut pages = self
             .client
             .describe_instances()
-            .set_filters(Some(self.filters.clone()))
+            .set_filters(Some(filters))
             .max_results(self.page_size)
             .into_paginator()
             .send();
@@ -58,7 +107,7 @@ impl Ec2Observer {
             listing.calls += 1;
             let page = page.map_err(|e| {
                 format!(
-                    "DescribeInstances page {} failed: {}",
+                    "{what} page {} failed: {}",
                     listing.calls,
                     describe_error(&e)
                 )

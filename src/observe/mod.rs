@@ -7,3 +7,4 @@ pub mod efs;
 pub mod eventbridge;
 pub mod markers;
 pub mod queue;
+pub mod shared_changes;
