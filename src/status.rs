@@ -42,6 +42,12 @@ pub struct StatusReport {
     #[serde(default)]
     pub interruptions: u64,
     pub ec2_calls_last_pass: u32,
+    /// When the complete listing the instances rest on began; between listings only what
+    /// events and markers name is read again.
+    #[serde(default)]
+    pub instances_listed_at: Option<Millis>,
+    #[serde(default)]
+    pub resync_ms: u64,
     pub pass_ms: u64,
     pub sources: Vec<SourceStatus>,
     pub holds: Vec<String>,
@@ -61,6 +67,7 @@ pub struct PassFacts<'a> {
     /// The mount-target zones' summary, or why they are unknown; `None` when not configured.
     pub mount_targets: Option<Result<String, String>>,
     pub ec2_calls: u32,
+    pub listed_at: Option<Millis>,
     pub pass_ms: u64,
     pub errors: &'a [String],
     pub now: Millis,
@@ -85,6 +92,8 @@ impl StatusReport {
             acked_generation: acknowledged(state, snap, cfg.job.ack.host_worker_log.is_some()),
             pending_notification: state.pending_notification.as_ref().map(|n| n.generation),
             ec2_calls_last_pass: f.ec2_calls,
+            instances_listed_at: f.listed_at,
+            resync_ms: cfg.resync.as_millis() as u64,
             pass_ms: f.pass_ms,
             interruptions: state.interruptions,
             sources: sources(cfg, &f),
@@ -104,8 +113,15 @@ fn sources(cfg: &Config, f: &PassFacts) -> Vec<SourceStatus> {
         ok: r.is_ok(),
         detail: r.unwrap_or_else(|e| e),
     };
+    let listed = f.listed_at.map_or("never listed completely".into(), |at| {
+        let every = humantime::format_duration(cfg.resync);
+        format!(
+            "listed {} ago, every {every}",
+            ago(f.now.saturating_sub(at))
+        )
+    });
     let instances = (snap.instances.as_ref().map_err(String::clone))
-        .map(|v| format!("{} instances with the worker tags", v.len()));
+        .map(|v| format!("{} instances with the worker tags ({listed})", v.len()));
     let markers = (snap.markers.as_ref().map_err(String::clone))
         .map(|m| format!("{} ready, {} failed", m.success.len(), m.failed.len()));
     let acks = (snap.acks.as_ref().map_err(String::clone)).map(|a| {
@@ -336,6 +352,7 @@ events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
             queue_error: Some("ReceiveMessage: throttled"),
             mount_targets: None,
             ec2_calls: 1,
+            listed_at: Some(1_000),
             pass_ms: 12,
             errors: &[],
             now: 1_000,

@@ -40,6 +40,9 @@ impl Actuators {
     }
 }
 
+/// The step that sets status tags, as `Applied::results` names it.
+pub const STATUS_TAGS: &str = "status tags";
+
 /// What applying did: events to journal, and each step's result by name (`None`: it worked).
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -65,7 +68,7 @@ pub async fn apply(
         deliver(a, n, state, shared_fs, failing, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
-    done.results.push(("status tags", tagged.err()));
+    done.results.push((STATUS_TAGS, tagged.err()));
     let ids = outcome.terminate();
     if !ids.is_empty() {
         let (ended, err) = ec2::terminate(&a.ec2, &ids).await;

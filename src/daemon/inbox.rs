@@ -1,6 +1,7 @@
 //! The event queue's messages between passes: received on their own task, kept until a pass
 //! heeds them, then deleted (or kept for the next pass when it deferred them).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -15,6 +16,8 @@ pub(super) struct Inbox {
     queue: Option<Queue>,
     kept: Vec<Received>,
     error: Option<String>,
+    /// Messages arrived since `take_fresh` was last asked.
+    fresh: bool,
 }
 
 struct Queue {
@@ -41,6 +44,7 @@ impl Inbox {
         match update {
             QueueUpdate::Messages(m) => {
                 self.error = None;
+                self.fresh = true;
                 keep(&mut self.kept, m);
             }
             QueueUpdate::Failed(e) => self.error = Some(e),
@@ -54,8 +58,22 @@ impl Inbox {
         }
     }
 
+    /// Whether messages arrived since the last call.
+    pub fn take_fresh(&mut self) -> bool {
+        std::mem::take(&mut self.fresh)
+    }
+
     pub fn error(&self) -> Option<&str> {
         self.error.as_deref()
+    }
+
+    /// The instances this pass's events name, to be read again before it decides.
+    pub fn instances(&self) -> BTreeSet<String> {
+        let named = self.kept.iter().flat_map(|r| match &r.parsed {
+            Parsed::Wake { instances, .. } => instances.clone(),
+            _ => Vec::new(),
+        });
+        named.collect()
     }
 
     /// This pass's notices: the queue's and the agents' markers'.

@@ -1,5 +1,6 @@
 //! `dtd run`: the control loop on the master node, observe -> decide -> act, every `interval`.
 
+mod ec2_view;
 mod inbox;
 mod lock;
 mod shared;
@@ -9,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 
 use crate::act;
 use crate::act::apply::Actuators;
@@ -22,8 +24,10 @@ use crate::observe::acks::AckReader;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 use crate::observe::efs::MountTargetWatch;
 use crate::observe::markers::MarkerScanner;
+use crate::observe::shared_changes::{self, Watched};
 use crate::status::{PassFacts, StatusReport};
 use crate::store::{load_state, save_json, Paths, StoreError};
+use ec2_view::Ec2View;
 use inbox::Inbox;
 pub use lock::{lock_state_dir, Lock};
 use shared::SharedReaders;
@@ -51,7 +55,11 @@ pub struct Daemon {
     clients: Clients,
     /// Messages from the event queue, and those received but not yet heeded by a pass.
     inbox: Inbox,
-    ec2: Ec2Observer,
+    ec2: Ec2View,
+    /// The worker group as last read, and whether it is to be read again on the next pass (an
+    /// event came, a group action was taken, a listing finished): not on every pass.
+    group: Option<Result<Group, String>>,
+    group_due: bool,
     /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
     mount_targets: Option<MountTargetWatch>,
     /// Read on a thread of their own, with `shared_fs`'s deadline.
@@ -89,11 +97,16 @@ impl Daemon {
             state_fs: deadline("state directory", &paths.dir),
             readers: Arc::new(Mutex::new(readers)),
             unjournaled: Vec::new(),
-            ec2: Ec2Observer::new(
-                clients.ec2.clone(),
-                &cfg.workers.tags,
-                cfg.workers.page_size,
+            ec2: Ec2View::new(
+                Ec2Observer::new(
+                    clients.ec2.clone(),
+                    &cfg.workers.tags,
+                    cfg.workers.page_size,
+                ),
+                cfg.resync,
             ),
+            group: None,
+            group_due: true,
             mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
                 .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
             actuators: Actuators::new(&cfg, clients.ec2.clone(), clients.autoscaling.clone()),
@@ -123,17 +136,23 @@ impl Daemon {
             tracing::info!(queue = %url, "listening for interruption and lifecycle events");
             self.inbox.listen(sqs, url, self.cfg.events.wait);
         }
+        let mut changes = self.watch_shared_dir();
         loop {
             self.pass().await;
+            self.ec2.start_resync(Instant::now());
             let sleep = tokio::time::sleep(self.cfg.interval);
             tokio::select! {
                 _ = sleep => {}
                 Some(update) = self.inbox.recv() => self.inbox.take(update),
+                Some(()) = next_change(&mut changes) => {}
+                // What the listing found is decided on at once: it may be what an event missed.
+                _ = self.ec2.finish_resync() => self.group_due = true,
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
             // Everything else already waiting joins this pass.
             self.inbox.take_waiting();
+            self.group_due |= self.inbox.take_fresh();
         }
         tracing::info!("dtd stopping");
         Ok(())
@@ -142,27 +161,71 @@ impl Daemon {
     pub async fn pass(&mut self) {
         let started = Instant::now();
         self.errors.clear();
-        let (instances, calls) = self.observe_ec2().await;
-        let mount_targets = self.observe_mount_targets(&instances).await;
+        let (snap, stalled, calls) = self.observe().await;
+        let events = self.source_events(&snap);
+        self.record(&events);
+        let tagged = match stalled {
+            true => self.hold(&snap, calls, started).await,
+            false => self.decide_and_act(&snap, calls, started).await,
+        };
+        self.ec2.restore(snap.instances);
+        self.ec2.tagged(&tagged);
+    }
+
+    /// Reads every source: the shared directory first, for the marker IPs no known worker has,
+    /// then the instances to read again and the group at the same time. Returns the snapshot,
+    /// whether the shared directory is stuck, and the EC2 calls made.
+    async fn observe(&mut self) -> (Snapshot, bool, u32) {
+        let (listing_calls, _) = self.ec2.first_listing().await;
         let shared = shared::read(&self.readers, &mut self.shared_fs).await;
         let stalled = shared.markers.is_err() && self.shared_fs.is_stuck();
+        let template = self.resolve_launch_template().await;
+        let named = self.inbox.instances();
+        let read_group = self.group_due || matches!(self.group, Some(Err(_)));
+        let group_name = self.cfg.workers.auto_scaling_group.as_deref();
+        let group_client = self.clients.autoscaling.as_ref();
+        let (refreshed, group) = tokio::join!(
+            self.ec2.refresh(named, shared.markers.as_ref().ok()),
+            async {
+                match (read_group, group_name.zip(group_client)) {
+                    (true, Some((name, client))) => {
+                        Some(crate::observe::asg::read_group(client, name).await)
+                    }
+                    _ => None,
+                }
+            }
+        );
+        if let Some(g) = group {
+            self.group = Some(g);
+            self.group_due = false;
+        }
+        let instances = match template {
+            Ok(()) => self.ec2.lend(refreshed.error),
+            Err(e) => Err(e),
+        };
+        let mount_targets = self.observe_mount_targets(&instances).await;
         let snap = Snapshot {
             instances,
             notices: self.inbox.notices(&shared.markers),
             markers: shared.markers,
             acks: shared.acks,
-            group: self.observe_group().await,
+            group: self.group.clone(),
             resume_requested: shared.resume_requested,
             mount_targets,
         };
-        let events = self.source_events(&snap);
-        self.record(&events);
-        if stalled {
-            return self.hold(&snap, calls, started).await;
-        }
+        (snap, stalled, listing_calls + refreshed.calls)
+    }
+
+    /// Returns the status tags EC2 accepted.
+    async fn decide_and_act(
+        &mut self,
+        snap: &Snapshot,
+        calls: u32,
+        started: Instant,
+    ) -> BTreeMap<WorkerStatus, Vec<String>> {
         let mut plan = decide_from(
             &self.rules(),
-            &snap,
+            snap,
             std::mem::take(&mut self.state),
             now_millis(),
         );
@@ -171,28 +234,48 @@ impl Daemon {
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
         self.state = std::mem::take(&mut plan.state);
         self.save_state().await;
-        self.apply(&plan.outcome).await;
+        let tagged = self.apply(&plan.outcome).await;
         self.save_state().await;
         let (read, deleted) = self.inbox.settle(&plan.outcome.deferred_notices).await;
         self.note_failure("event queue", read);
         self.note_failure("event queue deletes", deleted);
-        self.write_status(&plan.outcome, &snap, calls, started.elapsed())
+        self.write_status(&plan.outcome, snap, calls, started.elapsed())
             .await;
+        tagged
     }
 
     /// The shared directory is not answering: nothing decided, nothing acted on, no queue
     /// message deleted; the status says so (the plan is only for the report).
-    async fn hold(&mut self, snap: &Snapshot, calls: u32, started: Instant) {
+    async fn hold(
+        &mut self,
+        snap: &Snapshot,
+        calls: u32,
+        started: Instant,
+    ) -> BTreeMap<WorkerStatus, Vec<String>> {
         let plan = decide_from(&self.rules(), snap, self.state.clone(), now_millis());
         self.flush_journal().await;
         self.write_status(&plan.outcome, snap, calls, started.elapsed())
             .await;
+        BTreeMap::new()
     }
 
-    async fn observe_group(&self) -> Option<Result<Group, String>> {
-        let name = self.cfg.workers.auto_scaling_group.as_deref()?;
-        let client = self.clients.autoscaling.as_ref()?;
-        Some(crate::observe::asg::read_group(client, name).await)
+    /// Markers and acknowledgements checked every `shared_poll` on a thread of their own.
+    fn watch_shared_dir(&self) -> Option<mpsc::Receiver<()>> {
+        let ack = &self.cfg.job.ack;
+        let files = std::iter::once(ack.file.clone()).chain(ack.host_worker_log.clone());
+        let watched = Watched {
+            dir: self.cfg.shared_dir.clone(),
+            files: files.chain([self.paths.resume()]).collect(),
+        };
+        match shared_changes::spawn(watched, self.cfg.shared_poll) {
+            Ok(rx) => Some(rx),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot watch the shared directory ({e}); a pass every interval only"
+                );
+                None
+            }
+        }
     }
 
     /// The mount-target zones, re-read when due (see `MountTargetCache::due`).
@@ -212,16 +295,6 @@ impl Daemon {
 
     fn rules(&self) -> Rules {
         Rules::from_config(&self.cfg, self.launch_template_id.clone())
-    }
-
-    async fn observe_ec2(&mut self) -> (Result<Vec<Instance>, String>, u32) {
-        if let Err(e) = self.resolve_launch_template().await {
-            return (Err(e), 1);
-        }
-        match self.ec2.list().await {
-            Ok(l) => (Ok(l.instances), l.calls),
-            Err(e) => (Err(e), 0),
-        }
     }
 
     async fn resolve_launch_template(&mut self) -> Result<(), String> {
@@ -276,7 +349,12 @@ impl Daemon {
     }
 
     /// Applies the outcome (see `act::apply`), then records what it did.
-    async fn apply(&mut self, outcome: &Outcome) {
+    /// Returns the status tags EC2 accepted.
+    async fn apply(&mut self, outcome: &Outcome) -> BTreeMap<WorkerStatus, Vec<String>> {
+        // What the group looks like after this is worth reading on the next pass.
+        let group_changes =
+            |a: &Action| !matches!(a, Action::Tag { .. } | Action::Terminate { .. });
+        self.group_due |= outcome.actions.iter().any(group_changes);
         let applied = act::apply::apply(
             &self.actuators,
             outcome,
@@ -285,10 +363,15 @@ impl Daemon {
             &self.failures,
         )
         .await;
+        let mut tagged = BTreeMap::new();
         for (what, err) in applied.results {
+            if what == act::apply::STATUS_TAGS && err.is_none() {
+                tagged = outcome.tags();
+            }
             self.note_failure(what, err);
         }
         self.record(&applied.events);
+        tagged
     }
 
     /// Logs events now; they reach the journal at the next write of the state directory.
@@ -351,6 +434,7 @@ impl Daemon {
             queue_error: self.inbox.error(),
             mount_targets: (self.mount_targets.as_ref()).map(|w| w.cache().summary()),
             ec2_calls: calls,
+            listed_at: self.ec2.listed_at(),
             pass_ms: took.as_millis() as u64,
             errors: &self.errors,
             now: now_millis(),
@@ -361,5 +445,13 @@ impl Daemon {
         if let Err(e) = self.state_fs.try_run("writing the status", save).await {
             tracing::warn!("{e}");
         }
+    }
+}
+
+/// The next change in the shared directory; never, when it is not watched.
+async fn next_change(changes: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
+    match changes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

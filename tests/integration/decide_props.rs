@@ -11,6 +11,7 @@ use proptest::test_runner::TestCaseError;
 
 use dt::config::Slots;
 use dt::decide::{decide, Rules};
+use dt::model::fleet::{Fleet, Targets};
 use dt::model::*;
 
 const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
@@ -184,6 +185,10 @@ struct Step {
     delivered: bool,
     /// The file system's mount-target zones: unknown, none, or us-east-1a only.
     mount_targets: u8,
+    /// Read targeted: this step's events never arrive (only a listing will show its changes).
+    lost: bool,
+    /// Read targeted: a complete listing lands this pass.
+    resync: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -197,6 +202,9 @@ struct Scenario {
     roles: Vec<Role>,
     pending: bool,
     steps: Vec<Step>,
+    /// How the daemon reads EC2: a complete listing every pass, or the fleet as a listing left
+    /// it, kept current by targeted reads of what events and markers name.
+    targeted: bool,
 }
 
 fn any_status() -> impl Strategy<Value = WorkerStatus> {
@@ -273,10 +281,24 @@ fn step() -> impl Strategy<Value = Step> {
         any::<bool>(),
         prop::bool::weighted(0.7),
         0u8..3,
+        (prop::bool::weighted(0.25), prop::bool::weighted(0.2)),
     )
         .prop_map(
-            |(ops, ec2_err, markers_err, acks_err, dt, terminate_ok, shutdown, delivered, mt)| {
+            |(
+                ops,
+                ec2_err,
+                markers_err,
+                acks_err,
+                dt,
+                terminate_ok,
+                shutdown,
+                delivered,
+                mt,
+                (lost, resync),
+            )| {
                 Step {
+                    lost,
+                    resync,
                     ops,
                     ec2_err,
                     markers_err,
@@ -299,11 +321,19 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         // Base hosts and the master get roles too: only removals are kept for them, as if
         // queued before the config made them base hosts.
         prop::collection::vec(role(), WORKERS + 3),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         prop::collection::vec(step(), 1..7),
     )
         .prop_map(
-            |((min, max), (generation, log_lines, ack), insts, roles, pending, steps)| Scenario {
+            |(
+                (min, max),
+                (generation, log_lines, ack),
+                insts,
+                roles,
+                (pending, targeted),
+                steps,
+            )| Scenario {
+                targeted,
                 min: min.min(max),
                 max,
                 generation,
@@ -506,12 +536,87 @@ fn build(sc: &Scenario) -> (World, State) {
     (w, st)
 }
 
+/// The daemon's EC2 view in a targeted scenario: the fleet as the first listing left it, kept
+/// current by reads of what events and markers name, and by the listings the steps bring.
+struct Reader {
+    fleet: Fleet,
+    /// Instances the last pass terminated: EC2 announces their state change.
+    announced: BTreeSet<String>,
+    /// What a read that failed still has to read.
+    owed: Targets,
+}
+
+impl Reader {
+    fn new(world: &World) -> Reader {
+        let mut fleet = Fleet::default();
+        let seq = fleet.begin();
+        fleet.apply_listing(seq, 0, world.instances.values().cloned().collect());
+        Reader {
+            fleet,
+            announced: BTreeSet::new(),
+            owed: Targets::default(),
+        }
+    }
+
+    /// What the daemon decides on this pass: `named` (the instances this step's events name,
+    /// unless they are lost) and the marker IPs no known worker has, read from the world.
+    fn view(
+        &mut self,
+        w: &World,
+        step: &Step,
+        named: BTreeSet<String>,
+    ) -> Result<Vec<Instance>, String> {
+        let mut t = std::mem::take(&mut self.owed);
+        let announced = std::mem::take(&mut self.announced);
+        if !step.lost {
+            t.ids.extend(named.into_iter().chain(announced));
+        }
+        if step.ec2_err {
+            self.owed = t;
+            return Err("DescribeInstances failed".into());
+        }
+        if !step.markers_err {
+            let marked = w.markers.success.iter().chain(w.markers.failed.keys());
+            t.ips.extend(marked.filter(|ip| !self.fleet.knows_ip(**ip)));
+        }
+        let covered = |i: &&Instance| t.ids.contains(&i.id) || t.ips.contains(&i.ip);
+        let found = w.instances.values().filter(covered).cloned().collect();
+        let seq = self.fleet.begin();
+        self.fleet.apply_read(seq, &t, found);
+        if step.resync {
+            let seq = self.fleet.begin();
+            self.fleet
+                .apply_listing(seq, 0, w.instances.values().cloned().collect());
+        }
+        Ok(self.fleet.instances().to_vec())
+    }
+}
+
+/// The instances in the slots `ops` changes, before and after.
+fn named(ops: &[Op], before: &BTreeMap<usize, String>, w: &World) -> BTreeSet<String> {
+    let slots = ops.iter().filter_map(|op| match *op {
+        Op::DeleteElastic(s) | Op::AddElastic(s) | Op::Vanish(s) | Op::Launch(s) => Some(s),
+        _ => None,
+    });
+    let ids = slots.flat_map(|s| {
+        [
+            before.get(&s).cloned(),
+            w.instances.get(&s).map(|i| i.id.clone()),
+        ]
+    });
+    ids.flatten().collect()
+}
+
 /// Everything a property may look at for one pass.
 struct Pass<'a> {
     index: usize,
     rules: &'a Rules,
     prev: &'a State,
     snap: &'a Snapshot,
+    /// What a complete listing would have shown this pass (the same as `snap` unless the
+    /// scenario reads targeted).
+    complete: &'a Snapshot,
+    step: &'a Step,
     plan: &'a Plan,
     now: Millis,
     /// IPs that had a success marker in some snapshot fed so far, or were members at the start.
@@ -557,12 +662,23 @@ fn run(
         .map(|r| r.id.clone())
         .collect();
     let mut now = START;
+    let mut reader = sc.targeted.then(|| Reader::new(&world));
     for (index, step) in sc.steps.iter().enumerate() {
+        let before: BTreeMap<usize, String> = (world.instances.iter())
+            .map(|(s, i)| (*s, i.id.clone()))
+            .collect();
         for op in &step.ops {
             world.apply(op, state.generation);
         }
         now += step.dt;
-        let snap = world.snapshot(step);
+        let complete = world.snapshot(step);
+        let snap = match &mut reader {
+            None => complete.clone(),
+            Some(r) => Snapshot {
+                instances: r.view(&world, step, named(&step.ops, &before, &world)),
+                ..complete.clone()
+            },
+        };
         if let Ok(m) = &snap.markers {
             ever_ready.extend(m.success.iter().copied());
         }
@@ -572,6 +688,8 @@ fn run(
             rules: &r,
             prev: &state,
             snap: &snap,
+            complete: &complete,
+            step,
             plan: &plan,
             now,
             ever_ready: &ever_ready,
@@ -584,6 +702,9 @@ fn run(
         for (status, ids) in &plan.outcome.tags() {
             for i in world.instances.values_mut().filter(|i| ids.contains(&i.id)) {
                 i.tags.insert(STATUS_TAG.into(), status.as_tag().into());
+            }
+            if let Some(r) = &mut reader {
+                r.fleet.tagged(ids, STATUS_TAG, status.as_tag());
             }
         }
         if step.terminate_ok {
@@ -599,6 +720,9 @@ fn run(
                 world
                     .instances
                     .retain(|_, i| !plan.outcome.terminate().contains(&i.id));
+                if let Some(r) = &mut reader {
+                    r.announced.extend(plan.outcome.terminate());
+                }
             }
         }
         world.notices.clear();
@@ -623,6 +747,30 @@ fn acknowledged(r: &Removal, acks: &Acks) -> bool {
 }
 
 // ---- the properties ----
+
+fn by_id(list: &[Instance]) -> Vec<Instance> {
+    let mut list = list.to_vec();
+    list.sort_by(|a, b| a.id.cmp(&b.id));
+    list
+}
+
+/// What a plan takes away and keeps, whatever order the instances were listed in.
+fn decisions(
+    plan: &Plan,
+) -> (
+    BTreeSet<String>,
+    BTreeSet<IpAddr>,
+    BTreeSet<String>,
+    BTreeSet<String>,
+) {
+    let ids = |v: Vec<String>| v.into_iter().collect::<BTreeSet<_>>();
+    (
+        ids(plan.outcome.terminate()),
+        plan.outcome.hosts.iter().map(|h| h.ip).collect(),
+        ids(plan.state.members.iter().map(|m| m.id.clone()).collect()),
+        ids(plan.state.removals.iter().map(|r| r.id.clone()).collect()),
+    )
+}
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -859,6 +1007,51 @@ proptest! {
             Ok(())
         })?;
     }
+
+    /// Read targeted with every event arriving, the view is exactly the complete listing's (in id
+    /// order), and the plan removes, terminates and lists what a complete listing's would.
+    #[test]
+    fn a_targeted_view_with_every_event_is_the_complete_view(sc in scenario()) {
+        let steps = sc.steps.iter().map(|s| Step { lost: false, ..s.clone() }).collect();
+        let sc = Scenario { targeted: true, steps, ..sc };
+        run(&sc, |p| {
+            let (Ok(view), Ok(all)) = (&p.snap.instances, &p.complete.instances) else {
+                return Ok(());
+            };
+            if *view != by_id(all) {
+                return p.fail(format!("the view {view:?} is not the listing {all:?}"));
+            }
+            let listed = decide(p.rules, p.complete, p.prev, p.now);
+            if decisions(&listed) != decisions(p.plan) {
+                return p.fail(format!("a complete listing decides {:?}", decisions(&listed)));
+            }
+            Ok(())
+        })?;
+    }
+
+    /// Read targeted with events lost, nothing is terminated that a complete listing would not
+    /// terminate, but the instances whose view is out of date; and a listing brings back the
+    /// complete view, whatever was lost before it.
+    #[test]
+    fn a_targeted_view_terminates_nothing_a_complete_view_would_not(sc in scenario()) {
+        let sc = Scenario { targeted: true, ..sc };
+        run(&sc, |p| {
+            let (Ok(view), Ok(all)) = (&p.snap.instances, &p.complete.instances) else {
+                return Ok(());
+            };
+            if p.step.resync && *view != by_id(all) {
+                return p.fail(format!("after a listing the view {view:?} is not {all:?}"));
+            }
+            let seen = |list: &[Instance], id: &str| list.iter().find(|i| i.id == id).cloned();
+            let listed = decide(p.rules, p.complete, p.prev, p.now).outcome.terminate();
+            for id in p.plan.outcome.terminate() {
+                if seen(view, &id) == seen(all, &id) && !listed.contains(&id) {
+                    return p.fail(format!("terminated {id}, which a complete listing would not"));
+                }
+            }
+            Ok(())
+        })?;
+    }
 }
 
 /// The properties only mean something if the random runs reach the rules they guard: over a
@@ -878,6 +1071,10 @@ fn the_random_runs_reach_every_rule() {
             count("pass", true);
             count("terminated", !p.plan.outcome.terminate().is_empty());
             count("partial view", !p.all_sources_ok());
+            count("targeted view", sc.targeted && p.snap.instances.is_ok());
+            if let (Ok(view), Ok(all)) = (&p.snap.instances, &p.complete.instances) {
+                count("out-of-date view", *view != by_id(all));
+            }
             count(
                 "at max",
                 p.plan.outcome.rows.iter().any(|w| {

@@ -528,7 +528,7 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
 
     // A queue no rule sends to, then one EventBridge may not send to.
     let arn = queue_arn(&h.c, &h.n.queue);
-    for rule in ["itest-events", "itest-health"] {
+    for rule in ["itest-events", "itest-health", "itest-tags"] {
         h.c.aws(&["events", "remove-targets", "--rule", rule, "--ids", "queue"]);
     }
     let line = expect_only(&h, "queue.rules", None);

@@ -12,6 +12,7 @@ mod decide_props;
 mod decide_rules;
 mod doctor;
 mod groups;
+mod hot_path;
 mod interruptions;
 mod lifecycle_actions;
 mod membership;

@@ -1400,6 +1400,10 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
         .as_str()
         .unwrap()
         .to_string();
+    // As AWS would tell the stack's queue; dtd reads that instance rather than waiting for its
+    // next complete listing (a minute away with an event queue).
+    let states = ["pending", "running"].map(|s| fixtures::state_change_entry(&id, s));
+    put_events(&moto, &states);
     wait_until(
         "the worker to be PREPARING",
         Duration::from_secs(30),

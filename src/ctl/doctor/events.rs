@@ -16,11 +16,14 @@ const POLICY: &str = "queue: EventBridge may send";
 /// The event a rule must at least match: the two-minute warning (EC2 User Guide, "Spot Instance
 /// interruption notices"); the others dtd handles are listed in the detail when missing.
 const SPOT_WARNING: &str = "EC2 Spot Instance Interruption Warning";
-const ALSO_HANDLED: [&str; 3] = [
+const ALSO_HANDLED: [&str; 4] = [
     "EC2 Instance Rebalance Recommendation",
     "EC2 Instance State-change Notification",
     "AWS Health Event",
+    TAG_CHANGE,
 ];
+/// Without it a deleted elastic tag is seen at the next complete listing (`resync`), not at once.
+const TAG_CHANGE: &str = "Tag Change on Resource";
 
 pub async fn checks(cx: &Context<'_>) -> Vec<Check> {
     let Some(url) = cx.cfg.events.queue_url.as_deref() else {
@@ -126,6 +129,12 @@ async fn rules(cx: &Context<'_>, queue_arn: &str) -> Check {
     let mut detail = format!("{} matching Spot warnings", enabled.join(", "));
     if !missing.is_empty() {
         detail.push_str(&format!(" (not routed, optional: {})", missing.join(", ")));
+    }
+    if missing.contains(&TAG_CHANGE) {
+        let every = humantime::format_duration(cx.cfg.resync);
+        detail.push_str(&format!(
+            "; without tag changes a deleted elastic tag waits for the next listing (resync: {every})"
+        ));
     }
     Check::pass("queue.rules", RULES, detail)
 }

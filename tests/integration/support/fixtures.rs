@@ -97,3 +97,29 @@ fn untagged(v: &serde_yaml::Value) -> serde_yaml::Value {
         other => other.clone(),
     }
 }
+
+/// What EC2 puts on the bus when `instance` enters `state` (the sample of "State change events
+/// for Amazon EC2 instances", Amazon EC2 User Guide), as a PutEvents entry: moto emits none.
+pub fn state_change_entry(instance: &str, state: &str) -> Json {
+    let mut event = filled("instance-state-change.json");
+    event["detail"]["instance-id"] = instance.into();
+    event["detail"]["state"] = state.into();
+    let arn = format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}");
+    event["resources"] = serde_json::json!([arn]);
+    put_events_entry(&event)
+}
+
+/// What AWS puts on the bus when `key` is deleted from `instance` ("Monitor tag changes with
+/// serverless workflows and Amazon EventBridge", Tag Editor User Guide): the sample with that
+/// instance, that key changed, and the tags it has left.
+pub fn tag_deleted_entry(instance: &str, key: &str, left: &[(&str, &str)]) -> Json {
+    let mut event = filled("tag-change-on-resource.json");
+    let arn = format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}");
+    event["resources"] = serde_json::json!([arn]);
+    event["detail"]["changed-tag-keys"] = serde_json::json!([key]);
+    let tags: serde_json::Map<String, Json> = (left.iter())
+        .map(|(k, v)| (k.to_string(), Json::from(*v)))
+        .collect();
+    event["detail"]["tags"] = Json::Object(tags);
+    put_events_entry(&event)
+}

@@ -687,19 +687,24 @@ pub fn create_event_queue(c: &Cluster) -> String {
         "--targets",
         &target.to_string(),
     ]);
-    // AWS Health scheduled changes, through the stack's own rule pattern.
-    let health = fixtures::stack_rule_pattern("HealthEventsRule", "itest");
-    let rule = ["events", "put-rule", "--name", "itest-health"];
-    c.aws(&[&rule[..], &["--event-pattern", &health.to_string()]].concat());
-    c.aws(&[
-        "events",
-        "put-targets",
-        "--rule",
-        "itest-health",
-        "--targets",
-        &target.to_string(),
-    ]);
+    // AWS Health scheduled changes and the elastic tag's changes, through the stack's own rules.
+    for (rule, name) in [
+        ("HealthEventsRule", "itest-health"),
+        ("TagEventsRule", "itest-tags"),
+    ] {
+        let pattern = fixtures::stack_rule_pattern(rule, CLUSTER);
+        let put = ["events", "put-rule", "--name", name];
+        c.aws(&[&put[..], &["--event-pattern", &pattern.to_string()]].concat());
+        let targets = ["events", "put-targets", "--rule", name, "--targets"];
+        c.aws(&[&targets[..], &[target.to_string().as_str()]].concat());
+    }
     url
+}
+
+/// Puts PutEvents entries on the bus, as the AWS service would.
+pub fn put_entries(c: &Cluster, entries: &[serde_json::Value]) {
+    let entries = serde_json::Value::from(entries.to_vec()).to_string();
+    c.aws(&["events", "put-events", "--entries", &entries]);
 }
 
 /// What EC2 does two minutes before reclaiming a Spot instance, injected into EventBridge.
