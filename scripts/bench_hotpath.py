@@ -28,7 +28,8 @@ counted per action by a small HTTP proxy between dtd and moto (dtd's AWS_ENDPOIN
 script's own calls go to moto directly). Every dtd call, in every step, goes through the proxy.
 
 Run it with `scripts/bench hotpath [ARGS]` (after the one build), or directly with --dtd.
-Setting up 1,000 instances in moto and letting dtd join them takes a few minutes.
+Both cases with 20 trials take about 13 minutes (launching 1,000 instances in moto about 10 s,
+dtd joining them about 6 s, each trial at 1,000 about 25 s).
 """
 
 import argparse
@@ -462,7 +463,7 @@ def run_case(others, trials, window, logs, rust_log, poll):
             started = time.monotonic()
             want = len(base) + len(fleet)
             print(f"  dtd started (endpoint {proxy.url}, a proxy to moto); waiting for it to join "
-                  f"{want} workers" + (" (minutes at 1,000: moto is slow)" if others >= 500 else ""),
+                  f"{want} workers" + (" (moto lists 1,000 in about 6 s)" if others >= 500 else ""),
                   flush=True)
             be.wait(f"{want} workers in the host file", lambda: len(be.read_hosts(efs)) == want,
                     timeout=1800, step=0.2)
@@ -520,8 +521,8 @@ def print_case(r, window):
              "release": (f"ack -> shutting-down seen ({r['poll'] * 1000:.0f} ms poll)", "ack -> TerminateInstances sent")}
     for step, (a, b) in names.items():
         h, s = r["trials"][step]
-        print(f"   {a:<32} {stats(h)}")
-        print(f"   {b:<32} {stats(s)}")
+        print(f"   {a:<40} {stats(h)}")
+        print(f"   {b:<40} {stats(s)}")
     total, rows = r["calls"]
     print(f"   dtd's AWS calls, steady state over {window:.0f}s: {total:.1f}/min")
     for key, per_min, mb in rows:
