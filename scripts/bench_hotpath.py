@@ -245,46 +245,6 @@ def tag_change(events, instance_id, tags_after, changed):
 
 
 # ---------------------------------------------------------------------------------------------
-# The job
-
-JOB = """
-import os, signal, sys, time
-signal.signal(signal.SIGUSR1, lambda *_: print(time.monotonic(), flush=True))
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write(str(os.getpid()))
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-sys.stdin.read()  # until the benchmark ends
-"""
-
-
-class Job:
-    """The job: a process of its own that writes the pidfile and reports each SIGUSR1's arrival
-    (its CLOCK_MONOTONIC, the clock of this script too). Not this script itself, as
-    bench_emulator's SignalRecorder is: dtd refuses to signal one of its ancestors."""
-
-    def __init__(self, efs):
-        self.times, self.pidfile = [], os.path.join(efs, "job.pid")
-        self.proc = subprocess.Popen([sys.executable, "-c", JOB, self.pidfile], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        threading.Thread(target=self.read, daemon=True).start()
-        be.wait("the job's pidfile", lambda: os.path.exists(self.pidfile), timeout=10)
-
-    def read(self):
-        for line in self.proc.stdout:
-            self.times.append(float(line))
-
-    def after(self, t0):
-        return next((t for t in list(self.times) if t >= t0), None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_):
-        self.proc.kill()
-        self.proc.wait()
-
-
-# ---------------------------------------------------------------------------------------------
 # The cluster
 
 
@@ -450,7 +410,7 @@ def run_case(others, trials, window, logs, rust_log, poll):
     """One fleet size: returns a dict of results (see print_case)."""
     result = {"others": others, "poll": poll}
     with be.emulated_cluster() as (workdir, efs, ec2, url, procs), CountingProxy(url) as proxy, \
-            Job(efs) as rec, LoadSampler() as load:
+            be.SignalRecorder(efs) as rec, LoadSampler() as load:
         try:
             print(f"== {others} other workers: setting up moto", flush=True)
             base = be.launch(ec2, 2)
