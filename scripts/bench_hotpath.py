@@ -152,6 +152,9 @@ class CountingProxy:
         arrived = time.monotonic()
         body = self.read_body(req)
         key = self.action(req.headers, body, req.path)
+        if key.endswith(":TerminateInstances"):  # before moto acts on it: the bench may look at once
+            with self.lock:
+                self.terminations.append((arrived, body.decode("utf-8", "replace")))
         headers = {k: v for k, v in req.headers.items() if k.lower() not in self.HOP}
         headers["Host"] = "%s:%d" % self.upstream
         headers["Content-Length"] = str(len(body))
@@ -172,8 +175,6 @@ class CountingProxy:
         with self.lock:
             self.calls[key] += 1
             self.bytes[key] += len(data)
-            if key.endswith(":TerminateInstances"):
-                self.terminations.append((arrived, body.decode("utf-8", "replace")))
 
     def terminate_sent(self, instance_id, since):
         with self.lock:
