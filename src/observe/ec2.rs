@@ -77,11 +77,15 @@ impl Ec2Observer {
             calls: 0,
         };
         for chunk in values.chunks(MAX_FILTER_VALUES) {
-            let mut filters = self.filters.clone();
+            // First: where filters are tried in order and the first miss rejects an instance (as
+            // moto does), the others cost one comparison each instead of a tag lookup per worker
+            // tag: 10 ms instead of 760 ms at 1,000 instances. AWS ANDs them in any order.
             let by = Filter::builder()
                 .name(filter)
                 .set_values(Some(chunk.to_vec()));
-            filters.push(by.build());
+            let filters: Vec<Filter> = std::iter::once(by.build())
+                .chain(self.filters.iter().cloned())
+                .collect();
             let part = self
                 .describe(filters, "DescribeInstances by id or IP")
                 .await?;
