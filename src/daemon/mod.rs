@@ -1,4 +1,6 @@
-//! `dtd run`: the control loop on the master node, observe -> decide -> act, every `interval`.
+//! `dtd run`: the control loop on the master node, observe -> decide -> act, on every change
+//! it hears of (an event, a marker, an acknowledgement, a finished listing) and at least every
+//! `interval`.
 
 mod ec2_view;
 mod inbox;
