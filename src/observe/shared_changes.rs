@@ -95,4 +95,29 @@ mod tests {
         fs::write(&ack, "3\n").unwrap();
         assert_ne!(signature(&w), marker);
     }
+
+    /// What a worker may put there: a FIFO under a marker's name and as the ack file, a link to
+    /// `/dev/zero` as the log. Nothing is opened, so the check returns, and notices them.
+    #[test]
+    fn fifos_and_links_are_looked_at_not_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ack, log) = (dir.path().join("ack"), dir.path().join("host_worker_log"));
+        let w = Watched {
+            dir: dir.path().to_path_buf(),
+            files: vec![ack.clone(), log.clone()],
+        };
+        let before = signature(&w);
+        let fifo =
+            |p: &std::path::Path| nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        fifo(&ack);
+        fifo(&dir.path().join("prepare_data_success_10.0.0.8"));
+        std::os::unix::fs::symlink("/dev/zero", &log).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(signature(&w)));
+        let after = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert!(
+            after.is_ok_and(|a| a != before),
+            "blocked, or saw no change"
+        );
+    }
 }
