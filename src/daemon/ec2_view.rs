@@ -73,9 +73,9 @@ impl Ec2View {
         });
     }
 
-    /// Waits for the running listing (forever, when none runs) and applies it; returns the
-    /// calls it took. Cancel-safe: a listing not yet finished keeps running.
-    pub async fn finish_resync(&mut self) -> (u32, Option<String>) {
+    /// Waits for the running listing (forever, when none runs) and applies it, or remembers why
+    /// it failed; returns the calls it took. Cancel-safe: a listing not yet finished keeps running.
+    pub async fn finish_resync(&mut self) -> u32 {
         let Some(running) = self.listing.as_mut() else {
             return std::future::pending().await;
         };
@@ -89,21 +89,21 @@ impl Ec2View {
                 self.fleet.apply_listing(seq, at, listing.instances);
                 self.listing_error = None;
                 self.next_resync = started + self.resync_every;
-                (listing.calls, None)
+                listing.calls
             }
             Err(e) => {
-                self.listing_error = Some(e.clone());
+                self.listing_error = Some(e);
                 // Sooner than a resync: removals wait for a complete view.
                 self.next_resync = started + self.resync_every.min(Duration::from_secs(5));
-                (0, Some(e))
+                0
             }
         }
     }
 
     /// The first complete listing, before the first pass decides anything.
-    pub async fn first_listing(&mut self) -> (u32, Option<String>) {
+    pub async fn first_listing(&mut self) -> u32 {
         if self.fleet.listed_at().is_some() {
-            return (0, None);
+            return 0;
         }
         // Even one that failed a moment ago: nothing is decided without it.
         self.next_resync = Instant::now();
@@ -152,11 +152,9 @@ impl Ec2View {
     fn unknown_marker_ips(&mut self, m: &Markers, now: Instant) -> Vec<IpAddr> {
         let marked: BTreeSet<IpAddr> = m.success.iter().chain(m.failed.keys()).copied().collect();
         self.absent.retain(|ip, _| marked.contains(ip));
-        let known: BTreeSet<IpAddr> = self.fleet.instances().iter().map(|i| i.ip).collect();
-        (marked.into_iter())
-            .filter(|ip| !known.contains(ip))
-            .filter(|ip| self.absent.get(ip).is_none_or(|(due, _)| *due <= now))
-            .collect()
+        let mut unknown = self.fleet.unknown_ips(marked);
+        unknown.retain(|ip| self.absent.get(ip).is_none_or(|(due, _)| *due <= now));
+        unknown
     }
 
     fn note_absent(&mut self, targets: &Targets, found: &[Instance], now: Instant) {

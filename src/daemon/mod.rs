@@ -178,7 +178,7 @@ impl Daemon {
     /// then the instances to read again and the group at the same time. Returns the snapshot,
     /// whether the shared directory is stuck, and the EC2 calls made.
     async fn observe(&mut self) -> (Snapshot, bool, u32) {
-        let (listing_calls, _) = self.ec2.first_listing().await;
+        let listing_calls = self.ec2.first_listing().await;
         let shared = shared::read(&self.readers, &mut self.shared_fs).await;
         let stalled = shared.markers.is_err() && self.shared_fs.is_stuck();
         let template = self.resolve_launch_template().await;

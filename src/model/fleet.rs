@@ -8,7 +8,7 @@
 //! cover the same instance, the one begun later wins, whichever finished first (a listing of
 //! 10,000 instances takes seconds, and the targeted reads begun meanwhile are newer).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::{Instance, Millis};
@@ -26,11 +26,6 @@ pub struct Targets {
 impl Targets {
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty() && self.ips.is_empty()
-    }
-
-    pub fn extend(&mut self, other: Targets) {
-        self.ids.extend(other.ids);
-        self.ips.extend(other.ips);
     }
 
     fn covers(&self, i: &Instance) -> bool {
@@ -72,8 +67,10 @@ impl Fleet {
         &self.instances
     }
 
-    pub fn knows_ip(&self, ip: IpAddr) -> bool {
-        self.instances.iter().any(|i| i.ip == ip)
+    /// Those of `ips` that no instance in the view has.
+    pub fn unknown_ips(&self, ips: impl IntoIterator<Item = IpAddr>) -> Vec<IpAddr> {
+        let known: HashSet<IpAddr> = self.instances.iter().map(|i| i.ip).collect();
+        ips.into_iter().filter(|ip| !known.contains(ip)).collect()
     }
 
     /// Lends the view to a pass without copying it; `restore` gives it back.

@@ -577,7 +577,7 @@ impl Reader {
         }
         if !step.markers_err {
             let marked = w.markers.success.iter().chain(w.markers.failed.keys());
-            t.ips.extend(marked.filter(|ip| !self.fleet.knows_ip(**ip)));
+            t.ips.extend(self.fleet.unknown_ips(marked.copied()));
         }
         let covered = |i: &&Instance| t.ids.contains(&i.id) || t.ips.contains(&i.ip);
         let found = w.instances.values().filter(covered).cloned().collect();
