@@ -8,6 +8,8 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
 
+use crate::metrics::AwsCalls;
+
 /// A hung endpoint must not stall the control loop for long: a pass that times out holds its
 /// ground and the next one tries again.
 fn timeouts(per_attempt: Duration) -> TimeoutConfig {
@@ -44,31 +46,45 @@ pub fn describe_error<E: std::error::Error>(e: &E) -> String {
 }
 
 /// Every client the daemon uses; the queue, group and file-system clients only when the config
-/// names them.
+/// names them. Each counts its calls in `calls`.
 #[derive(Clone)]
 pub struct Clients {
     pub ec2: aws_sdk_ec2::Client,
     pub sqs: Option<aws_sdk_sqs::Client>,
     pub autoscaling: Option<aws_sdk_autoscaling::Client>,
     pub efs: Option<aws_sdk_efs::Client>,
+    pub calls: AwsCalls,
+}
+
+/// A service client from `shared` with the call counter on it.
+macro_rules! counted {
+    ($service:ident, $shared:expr, $calls:expr) => {
+        $service::Client::from_conf(
+            $service::config::Builder::from($shared)
+                .interceptor($calls.clone())
+                .build(),
+        )
+    };
 }
 
 pub async fn clients(cfg: &crate::config::Config) -> Clients {
     let region = cfg.region.as_deref();
     let shared = sdk_config(region, cfg.api_timeout).await;
+    let calls = AwsCalls::default();
     // A long poll holds the call open for `events.wait`: its attempt timeout must cover it.
     let sqs = match cfg.events.queue_url {
         Some(_) => {
             let polling = sdk_config(region, cfg.api_timeout + cfg.events.wait).await;
-            Some(aws_sdk_sqs::Client::new(&polling))
+            Some(counted!(aws_sdk_sqs, &polling, calls))
         }
         None => None,
     };
     Clients {
-        ec2: aws_sdk_ec2::Client::new(&shared),
+        ec2: counted!(aws_sdk_ec2, &shared, calls),
         sqs,
         autoscaling: (cfg.workers.auto_scaling_group.as_ref())
-            .map(|_| aws_sdk_autoscaling::Client::new(&shared)),
-        efs: (cfg.shared_fs_id.as_ref()).map(|_| aws_sdk_efs::Client::new(&shared)),
+            .map(|_| counted!(aws_sdk_autoscaling, &shared, calls)),
+        efs: (cfg.shared_fs_id.as_ref()).map(|_| counted!(aws_sdk_efs, &shared, calls)),
+        calls,
     }
 }

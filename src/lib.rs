@@ -13,6 +13,7 @@ pub mod deadline;
 pub mod decide;
 pub mod fsutil;
 pub mod hostfile;
+pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod protocol;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 use crate::decide::worker_views;
 use crate::hostfile::Host;
+use crate::metrics::Totals;
 use crate::model::*;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,12 +50,43 @@ pub struct StatusReport {
     #[serde(default)]
     pub resync_ms: u64,
     pub pass_ms: u64,
+    /// What dtd counted since it first managed the cluster (GPU time), carried over restarts.
+    #[serde(default)]
+    pub totals: Totals,
     pub sources: Vec<SourceStatus>,
     pub holds: Vec<String>,
     pub errors: Vec<String>,
     pub hosts: Vec<Host>,
     pub workers: Vec<WorkerView>,
 }
+
+/// The totals an earlier dtd wrote in its last status, if it can be read: counting goes on
+/// from there. A status that is missing or unreadable starts the count again (with a warning).
+pub fn read_totals(path: &std::path::Path) -> Option<Totals> {
+    #[derive(Deserialize)]
+    struct Last {
+        #[serde(default)]
+        totals: Option<Totals>,
+    }
+    let bytes = match crate::untrusted::read(path, STATUS_LIMIT) {
+        Ok(Some(b)) => b,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!("{}: {e}; GPU time is counted from now", path.display());
+            return None;
+        }
+    };
+    match serde_json::from_slice::<Last>(&bytes) {
+        Ok(last) => last.totals,
+        Err(e) => {
+            tracing::warn!("{}: {e}; GPU time is counted from now", path.display());
+            None
+        }
+    }
+}
+
+/// A status report lists every worker: about 300 bytes each; more than this is not dtd's.
+pub const STATUS_LIMIT: u64 = 64 << 20;
 
 /// What a pass knows that its report shows, besides the config.
 pub struct PassFacts<'a> {
@@ -70,6 +102,7 @@ pub struct PassFacts<'a> {
     pub listed_at: Option<Millis>,
     pub pass_ms: u64,
     pub errors: &'a [String],
+    pub totals: &'a Totals,
     pub now: Millis,
 }
 
@@ -96,6 +129,7 @@ impl StatusReport {
             resync_ms: cfg.resync.as_millis() as u64,
             pass_ms: f.pass_ms,
             interruptions: state.interruptions,
+            totals: f.totals.clone(),
             sources: sources(cfg, &f),
             holds: f.outcome.holds.clone(),
             errors: f.errors.to_vec(),
@@ -183,6 +217,12 @@ fn acknowledged(state: &State, snap: &Snapshot, log_form: bool) -> Option<u64> {
 }
 
 impl StatusReport {
+    /// With no pass for this long, dtd is taken to be stuck or gone (by `dtctl status` and
+    /// `/healthz` alike): three intervals, and room for a pass that waits on a slow call.
+    pub fn stale_after(interval: std::time::Duration) -> std::time::Duration {
+        interval * 3 + std::time::Duration::from_secs(15)
+    }
+
     /// Human form, in the spirit of `kubectl describe`.
     pub fn render(&self, now: Millis) -> String {
         let mut o = String::new();
@@ -196,7 +236,8 @@ impl StatusReport {
             self.pass_ms,
             self.ec2_calls_last_pass
         );
-        let stale = age > 3 * self.interval_ms + 15_000;
+        let limit = Self::stale_after(std::time::Duration::from_millis(self.interval_ms));
+        let stale = u128::from(age) > limit.as_millis();
         if stale {
             let _ = writeln!(o, "WARNING:     no pass for {}: is dtd running?", ago(age));
         }
@@ -223,11 +264,7 @@ impl StatusReport {
             "Generation:  {} (acknowledged: {acked}{pending})",
             self.generation
         );
-        let _ = writeln!(
-            o,
-            "Interrupted: {} worker(s) lost to interruptions, the job kept training",
-            self.interruptions
-        );
+        let _ = writeln!(o, "Totals:      {}", self.summary());
         for s in &self.sources {
             let mark = if s.ok { "ok" } else { "FAILED" };
             let _ = writeln!(o, "Source:      {:<22} {mark} {}", s.name, s.detail);
@@ -244,6 +281,20 @@ impl StatusReport {
         let _ = writeln!(o);
         self.render_table(&mut o, now);
         o
+    }
+
+    /// Since dtd first managed the cluster: interruptions survived, GPU time trained and idle.
+    pub fn summary(&self) -> String {
+        let t = &self.totals;
+        let since = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.since),
+        );
+        format!(
+            "since {since}: {} interruption(s) survived, {:.2} GPU-hours trained, {:.2} GPU-hours ready but idle",
+            self.interruptions,
+            t.gpu_seconds_training / 3600.0,
+            t.gpu_seconds_idle / 3600.0
+        )
     }
 
     fn render_table(&self, o: &mut String, now: Millis) {
@@ -355,6 +406,7 @@ events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
             listed_at: Some(1_000),
             pass_ms: 12,
             errors: &[],
+            totals: &Totals::default(),
             now: 1_000,
         };
         let report = StatusReport::build(&cfg, facts);

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::hostfile::{Format, HostTemplate};
 pub use notify::Notify;
-pub use sections::{Events, Rebalance, Slots};
+pub use sections::{Events, MetricsConfig, Rebalance, Slots};
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
 /// the pass that reads its marker: added to the agent's own limit for the default prepare timeout.
@@ -90,6 +90,8 @@ pub struct Config {
     pub agent: Agent,
     /// `<shared_dir>/generation`, which the daemon writes after the host files.
     pub generation_file: PathBuf,
+    /// Where `/metrics` and `/healthz` are served, if anywhere.
+    pub metrics: MetricsConfig,
 }
 
 #[derive(Debug, Clone)]

@@ -43,6 +43,27 @@ fn default_scheduled_change_lead() -> Duration {
     Duration::from_secs(3600)
 }
 
+/// The Prometheus endpoint: off unless `listen` names an address (an IP and a port; a host name
+/// is refused so that what is exposed is never decided by a resolver).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    #[serde(default, deserialize_with = "listen_address")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+fn listen_address<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    let text = String::deserialize(d)?;
+    let addr = text.parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "`{text}` is not an IP and a port (e.g. 127.0.0.1:9464 or [::1]:9464)"
+        ))
+    })?;
+    Ok(Some(addr))
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Rebalance {

@@ -211,3 +211,22 @@ fn resync_defaults_to_a_minute_with_events_and_to_the_interval_without() {
     let e = error_of(&GOOD.replace("interval: 1s", "interval: 1s\nshared_poll: 5ms"));
     assert!(e.contains("shared_poll must be within"), "{e}");
 }
+
+#[test]
+fn metrics_are_off_unless_an_address_is_given() {
+    assert_eq!(Config::parse(GOOD).unwrap().metrics.listen, None);
+    let cfg = good_with(
+        "interval: 1s",
+        "interval: 1s\nmetrics: { listen: '127.0.0.1:9464' }",
+    );
+    assert_eq!(cfg.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
+    let e = error_of(&GOOD.replace(
+        "interval: 1s",
+        "interval: 1s\nmetrics: { listen: 'localhost:9464' }",
+    ));
+    assert!(e.starts_with("metrics: ") && e.contains("line 12"), "{e}");
+    assert!(
+        e.contains("`localhost:9464` is not an IP and a port"),
+        "{e}"
+    );
+}

@@ -10,12 +10,9 @@ use crate::config::Config;
 use crate::fsutil::{now_millis, write_atomic};
 use crate::hostfile::{render, Format};
 use crate::protocol;
-use crate::status::StatusReport;
+use crate::status::{StatusReport, STATUS_LIMIT};
 use crate::store::Paths;
 use crate::untrusted;
-
-/// A status report lists every worker: about 300 bytes each; more than this is not dtd's.
-const STATUS_LIMIT: u64 = 64 << 20;
 
 pub fn config_check(file: &Path) -> anyhow::Result<()> {
     let cfg = Config::load(file)?;

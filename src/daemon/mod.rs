@@ -21,6 +21,8 @@ use crate::config::Config;
 use crate::deadline::Deadline;
 use crate::decide::{decide_from, Rules};
 use crate::fsutil::now_millis;
+use crate::metrics::server::ServeError;
+use crate::metrics::{FleetNow, Metrics, PassView};
 use crate::model::*;
 use crate::observe::acks::AckReader;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
@@ -49,6 +51,8 @@ pub enum DaemonError {
     Store(#[from] StoreError),
     #[error("installing signal handler: {0}")]
     Signal(std::io::Error),
+    #[error(transparent)]
+    Metrics(#[from] ServeError),
 }
 
 pub struct Daemon {
@@ -80,12 +84,24 @@ pub struct Daemon {
     /// Last failure per source or action, so a lasting failure is logged once, not every pass.
     failures: BTreeMap<&'static str, String>,
     errors: Vec<String>,
+    /// Updated after every pass; served at `metrics.listen`, if configured.
+    metrics: Metrics,
 }
 
 impl Daemon {
     pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(&cfg.state_dir);
         let state = load_state(&paths.state())?;
+        let mut metrics = Metrics::new(
+            &clients.calls,
+            crate::status::read_totals(&paths.status()),
+            now_millis(),
+            cfg.interval,
+        );
+        if let (Some(addr), Some(registry)) = (cfg.metrics.listen, metrics.take_registry()) {
+            let bound = crate::metrics::server::spawn(addr, registry, metrics.health())?;
+            tracing::info!("serving http://{bound}/metrics and /healthz");
+        }
         let readers = SharedReaders {
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(&cfg.job.ack.file, cfg.job.ack.host_worker_log.as_deref()),
@@ -118,6 +134,7 @@ impl Daemon {
             failures: BTreeMap::new(),
             saved: None,
             errors: Vec::new(),
+            metrics,
             state,
             paths,
             cfg,
@@ -225,12 +242,19 @@ impl Daemon {
         calls: u32,
         started: Instant,
     ) -> BTreeMap<WorkerStatus, Vec<String>> {
+        let unheeded: Vec<&Notice> = (snap.notices.iter())
+            .filter(|n| !self.state.noticed.contains_key(&n.id))
+            .collect();
         let mut plan = decide_from(
             &self.rules(),
             snap,
             std::mem::take(&mut self.state),
             now_millis(),
         );
+        let heeded = unheeded
+            .into_iter()
+            .filter(|n| plan.state.noticed.contains_key(&n.id));
+        self.metrics.note_notices(heeded);
         let decided = std::mem::take(&mut plan.outcome.events);
         self.record(&decided);
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
@@ -378,6 +402,7 @@ impl Daemon {
 
     /// Logs events now; they reach the journal at the next write of the state directory.
     fn record(&mut self, events: &[Event]) {
+        self.metrics.note_events(events);
         for e in events {
             tracing::info!(kind = %e.kind, instance = e.instance.as_deref().unwrap_or("-"), "{}", e.message);
         }
@@ -429,6 +454,11 @@ impl Daemon {
         took: Duration,
     ) {
         self.flush_journal().await;
+        let now = now_millis();
+        let slots = &self.cfg.workers.slots;
+        let fleet = (snap.instances.as_ref().ok())
+            .map(|list| FleetNow::count(list, snap.markers.as_ref().ok(), &self.state, slots));
+        self.metrics.count_gpu_time(now, fleet);
         let facts = PassFacts {
             outcome,
             snap,
@@ -439,9 +469,16 @@ impl Daemon {
             listed_at: self.ec2.listed_at(),
             pass_ms: took.as_millis() as u64,
             errors: &self.errors,
-            now: now_millis(),
+            totals: self.metrics.totals(),
+            now,
         };
         let report = StatusReport::build(&self.cfg, facts);
+        let view = PassView {
+            report: &report,
+            state: &self.state,
+            markers: snap.markers.as_ref().ok(),
+        };
+        self.metrics.after_pass(view, now, took);
         let path = self.paths.status();
         let save = move || save_json(&path, &report).map_err(|e| e.to_string());
         if let Err(e) = self.state_fs.try_run("writing the status", save).await {

@@ -39,6 +39,9 @@ pub struct Markers {
     pub failed: BTreeMap<IpAddr, String>,
     /// Interruption notices written by workers' agents.
     pub notices: Vec<Notice>,
+    /// When each success marker was written (its modification time, by the file server's
+    /// clock), for the time from ready to the host files; read once per marker.
+    pub ready_at: BTreeMap<IpAddr, Millis>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.

@@ -3,14 +3,14 @@
 //! A marker's name carries an IP; a name whose IP part does not parse is ignored with a warning
 //! and never used to build a path or a command.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::fs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::fsutil::millis_from_rfc3339;
-use crate::model::{Markers, Notice, NoticeKind, NoticeTarget};
+use crate::model::{Markers, Millis, Notice, NoticeKind, NoticeTarget};
 use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
 use crate::protocol::markers::{
     MarkerKind, MarkerName, NameError, MAX_REPORT_BYTES, PREPARE_DATA_PREFIX,
@@ -22,6 +22,8 @@ pub struct MarkerScanner {
     dir: PathBuf,
     /// Names already warned about, so a bad file is reported once, not every pass.
     warned: HashSet<OsString>,
+    /// Success markers' modification times, so each is `stat`ed once, not every pass.
+    ready_at: BTreeMap<IpAddr, Millis>,
 }
 
 impl MarkerScanner {
@@ -29,6 +31,7 @@ impl MarkerScanner {
         MarkerScanner {
             dir: dir.to_path_buf(),
             warned: HashSet::new(),
+            ready_at: BTreeMap::new(),
         }
     }
 
@@ -40,6 +43,8 @@ impl MarkerScanner {
             let entry = entry.map_err(|e| format!("listing {}: {e}", self.dir.display()))?;
             self.consider(&entry, &mut markers);
         }
+        self.ready_at.retain(|ip, _| markers.success.contains(ip));
+        markers.ready_at = self.ready_at.clone();
         Ok(markers)
     }
 
@@ -66,6 +71,12 @@ impl MarkerScanner {
         match kind {
             MarkerKind::Success => {
                 markers.success.insert(ip);
+                if let std::collections::btree_map::Entry::Vacant(v) = self.ready_at.entry(ip) {
+                    // No `stat` of a file that vanished: it is simply not timed.
+                    if let Some(at) = modified_millis(entry) {
+                        v.insert(at);
+                    }
+                }
             }
             MarkerKind::Failed => {
                 let summary = self.failure_summary(&entry.path(), &name);
@@ -93,6 +104,13 @@ impl MarkerScanner {
             tracing::warn!(file = %name.to_string_lossy(), dir = %self.dir.display(), "ignoring marker: {why}");
         }
     }
+}
+
+/// The entry's own modification time (a symbolic link is never followed: it is refused above).
+fn modified_millis(entry: &fs::DirEntry) -> Option<Millis> {
+    let modified = entry.metadata().ok()?.modified().ok()?;
+    let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(since.as_millis() as Millis)
 }
 
 /// An agent's notice targets its instance id: an IP can be reused by a new instance while an

@@ -92,7 +92,7 @@ fn a_spot_warning_rescales_the_job_at_once_and_it_checkpoints() {
     assert_eq!(t.c.events_of("terminated", id), 0);
 
     // The queue message is deleted just before the pass writes its status report.
-    let text = t.c.wait_status_text("1 worker(s) lost to interruptions");
+    let text = t.c.wait_status_text("1 interruption(s) survived");
     let row = text.lines().find(|l| l.contains(id.as_str())).unwrap();
     assert!(
         row.contains("INTERRUPTED") && row.contains("On-Demand"),

@@ -16,6 +16,7 @@ mod hot_path;
 mod interruptions;
 mod lifecycle_actions;
 mod membership;
+mod metrics;
 mod mount_targets;
 mod notify;
 mod resilience;

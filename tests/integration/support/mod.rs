@@ -4,6 +4,7 @@
 pub mod autoscaling;
 pub mod fixtures;
 pub mod imds;
+pub mod prometheus;
 pub mod server;
 
 use std::net::TcpStream;
@@ -20,7 +21,7 @@ pub const CLUSTER: &str = "itest";
 pub const ELASTIC: &str = "itest-aws-dl-cfn-elastic-worker";
 pub const STATUS: &str = "elastic_worker_status";
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 

@@ -1,0 +1,99 @@
+//! `/healthz`: healthy while passes complete on time and every source was read completely.
+
+use std::time::{Duration, Instant};
+
+use crate::status::StatusReport;
+
+pub struct Health {
+    started: Instant,
+    /// A pass older than this means the loop is stuck (or dtd is about to be).
+    stale_after: Duration,
+    last_pass: Option<Instant>,
+    /// The sources the last pass could not read, with why.
+    failing: Vec<String>,
+}
+
+impl Health {
+    pub fn new(started: Instant, stale_after: Duration) -> Health {
+        Health {
+            started,
+            stale_after,
+            last_pass: None,
+            failing: Vec::new(),
+        }
+    }
+
+    pub fn passed(&mut self, at: Instant, report: &StatusReport) {
+        self.last_pass = Some(at);
+        self.failing = (report.sources.iter())
+            .filter(|s| !s.ok)
+            .map(|s| format!("{}: {}", s.name, s.detail))
+            .collect();
+    }
+
+    /// `Ok` with a one-line summary, or `Err` with every reason it is not healthy.
+    pub fn verdict(&self, now: Instant) -> Result<String, String> {
+        let mut reasons = Vec::new();
+        match self.last_pass {
+            Some(at) if now.duration_since(at) > self.stale_after => reasons.push(format!(
+                "no pass completed for {}s (limit {}s)",
+                now.duration_since(at).as_secs(),
+                self.stale_after.as_secs()
+            )),
+            Some(_) => {}
+            None => reasons.push(format!(
+                "no pass completed yet (started {}s ago)",
+                now.duration_since(self.started).as_secs()
+            )),
+        }
+        reasons.extend(self.failing.iter().map(|f| format!("source {f}")));
+        match reasons.is_empty() {
+            true => Ok("ok: passes on time, every source read".into()),
+            false => Err(reasons.join("\n")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::SourceStatus;
+
+    fn report(sources: &[(&str, bool)]) -> StatusReport {
+        let mut r: StatusReport = serde_json::from_value(serde_json::json!({
+            "cluster": "c", "updated_at": 0, "pid": 1, "interval_ms": 1000, "min": 0, "max": 1,
+            "current": 0, "desired": 0, "generation": 0, "acked_generation": null,
+            "pending_notification": null, "ec2_calls_last_pass": 0, "pass_ms": 0,
+            "sources": [], "holds": [], "errors": [], "hosts": [], "workers": []
+        }))
+        .expect("a report");
+        r.sources = (sources.iter())
+            .map(|(name, ok)| SourceStatus {
+                name: name.to_string(),
+                ok: *ok,
+                detail: format!("{name} detail"),
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn unhealthy_before_the_first_pass_when_late_and_when_a_source_fails() {
+        let t0 = Instant::now();
+        let mut h = Health::new(t0, Duration::from_secs(10));
+        assert!(h.verdict(t0).unwrap_err().contains("no pass completed yet"));
+        h.passed(t0, &report(&[("EC2 instances", true)]));
+        assert!(h.verdict(t0 + Duration::from_secs(10)).is_ok());
+        let late = h.verdict(t0 + Duration::from_secs(11)).unwrap_err();
+        assert!(
+            late.contains("no pass completed for 11s (limit 10s)"),
+            "{late}"
+        );
+        h.passed(
+            t0,
+            &report(&[("EC2 instances", false), ("event queue", true)]),
+        );
+        let failing = h.verdict(t0).unwrap_err();
+        assert_eq!(failing, "source EC2 instances: EC2 instances detail");
+    }
+}

@@ -1,0 +1,322 @@
+//! What `dtd` exposes to Prometheus, and the running totals `dtctl status` summarises.
+//!
+//! Every pass updates atomics and a few small maps after it wrote its status; a scrape encodes
+//! them on the server's own thread (see [`server`]), so neither waits for the other.
+
+mod aws_calls;
+mod gpu;
+mod health;
+mod latency;
+pub mod server;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::AtomicU64;
+
+pub use aws_calls::AwsCalls;
+pub use gpu::{FleetNow, GpuClock, GpuSeconds};
+pub use health::Health;
+use latency::Latencies;
+
+use crate::model::{Event, Markers, Millis, Notice, NoticeKind, State};
+use crate::status::StatusReport;
+
+/// Kept in `status.json` and read back when `dtd` starts: what it counted since it first
+/// managed the cluster (GPU time would otherwise restart at zero with every restart).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// When `dtd` began counting.
+    pub since: Millis,
+    pub gpu_seconds_training: f64,
+    pub gpu_seconds_idle: f64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NoticeLabels {
+    kind: &'static str,
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: String,
+}
+
+type FloatCounter = Counter<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The metric handles a pass updates; the registry that encodes them goes to the server.
+pub struct Metrics {
+    workers: Family<StatusLabel, Gauge>,
+    generation: Gauge,
+    acked_generation: Gauge,
+    pass_duration: Histogram,
+    last_pass: FloatGauge,
+    notices: Family<NoticeLabels, Counter>,
+    interruptions: Counter,
+    marker_to_host_file: Histogram,
+    ack_to_termination: Histogram,
+    gpu_time: Family<GpuLabel, FloatCounter>,
+    awaiting_ack: Gauge,
+    source_up: Family<SourceLabel, Gauge>,
+    health: Arc<Mutex<Health>>,
+    registry: Option<Registry>,
+    clock: GpuClock,
+    latencies: Latencies,
+    totals: Totals,
+    interruptions_seen: u64,
+}
+
+/// Statuses a worker can be shown with: each has a series, at 0 when no worker has it.
+const STATUSES: [&str; 9] = [
+    "PREPARING",
+    "ADD_QUEUED",
+    "ADDED",
+    "REMOVAL_QUEUED",
+    "REMOVED",
+    "PREPARE_FAILED",
+    "INTERRUPTED",
+    "BASE",
+    "UNMANAGED",
+];
+
+impl Metrics {
+    /// `totals`: what an earlier `dtd` counted (from its last status), if anything.
+    pub fn new(aws: &AwsCalls, totals: Option<Totals>, now: Millis, interval: Duration) -> Self {
+        let totals = totals.unwrap_or(Totals {
+            since: now,
+            ..Totals::default()
+        });
+        let m = Metrics {
+            workers: Family::default(),
+            generation: Gauge::default(),
+            acked_generation: Gauge::default(),
+            pass_duration: Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            last_pass: FloatGauge::default(),
+            notices: Family::default(),
+            interruptions: Counter::default(),
+            marker_to_host_file: Histogram::new([
+                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+            ]),
+            ack_to_termination: Histogram::new([
+                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+            ]),
+            gpu_time: Family::default(),
+            awaiting_ack: Gauge::default(),
+            source_up: Family::default(),
+            health: Arc::new(Mutex::new(Health::new(
+                Instant::now(),
+                StatusReport::stale_after(interval),
+            ))),
+            registry: None,
+            clock: GpuClock::new(),
+            latencies: Latencies::default(),
+            interruptions_seen: 0,
+            totals,
+        };
+        m.gpu_counter("training")
+            .inc_by(m.totals.gpu_seconds_training);
+        m.gpu_counter("idle").inc_by(m.totals.gpu_seconds_idle);
+        let registry = m.register(aws);
+        Metrics {
+            registry: Some(registry),
+            ..m
+        }
+    }
+
+    fn gpu_counter(&self, state: &'static str) -> FloatCounter {
+        self.gpu_time.get_or_create(&GpuLabel { state }).clone()
+    }
+
+    /// The registry to encode, once (for the server); the handles stay here.
+    pub fn take_registry(&mut self) -> Option<Registry> {
+        self.registry.take()
+    }
+
+    pub fn health(&self) -> Arc<Mutex<Health>> {
+        Arc::clone(&self.health)
+    }
+
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    fn register(&self, aws: &AwsCalls) -> Registry {
+        let mut r = Registry::default();
+        r.register(
+            "dt_workers",
+            "Worker instances by the status dtctl status shows (BASE: base hosts)",
+            self.workers.clone(),
+        );
+        r.register(
+            "dt_generation",
+            "The host files' generation",
+            self.generation.clone(),
+        );
+        r.register(
+            "dt_acknowledged_generation",
+            "The newest generation the job acknowledged",
+            self.acked_generation.clone(),
+        );
+        r.register_with_unit(
+            "dt_pass_duration",
+            "How long a pass took: observe, decide, act, status",
+            Unit::Seconds,
+            self.pass_duration.clone(),
+        );
+        r.register_with_unit(
+            "dt_last_pass_timestamp",
+            "When the last pass ended, Unix time",
+            Unit::Seconds,
+            self.last_pass.clone(),
+        );
+        r.register(
+            "dt_notices",
+            "Notices heeded (each once), by kind and by source (queue: EventBridge; agent: instance metadata)",
+            self.notices.clone(),
+        );
+        r.register(
+            "dt_interruptions_survived",
+            "Workers the job lost to interruptions and kept training without, since dtd first managed the cluster",
+            self.interruptions.clone(),
+        );
+        r.register_with_unit(
+            "dt_marker_to_host_file",
+            "From a worker's prepare-data success marker (its modification time) to the host files listing it",
+            Unit::Seconds,
+            self.marker_to_host_file.clone(),
+        );
+        r.register_with_unit(
+            "dt_ack_to_termination",
+            "From the job's acknowledgement of a removal to AWS accepting the worker's termination",
+            Unit::Seconds,
+            self.ack_to_termination.clone(),
+        );
+        r.register_with_unit(
+            "dt_gpu_time",
+            "GPU-seconds (seconds times the worker's slots) by state: training (in the job, acknowledged) or idle (ready, with its success marker, but not training), since dtd first managed the cluster",
+            Unit::Seconds,
+            self.gpu_time.clone(),
+        );
+        r.register(
+            "dt_removals_awaiting_ack",
+            "Workers out of the host files whose removal the job has not acknowledged yet",
+            self.awaiting_ack.clone(),
+        );
+        r.register(
+            "dt_source_up",
+            "Whether each source was read completely on the last pass (1) or not (0)",
+            self.source_up.clone(),
+        );
+        aws.register(&mut r);
+        r
+    }
+
+    /// Journal events as they are recorded: the ends of the latencies measured.
+    pub fn note_events(&mut self, events: &[Event]) {
+        for seconds in self.latencies.note(events) {
+            self.ack_to_termination.observe(seconds);
+        }
+    }
+
+    /// Notices this pass heeded for the first time.
+    pub fn note_notices<'a>(&self, heeded: impl Iterator<Item = &'a Notice>) {
+        for n in heeded {
+            let labels = NoticeLabels {
+                kind: notice_kind(n.kind),
+                source: n.source,
+            };
+            self.notices.get_or_create(&labels).inc();
+        }
+    }
+
+    /// After a pass wrote its status: everything it shows, and the GPU time since the last one.
+    pub fn after_pass(&mut self, pass: PassView, now: Millis, took: Duration) {
+        let r = pass.report;
+        for status in STATUSES {
+            let n = r.workers.iter().filter(|w| w.status == status).count();
+            self.workers
+                .get_or_create(&StatusLabel { status })
+                .set(n as i64);
+        }
+        self.generation.set(r.generation as i64);
+        self.acked_generation
+            .set(r.acked_generation.unwrap_or(0) as i64);
+        self.pass_duration.observe(took.as_secs_f64());
+        self.last_pass.set(now as f64 / 1000.0);
+        let awaiting = pass
+            .state
+            .removals
+            .iter()
+            .filter(|r| r.awaits_ack())
+            .count();
+        self.awaiting_ack.set(awaiting as i64);
+        for s in &r.sources {
+            let labels = SourceLabel {
+                source: s.name.clone(),
+            };
+            self.source_up.get_or_create(&labels).set(s.ok as i64);
+        }
+        self.count_interruptions(pass.state.interruptions);
+        for seconds in self.latencies.joined(pass.markers, now) {
+            self.marker_to_host_file.observe(seconds);
+        }
+        if let Ok(mut h) = self.health.lock() {
+            h.passed(Instant::now(), r);
+        }
+    }
+
+    fn count_interruptions(&mut self, total: u64) {
+        let new = total.saturating_sub(self.interruptions_seen);
+        self.interruptions.inc_by(new);
+        self.interruptions_seen = total;
+    }
+
+    /// The GPU time since the last pass, counted before the status that shows the totals.
+    /// `None` (the instances could not be read) counts as neither state for this interval.
+    pub fn count_gpu_time(&mut self, now: Millis, fleet: Option<FleetNow>) {
+        let fleet = fleet.unwrap_or_default();
+        let s = self.clock.tick(now, &fleet);
+        self.gpu_counter("training").inc_by(s.training);
+        self.gpu_counter("idle").inc_by(s.idle);
+        self.totals.gpu_seconds_training += s.training;
+        self.totals.gpu_seconds_idle += s.idle;
+    }
+}
+
+/// What a pass hands the metrics once its status is written.
+pub struct PassView<'a> {
+    pub report: &'a StatusReport,
+    pub state: &'a State,
+    pub markers: Option<&'a Markers>,
+}
+
+fn notice_kind(kind: NoticeKind) -> &'static str {
+    match kind {
+        NoticeKind::Interruption => "interruption",
+        NoticeKind::Rebalance => "rebalance",
+        NoticeKind::CapacityBlockExpiring => "capacity_block_expiring",
+        NoticeKind::ScheduledChange => "scheduled_change",
+        NoticeKind::GroupTerminating => "group_terminating",
+    }
+}

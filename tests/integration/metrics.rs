@@ -1,0 +1,133 @@
+//! `/metrics` scraped by a real Prometheus and read back through its HTTP API after a join and a
+//! removal against the emulator; `promtool` checks the exposition; `/healthz` turns 503 while
+//! the emulator is away and 200 when it is back.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::support::prometheus::{get, Prometheus};
+use crate::support::*;
+
+/// dtd with `metrics.listen` on a free loopback port, and `count` workers prepared.
+fn cluster(count: i32, extra: &str) -> (Cluster, Vec<(String, String)>, SocketAddr) {
+    let mut c = Cluster::new();
+    let workers = c.launch(count);
+    for (_, ip) in &workers {
+        c.marker(ip);
+    }
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("an address");
+    c.extra = format!("metrics: {{ listen: '{addr}' }}\n{extra}");
+    let config = c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }");
+    c.write_config(&config);
+    c.start_dtd();
+    (c, workers, addr)
+}
+
+fn generation(c: &Cluster) -> String {
+    std::fs::read_to_string(c.efs().join("generation")).expect("the generation file")
+}
+
+fn ack(c: &Cluster) {
+    let out = c.dtctl(&["ack", generation(c).trim()]);
+    assert!(out.status.success(), "dtctl ack: {}", stderr(&out));
+}
+
+#[test]
+fn prometheus_scrapes_a_join_and_a_removal() {
+    let (c, workers, addr) = cluster(2, "");
+    c.wait_hosts("both workers", |h| h.len() == 2);
+    let prom = Prometheus::scraping(addr);
+    prom.wait("up{job=\"dtd\"}", |v| v == 1.0);
+    prom.wait("dt_marker_to_host_file_seconds_count", |v| v == 2.0);
+    prom.wait("dt_workers{status=\"ADD_QUEUED\"}", |v| v == 2.0);
+    ack(&c);
+    prom.wait("dt_workers{status=\"ADDED\"}", |v| v == 2.0);
+    let g: f64 = generation(&c).trim().parse().expect("a generation");
+    prom.wait("dt_acknowledged_generation", |v| v == g);
+    prom.wait("dt_gpu_time_seconds_total{state=\"training\"} > 0", |_| {
+        true
+    });
+    prom.wait(
+        "sum(dt_aws_calls_total{service=\"EC2\",operation=\"DescribeInstances\"})",
+        |v| v >= 1.0,
+    );
+
+    // A removal: out of the host files, awaiting the job; then acknowledged and terminated.
+    let (id, ip) = &workers[0];
+    c.delete_elastic_tag(id);
+    c.wait_hosts("the worker to leave", |h| {
+        !h.iter().any(|l| l.contains(ip.as_str()))
+    });
+    prom.wait("dt_removals_awaiting_ack", |v| v == 1.0);
+    prom.wait("dt_workers{status=\"REMOVAL_QUEUED\"}", |v| v == 1.0);
+    prom.wait("dt_generation", |v| v == g + 1.0);
+    ack(&c);
+    prom.wait("dt_ack_to_termination_seconds_count", |v| v == 1.0);
+    prom.wait("dt_removals_awaiting_ack", |v| v == 0.0);
+    prom.wait("dt_workers{status=\"ADDED\"}", |v| v == 1.0);
+    prom.wait("dt_pass_duration_seconds_count > 10", |_| true);
+
+    // What `dtctl status` sums up is what the counters say.
+    let text = c.wait_status_text("GPU-hours trained");
+    assert!(text.contains("0 interruption(s) survived"), "{text}");
+}
+
+/// Prometheus ingesting every scrape (`up` is 1 only when the exposition parsed) is the check
+/// of the format; this one checks what a person reading /metrics relies on. (`promtool check
+/// metrics` reads the older text format, in which OpenMetrics' counter families look like
+/// families without help, so it cannot judge this one.)
+#[test]
+fn every_metric_has_its_help_and_other_paths_are_404() {
+    let (c, _, addr) = cluster(1, "");
+    c.wait_hosts("the worker", |h| h.len() == 1);
+    let (code, body) = wait_for(
+        "a scrape",
+        Duration::from_secs(30),
+        || get(addr, "/metrics"),
+        |r| matches!(r, Ok((200, _))),
+    )
+    .expect("scraped");
+    assert_eq!(code, 200);
+    let documented = std::fs::read_to_string(repo().join("README.md")).expect("README");
+    for family in body.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = family.split_whitespace().next().expect("a name");
+        assert!(
+            body.contains(&format!("# HELP {name} ")),
+            "{name} has no help:\n{body}"
+        );
+        let shown = [name.to_string(), format!("{name}_total")];
+        assert!(
+            shown.iter().any(|n| documented.contains(&format!("`{n}`"))),
+            "{name} is not in the README's metric list"
+        );
+    }
+    assert!(
+        body.ends_with("# EOF\n"),
+        "an OpenMetrics exposition ends with # EOF"
+    );
+    assert_eq!(get(addr, "/nowhere").expect("an answer").0, 404);
+}
+
+#[test]
+fn healthz_is_503_while_the_emulator_is_away_and_200_when_it_is_back() {
+    let (c, _, addr) = cluster(1, "resync: 1s\napi_timeout: 1s\n");
+    c.wait_hosts("the worker", |h| h.len() == 1);
+    let health = || get(addr, "/healthz");
+    wait_for("/healthz 200", Duration::from_secs(30), health, |r| {
+        matches!(r, Ok((200, _)))
+    })
+    .expect("healthy");
+    c.moto.pause();
+    let (_, why) = wait_for("/healthz 503", Duration::from_secs(60), health, |r| {
+        matches!(r, Ok((503, _)))
+    })
+    .expect("an answer");
+    assert!(why.contains("source EC2 instances:"), "{why}");
+    c.moto.resume();
+    wait_for("/healthz 200 again", Duration::from_secs(60), health, |r| {
+        matches!(r, Ok((200, _)))
+    })
+    .expect("healthy again");
+}
