@@ -8,7 +8,10 @@ interruption: 22 workers, interval 2s (the default), event queue configured. Eac
   Spot interruption warning for one member into EventBridge (moto delivers it to the SQS queue
   at once) and measures the time until the host file no longer lists it and until the job
   receives SIGUSR1.
-memory: 1,000 workers joined; the peak resident set (VmHWM) of `dtd`.
+memory: 1,000 workers joined; the peak resident set (VmHWM) of `dtd`, and its pass time.
+metrics: the memory run again with `metrics.listen` on and /metrics scraped every 100 ms: each
+  scrape's time, the peak resident set, and the pass time beside the run without metrics
+  (`--only metrics` runs both).
 (Issue 10's join, leave and release beside 1,000 other workers, and dtd's AWS calls per minute,
 are scripts/bench_hotpath.py, which imports the helpers below: `scripts/bench hotpath`.)
 
@@ -17,6 +20,7 @@ Run it through scripts/bench, which builds the release binaries and sets up the 
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import socket
@@ -85,7 +89,7 @@ def launch(ec2, count, per_reservation=10):
     return out
 
 
-def write_config(workdir, efs, interval, max_workers, api_timeout="10s", queue=None):
+def write_config(workdir, efs, interval, max_workers, api_timeout="10s", queue=None, metrics=None):
     path = os.path.join(workdir, "dtd.yaml")
     with open(path, "w") as f:
         f.write(f"""cluster: bench
@@ -105,6 +109,8 @@ allow_local_state_dir: true
 """)
         if queue:
             f.write(f"events:\n  queue_url: {queue}\n")
+        if metrics:
+            f.write(f"metrics: {{ listen: '{metrics}' }}\n")
     return path
 
 
@@ -294,31 +300,67 @@ def peak_rss_kib(pid):
     return 0
 
 
-def bench_memory(workers, passes):
+def bench_memory(workers, passes, scrape=False):
+    """`scrape`: with metrics.listen on, and /metrics fetched every 100 ms while the passes are
+    timed (each scrape's time is kept), as a busy Prometheus would; the pass times then show what
+    serving costs a pass."""
     with emulated_cluster() as (workdir, efs, ec2, url, procs):
         for _, ip in launch(ec2, workers):
             marker(efs, ip)
-        config = write_config(workdir, efs, "1s", workers + 10, api_timeout="60s")
+        listen = f"127.0.0.1:{free_port()}" if scrape else None
+        config = write_config(workdir, efs, "1s", workers + 10, api_timeout="60s", metrics=listen)
         procs["dtd"] = start_dtd(config, url, workdir)
         start = time.monotonic()
         wait(f"{workers} workers to join", lambda: len(read_hosts(efs)) == workers, timeout=600, step=0.2)
         joined = time.monotonic() - start
         status = os.path.join(efs, ".dt", "bench", "status.json")
+        scrapes, size = [], [0]
+        stop = threading.Event()
+        scraper = threading.Thread(target=scrape_loop, args=(listen, scrapes, size, stop)) if scrape else None
+        if scraper:
+            scraper.start()
         # More full passes, so the steady state is measured too: each one's duration, as dtd
-        # reports it, for the cost of a normal pass (moto's DescribeInstances dominates it).
+        # reports it, for the cost of a normal pass.
         pass_ms = []
-        for _ in range(passes):
-            before = os.path.getmtime(status) if os.path.exists(status) else 0
-            wait("another pass", lambda: os.path.exists(status) and os.path.getmtime(status) > before,
-                 timeout=120, step=0.05)
-            with open(status) as f:
-                pass_ms.append(json.load(f)["pass_ms"])
+        try:
+            for _ in range(passes):
+                before = os.path.getmtime(status) if os.path.exists(status) else 0
+                wait("another pass", lambda: os.path.exists(status) and os.path.getmtime(status) > before,
+                     timeout=120, step=0.05)
+                with open(status) as f:
+                    pass_ms.append(json.load(f)["pass_ms"])
+        finally:
+            stop.set()
+            if scraper:
+                scraper.join()
         kib = peak_rss_kib(procs["dtd"].pid)
-        print(f"memory: {workers} workers joined in {joined:.1f}s (moto-bound); "
+        what = "with /metrics scraped every 100 ms" if scrape else "metrics off"
+        print(f"memory ({what}): {workers} workers joined in {joined:.1f}s (moto-bound); "
               f"dtd peak RSS (VmHWM) {kib / 1024:.1f} MiB (target: under 40 MiB)")
-        print(f"steady pass at {workers} workers over {len(pass_ms)} passes: median "
+        print(f"steady pass at {workers} workers ({what}) over {len(pass_ms)} passes: median "
               f"{statistics.median(pass_ms):.0f} ms, p95 {pct(pass_ms, 95):.0f} ms, "
               f"min {min(pass_ms)} ms, max {max(pass_ms)} ms")
+        if scrape:
+            ms = [t * 1000 for t in scrapes]
+            print(f"scrape of /metrics at {workers} workers ({size[0]} bytes) over {len(ms)} scrapes: "
+                  f"median {statistics.median(ms):.2f} ms, p95 {pct(ms, 95):.2f} ms, max {max(ms):.2f} ms "
+                  f"(target: under 20 ms)")
+
+
+def scrape_loop(listen, times, size, stop):
+    host, port = listen.rsplit(":", 1)
+    while not stop.is_set():
+        start = time.perf_counter()
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        body = resp.read()
+        times.append(time.perf_counter() - start)
+        conn.close()
+        if resp.status != 200:
+            raise SystemExit(f"/metrics answered {resp.status}: {body[:200]!r}")
+        size[0] = len(body)
+        stop.wait(0.1)
 
 
 def main():
@@ -327,7 +369,7 @@ def main():
     p.add_argument("--workers", type=int, default=1000, help="workers for the memory figure (default 1000)")
     p.add_argument("--passes", type=int, default=3, help="steady passes timed after the join (default 3)")
     p.add_argument("--dtd", help="the dtd binary to measure (default: $DT_BIN_DIR/dtd, the one build of scripts/build)")
-    p.add_argument("--only", choices=["latency", "interruption", "memory"], help="run one benchmark")
+    p.add_argument("--only", choices=["latency", "interruption", "memory", "metrics"], help="run one benchmark")
     args = p.parse_args()
     global DTD
     if args.dtd:
@@ -338,8 +380,10 @@ def main():
         bench_latency(args.trials)
     if args.only in (None, "interruption"):
         bench_interruption(args.trials)
-    if args.only in (None, "memory"):
+    if args.only in (None, "memory", "metrics"):
         bench_memory(args.workers, args.passes)
+    if args.only in (None, "metrics"):
+        bench_memory(args.workers, args.passes, scrape=True)
 
 
 if __name__ == "__main__":
