@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_timeout};
-use super::{Events, Notify, Slots};
+use super::{Alert, Events, Notify, Slots};
 use crate::hostfile::Format;
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +53,8 @@ pub(super) struct RawConfig {
     pub master: Option<IpAddr>,
     #[serde(default)]
     pub agent: RawAgent,
+    #[serde(default)]
+    pub alerts: Vec<Alert>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -50,6 +50,7 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
         api_timeout: raw.api_timeout,
         fs_timeout: raw.fs_timeout,
         master: raw.master,
+        alerts: raw.alerts,
     })
 }
 
