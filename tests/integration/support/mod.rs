@@ -5,6 +5,7 @@ pub mod autoscaling;
 pub mod fixtures;
 pub mod imds;
 pub mod server;
+pub mod webhook;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
