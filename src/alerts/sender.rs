@@ -92,10 +92,11 @@ impl Sender {
         }
     }
 
-    /// Logs the first failure of a run only; `dtctl status` shows the latest.
+    /// Logs the first failure of a run only (a refusal too: it is not retried, but the webhook
+    /// is failing until an event gets through); `dtctl status` shows the latest.
     fn failed(&self, error: &str) {
         if self.outbox.failed(error.to_string(), now_millis()) {
-            tracing::warn!(webhook = %self.url, "alert webhook failing: {error}; retrying with backoff");
+            tracing::warn!(webhook = %self.url, "alert webhook failing: {error}");
         }
     }
 
