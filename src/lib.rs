@@ -5,6 +5,7 @@
 
 pub mod act;
 pub mod agent;
+pub mod alerts;
 pub mod aws;
 pub mod config;
 pub mod ctl;

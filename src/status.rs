@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::alerts::AlertStatus;
 use crate::config::Config;
 use crate::decide::worker_views;
 use crate::hostfile::Host;
@@ -58,6 +59,9 @@ pub struct StatusReport {
     pub errors: Vec<String>,
     pub hosts: Vec<Host>,
     pub workers: Vec<WorkerView>,
+    /// Each alert webhook's counts and failure, URL redacted.
+    #[serde(default)]
+    pub alerts: Vec<AlertStatus>,
 }
 
 /// The totals an earlier dtd wrote in its last status, if it can be read: counting goes on
@@ -103,6 +107,8 @@ pub struct PassFacts<'a> {
     pub pass_ms: u64,
     pub errors: &'a [String],
     pub totals: &'a Totals,
+    /// The alert webhooks as of this pass.
+    pub alerts: Vec<AlertStatus>,
     pub now: Millis,
 }
 
@@ -135,6 +141,7 @@ impl StatusReport {
             errors: f.errors.to_vec(),
             hosts: f.outcome.hosts.clone(),
             workers: worker_views(&f.outcome.rows, snap, state),
+            alerts: f.alerts,
         }
     }
 }
@@ -278,6 +285,7 @@ impl StatusReport {
         for e in &self.errors {
             let _ = writeln!(o, "Error:       {e}");
         }
+        self.render_alerts(&mut o, now);
         let _ = writeln!(o);
         self.render_table(&mut o, now);
         o
@@ -295,6 +303,24 @@ impl StatusReport {
             t.gpu_seconds_training / 3600.0,
             t.gpu_seconds_idle / 3600.0
         )
+    }
+
+    /// A line per failing webhook; the others are in `-o json`.
+    fn render_alerts(&self, o: &mut String, now: Millis) {
+        for a in &self.alerts {
+            let (Some(error), Some(since)) = (&a.last_error, a.failing_since) else {
+                continue;
+            };
+            let _ = writeln!(
+                o,
+                "Alert:       {} FAILING for {}: {error} (sent {}, pending {}, dropped {})",
+                a.webhook,
+                ago(now.saturating_sub(since)),
+                a.sent,
+                a.pending,
+                a.dropped
+            );
+        }
     }
 
     fn render_table(&self, o: &mut String, now: Millis) {
@@ -407,6 +433,7 @@ events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
             pass_ms: 12,
             errors: &[],
             totals: &Totals::default(),
+            alerts: Vec::new(),
             now: 1_000,
         };
         let report = StatusReport::build(&cfg, facts);
@@ -429,5 +456,68 @@ events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
         assert_eq!(report.sources[3].detail, "ReceiveMessage: throttled");
         assert_eq!(report.holds, outcome.holds);
         assert_eq!(report.replacing_stopped, None);
+    }
+
+    fn alert(last_error: Option<&str>, failing_since: Option<Millis>) -> AlertStatus {
+        AlertStatus {
+            webhook: "https://hooks.slack.com/…".into(),
+            format: crate::config::AlertFormat::Slack,
+            sent: 4,
+            pending: 2,
+            dropped: 1,
+            last_error: last_error.map(str::to_string),
+            failing_since,
+        }
+    }
+
+    #[test]
+    fn a_failing_webhook_gets_a_line_and_a_healthy_one_none() {
+        let mut report = empty_report();
+        report.alerts = vec![
+            alert(None, None),
+            alert(Some("tcp connect error: Connection refused"), Some(10_000)),
+        ];
+        let text = report.render(25_000);
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("Alert:")).collect();
+        assert_eq!(
+            lines,
+            ["Alert:       https://hooks.slack.com/… FAILING for 15s: tcp connect error: Connection refused (sent 4, pending 2, dropped 1)"]
+        );
+    }
+
+    #[test]
+    fn a_status_written_before_alerts_existed_still_reads() {
+        let mut json = serde_json::to_value(empty_report()).expect("JSON");
+        json.as_object_mut().expect("an object").remove("alerts");
+        let report: StatusReport = serde_json::from_value(json).expect("read");
+        assert!(report.alerts.is_empty());
+    }
+
+    fn empty_report() -> StatusReport {
+        let cfg = Config::parse(CONFIG).expect("config");
+        let snap = Snapshot {
+            instances: Ok(Vec::new()),
+            markers: Ok(Markers::default()),
+            acks: Ok(Acks::default()),
+            notices: Vec::new(),
+            group: None,
+            resume_requested: None,
+            mount_targets: None,
+        };
+        let facts = PassFacts {
+            outcome: &Outcome::default(),
+            snap: &snap,
+            state: &State::default(),
+            queue_error: None,
+            mount_targets: None,
+            ec2_calls: 0,
+            listed_at: None,
+            pass_ms: 1,
+            errors: &[],
+            totals: &Totals::default(),
+            alerts: Vec::new(),
+            now: 0,
+        };
+        StatusReport::build(&cfg, facts)
     }
 }

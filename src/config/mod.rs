@@ -6,6 +6,7 @@
 //! final values: every default that depends on another key (the state directory, the elastic tag,
 //! the ack file, the prepare timeout...) is computed there, so callers only read fields.
 
+mod alerts;
 mod de;
 mod notify;
 mod position;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::hostfile::{Format, HostTemplate};
+pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
 pub use sections::{Events, MetricsConfig, Rebalance, Slots};
 
@@ -92,6 +94,8 @@ pub struct Config {
     pub generation_file: PathBuf,
     /// Where `/metrics` and `/healthz` are served, if anywhere.
     pub metrics: MetricsConfig,
+    /// Webhooks that journal events are posted to, off the control loop.
+    pub alerts: Vec<Alert>,
 }
 
 #[derive(Debug, Clone)]

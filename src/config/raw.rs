@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_timeout};
-use super::{Events, MetricsConfig, Notify, Slots};
+use super::{Alert, Events, MetricsConfig, Notify, Slots};
 use crate::hostfile::Format;
 
 #[derive(Debug, Deserialize)]
@@ -55,6 +55,8 @@ pub(super) struct RawConfig {
     pub agent: RawAgent,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub alerts: Vec<Alert>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -51,6 +51,7 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
         fs_timeout: raw.fs_timeout,
         master: raw.master,
         metrics: raw.metrics,
+        alerts: raw.alerts,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The configuration file's parsing, checks and defaults.
 
 use super::*;
+use crate::model::EventKind;
 
 const GOOD: &str = "cluster: demo
 workers:
@@ -229,4 +230,105 @@ fn metrics_are_off_unless_an_address_is_given() {
         e.contains("`localhost:9464` is not an IP and a port"),
         "{e}"
     );
+}
+
+/// GOOD with an `alerts` section whose entries are `entries` (YAML list items, block style).
+fn with_alerts(entries: &str) -> String {
+    format!("{GOOD}alerts:\n{entries}")
+}
+
+#[test]
+fn alerts_take_webhooks_kinds_and_a_format() {
+    let cfg = Config::parse(GOOD).unwrap();
+    assert!(cfg.alerts.is_empty(), "no alerts unless configured");
+    let cfg = Config::parse(&with_alerts(
+        "  - webhook: https://hooks.slack.com/services/T0/B0/SeCrEt\n    events: [interrupted, ack_timeout]\n    format: slack\n  - { webhook: 'http://127.0.0.1:9000/hook', events: [joined] }\n",
+    ))
+    .unwrap();
+    let [slack, json] = &cfg.alerts[..] else {
+        panic!("{:?}", cfg.alerts);
+    };
+    assert_eq!(slack.format, AlertFormat::Slack);
+    assert_eq!(
+        slack.events,
+        [EventKind::Interrupted, EventKind::AckTimeout]
+    );
+    assert_eq!(slack.webhook.redacted(), "https://hooks.slack.com/…");
+    assert_eq!(json.format, AlertFormat::Json, "json by default");
+    assert_eq!(json.events, [EventKind::Joined]);
+    assert!(
+        !format!("{cfg:?}").contains("SeCrEt"),
+        "a config's Debug hides the token"
+    );
+}
+
+#[test]
+fn a_bad_alert_is_named_with_its_line_and_never_shows_the_url() {
+    let e = error_of(&with_alerts(
+        "  - webhook: ftp://example.com/SeCrEt\n    events: [joined]\n",
+    ));
+    assert!(
+        e.contains("alerts[0].webhook")
+            && e.contains("http:// or https://")
+            && e.contains("line 13"),
+        "{e}"
+    );
+    assert!(!e.contains("SeCrEt"), "{e}");
+    let e = error_of(&with_alerts(
+        "  - webhook: https:///SeCrEt\n    events: [joined]\n",
+    ));
+    assert!(e.contains("no host") || e.contains("not a URL"), "{e}");
+    assert!(!e.contains("SeCrEt"), "{e}");
+    let e = error_of(&with_alerts(
+        "  - webhook: https://example.com/x\n    events: []\n",
+    ));
+    assert!(
+        e.contains("alerts[0].events") && e.contains("at least one") && e.contains("line 14"),
+        "{e}"
+    );
+    let e = error_of(&with_alerts(
+        "  - webhook: https://example.com/x\n  - webhook: https://example.com/y\n    events: [joined, interupted]\n",
+    ));
+    assert!(
+        e.contains("alerts[0]") && e.contains("events"),
+        "missing events: {e}"
+    );
+    let e = error_of(&with_alerts(
+        "  - webhook: https://example.com/x\n    events: [joined, interupted]\n",
+    ));
+    assert!(
+        e.contains("alerts[0].events[1]")
+            && e.contains("unknown event kind `interupted`")
+            && e.contains("line 14"),
+        "{e}"
+    );
+    let e = error_of(&with_alerts(
+        "  - webhook: https://example.com/x\n    events: [joined]\n    format: teams\n",
+    ));
+    assert!(
+        e.contains("format") && e.contains("teams") && e.contains("line 15"),
+        "{e}"
+    );
+    let e = error_of(&with_alerts(
+        "  - webhook: https://example.com/x\n    events: [joined]\n    channel: ops\n",
+    ));
+    assert!(e.contains("channel") && e.contains("line 15"), "{e}");
+}
+
+#[test]
+fn every_journaled_kind_can_be_alerted_on() {
+    for kind in [
+        "joined",
+        "removal_queued",
+        "interrupted",
+        "ack_timeout",
+        "source_failed",
+        "terminated",
+    ] {
+        let cfg = Config::parse(&with_alerts(&format!(
+            "  - {{ webhook: 'https://example.com/x', events: [{kind}] }}\n"
+        )))
+        .unwrap();
+        assert_eq!(cfg.alerts[0].events[0].as_str(), kind);
+    }
 }

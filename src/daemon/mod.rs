@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::act;
 use crate::act::apply::Actuators;
+use crate::alerts::Alerts;
 use crate::aws::Clients;
 use crate::config::Config;
 use crate::deadline::Deadline;
@@ -75,6 +76,8 @@ pub struct Daemon {
     state_fs: Deadline,
     /// Journal events of this pass, appended at the next write of the state directory.
     unjournaled: Vec<Event>,
+    /// Webhooks the events of their kinds are handed to as they are recorded.
+    alerts: Alerts,
     launch_template_id: Option<String>,
     /// What applying an outcome acts on.
     actuators: Actuators,
@@ -115,6 +118,7 @@ impl Daemon {
             state_fs: deadline("state directory", &paths.dir),
             readers: Arc::new(Mutex::new(readers)),
             unjournaled: Vec::new(),
+            alerts: Alerts::new(&cfg),
             ec2: Ec2View::new(
                 Ec2Observer::new(
                     clients.ec2.clone(),
@@ -155,6 +159,7 @@ impl Daemon {
             tracing::info!(queue = %url, "listening for interruption and lifecycle events");
             self.inbox.listen(sqs, url, self.cfg.events.wait);
         }
+        self.alerts.start();
         let mut changes = self.watch_shared_dir();
         loop {
             self.pass().await;
@@ -400,12 +405,14 @@ impl Daemon {
         tagged
     }
 
-    /// Logs events now; they reach the journal at the next write of the state directory.
+    /// Logs events now and queues them for the webhooks that want them (without waiting); they
+    /// reach the journal at the next write of the state directory.
     fn record(&mut self, events: &[Event]) {
         self.metrics.note_events(events);
         for e in events {
             tracing::info!(kind = %e.kind, instance = e.instance.as_deref().unwrap_or("-"), "{}", e.message);
         }
+        self.alerts.offer(events);
         self.unjournaled.extend_from_slice(events);
     }
 
@@ -470,6 +477,7 @@ impl Daemon {
             pass_ms: took.as_millis() as u64,
             errors: &self.errors,
             totals: self.metrics.totals(),
+            alerts: self.alerts.status(),
             now,
         };
         let report = StatusReport::build(&self.cfg, facts);

@@ -6,6 +6,7 @@
 mod support;
 
 mod agent;
+mod alerts;
 mod apply;
 mod aws_events;
 mod decide_props;

@@ -6,6 +6,7 @@ pub mod fixtures;
 pub mod imds;
 pub mod prometheus;
 pub mod server;
+pub mod webhook;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

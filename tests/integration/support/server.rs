@@ -14,8 +14,13 @@ pub struct Server<S> {
 
 impl<S: Default + Send + 'static> Server<S> {
     pub fn start(name: &'static str, serve: fn(TcpStream, &Mutex<S>)) -> Server<S> {
-        let listener =
-            TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("binding the {name}: {e}"));
+        Server::start_at(name, 0, serve)
+    }
+
+    /// On a given loopback port (0: any free one), e.g. one a client was already pointed at.
+    pub fn start_at(name: &'static str, port: u16, serve: fn(TcpStream, &Mutex<S>)) -> Server<S> {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("binding the {name}: {e}"));
         let port = listener.local_addr().expect("local addr").port();
         let state = Arc::new(Mutex::new(S::default()));
         let stop = Arc::new(AtomicBool::new(false));

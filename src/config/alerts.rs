@@ -1,0 +1,83 @@
+//! `alerts`: webhooks that journal events are posted to, each with the kinds it wants and the form
+//! of its body. Checked in serde's visitors, so an error names the key, the line and the column.
+
+use serde::{Deserialize, Deserializer};
+
+pub use crate::alerts::WebhookUrl;
+use crate::model::EventKind;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alert {
+    /// A secret (its path or query holds the token): shown only as `scheme://host[:port]/…`.
+    pub webhook: WebhookUrl,
+    /// Journal event kinds posted to it; at least one, each a kind `dtd` journals.
+    #[serde(deserialize_with = "kinds")]
+    pub events: Vec<EventKind>,
+    #[serde(default)]
+    pub format: AlertFormat,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertFormat {
+    /// `{cluster, kind, time, instance, ip, generation, message, event}` (README, "Alerts").
+    #[default]
+    Json,
+    /// A Slack incoming webhook's `{"text": "..."}`.
+    Slack,
+}
+
+/// A non-empty list of known kinds; the emptiness is checked in the visitor for its position.
+fn kinds<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<EventKind>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Vec<EventKind>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of event kinds")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut kinds = Vec::new();
+            while let Some(KnownKind(kind)) = seq.next_element()? {
+                kinds.push(kind);
+            }
+            if kinds.is_empty() {
+                let msg =
+                    "events must list at least one event kind (e.g. [interrupted, ack_timeout])";
+                return Err(serde::de::Error::custom(msg));
+            }
+            Ok(kinds)
+        }
+    }
+    d.deserialize_seq(Visitor)
+}
+
+/// An event kind `dtd` journals. The name is read through [`EventKind`]'s own serde form, so a
+/// kind added there is known here without a list to keep in step.
+struct KnownKind(EventKind);
+
+impl<'de> Deserialize<'de> for KnownKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = KnownKind;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an event kind")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KnownKind, E> {
+                let read = EventKind::deserialize(serde::de::value::StrDeserializer::<E>::new(v))?;
+                match read {
+                    EventKind::Other(_) => Err(E::custom(format!(
+                        "unknown event kind `{v}`: use the kinds of the events journal (e.g. \
+                         interrupted, removal_queued, ack_timeout, source_failed; see the README)"
+                    ))),
+                    known => Ok(KnownKind(known)),
+                }
+            }
+        }
+        d.deserialize_str(Visitor)
+    }
+}

@@ -1,0 +1,237 @@
+//! Alerts, end to end: the real `dtd` against moto posts journal events to webhook receivers on
+//! 127.0.0.1 (support/webhook.rs), each webhook getting only the kinds it lists, once, in the
+//! form it asked for; a webhook that is down or hangs never holds a pass back, shows in
+//! `dtctl status`, and gets its alert once it is back; the URL's token is never written anywhere.
+
+use std::time::Duration;
+
+use crate::support::webhook::{Received, WebhookReceiver};
+use crate::support::*;
+
+/// The secret part of every webhook URL here, as in Slack's `/services/T…/B…/<token>`.
+const TOKEN: &str = "SeCrEtToKeN0123";
+
+fn hook_path(name: &str) -> String {
+    format!("/services/T0001/{name}/{TOKEN}")
+}
+
+/// `alerts:` with one `{ webhook, events, format }` entry per (URL, kinds, format).
+fn alerts_yaml(hooks: &[(&str, &str, &str)]) -> String {
+    let entries: String = (hooks.iter())
+        .map(|(url, kinds, format)| {
+            format!("  - {{ webhook: '{url}', events: [{kinds}], format: {format} }}\n")
+        })
+        .collect();
+    format!("alerts:\n{entries}")
+}
+
+/// A cluster whose `dtd` posts to `hooks`, with the job acknowledging through the ack file.
+fn cluster_with_alerts(hooks: &[(&str, &str, &str)]) -> Cluster {
+    let mut c = Cluster::new();
+    c.extra = alerts_yaml(hooks);
+    let config = c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }");
+    c.write_config(&config);
+    c.start_dtd();
+    c
+}
+
+fn wait_received(hook: &WebhookReceiver, what: &str, n: usize) -> Vec<Received> {
+    wait_for(
+        &format!("{n} request(s) at the {what} webhook"),
+        Duration::from_secs(60),
+        || hook.received(),
+        |r| r.len() >= n,
+    )
+}
+
+/// The token is in no file `dtd` writes and nothing `dtctl status` prints.
+fn assert_token_never_shown(c: &Cluster) {
+    let log = c.dtd_log();
+    assert!(!log.contains(TOKEN), "the token is in dtd's log:\n{log}");
+    let status = std::fs::read_to_string(c.state_dir().join("status.json")).expect("status.json");
+    assert!(
+        !status.contains(TOKEN),
+        "the token is in status.json: {status}"
+    );
+    let printed = stdout(&c.dtctl(&["status"]));
+    assert!(!printed.contains(TOKEN), "{printed}");
+}
+
+/// The journal's line of `kind` about `id`.
+fn journal_line(c: &Cluster, kind: &str, id: &str) -> serde_json::Value {
+    c.wait_events(kind, id, 1);
+    let lines = c.journal_of(id);
+    let line = lines.iter().find(|e| e["kind"] == kind);
+    line.cloned().expect("the journal line")
+}
+
+#[test]
+fn each_webhook_gets_the_kinds_it_lists_once_in_its_format() {
+    let json_hook = WebhookReceiver::start();
+    let slack_hook = WebhookReceiver::start();
+    let (json_url, slack_url) = (
+        json_hook.url(&hook_path("JSON")),
+        slack_hook.url(&hook_path("SLACK")),
+    );
+    let c = cluster_with_alerts(&[
+        (&json_url, "joined, removal_queued", "json"),
+        (&slack_url, "removal_queued", "slack"),
+    ]);
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the worker to join", |h| h.contains(&ip));
+    let out = c.dtctl(&["remove", &id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.wait_tag(&id, "REMOVAL_QUEUED");
+
+    let got = wait_received(&json_hook, "JSON", 2);
+    let slack = wait_received(&slack_hook, "Slack", 1);
+    // Later passes post nothing more: each event once, and no kind the webhook does not list.
+    c.wait_passes(3);
+    assert_eq!(json_hook.received().len(), 2, "{:#?}", json_hook.received());
+    assert_eq!(
+        slack_hook.received().len(),
+        1,
+        "{:#?}",
+        slack_hook.received()
+    );
+
+    let (joined, queued) = (
+        journal_line(&c, "joined", &id),
+        journal_line(&c, "removal_queued", &id),
+    );
+    for (request, line) in got.iter().zip([&joined, &queued]) {
+        assert_eq!(request.path, hook_path("JSON"), "posted to the whole URL");
+        assert_eq!(request.content_type.as_deref(), Some("application/json"));
+        let body = request.json();
+        assert_eq!(body["cluster"], CLUSTER);
+        assert_eq!(body["kind"], line["kind"]);
+        assert_eq!(body["instance"], id.as_str());
+        assert_eq!(body["ip"], ip.as_str());
+        assert_eq!(body["generation"], line["generation"]);
+        assert_eq!(body["message"], line["message"]);
+        assert_eq!(body["event"], *line, "the journal line itself");
+        let time = body["time"].as_str().expect("a time");
+        let at = humantime::parse_rfc3339(time).expect("RFC 3339");
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis();
+        assert_eq!(ms as u64, line["time"].as_u64().expect("ms"), "{time}");
+    }
+
+    assert_eq!(slack[0].path, hook_path("SLACK"));
+    let text = format!(
+        "[{CLUSTER}] removal_queued: {id} ({ip}), generation {}: {}",
+        queued["generation"],
+        queued["message"].as_str().expect("a message")
+    );
+    assert_eq!(slack[0].json(), serde_json::json!({ "text": text }));
+
+    let status = c.status_json();
+    let alerts = status["alerts"].as_array().expect("alerts in the status");
+    let counts: Vec<_> = (alerts.iter())
+        .map(|a| {
+            (
+                a["webhook"].clone(),
+                a["sent"].clone(),
+                a["pending"].clone(),
+                a["dropped"].clone(),
+            )
+        })
+        .collect();
+    let shown = |port: u16| serde_json::json!(format!("http://127.0.0.1:{port}/…"));
+    assert_eq!(
+        counts,
+        [
+            (shown(json_hook.port()), 2.into(), 0.into(), 0.into()),
+            (shown(slack_hook.port()), 1.into(), 0.into(), 0.into()),
+        ]
+    );
+    assert_token_never_shown(&c);
+}
+
+#[test]
+fn a_webhook_that_is_down_holds_no_pass_back_and_gets_its_alert_once_it_is_up() {
+    // Reserved, then closed: nothing listens there until the receiver starts below.
+    let port = free_port();
+    let down = format!("http://127.0.0.1:{port}{}", hook_path("DOWN"));
+    // Accepts connections and never answers: every attempt runs into the request timeout.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let hung_url = format!(
+        "http://{}{}",
+        hung.local_addr().expect("addr"),
+        hook_path("HUNG")
+    );
+    let c = cluster_with_alerts(&[(&down, "joined", "json"), (&hung_url, "joined", "slack")]);
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the worker to join", |h| h.contains(&ip));
+
+    let failing = c.wait_status("the webhook failing", |s| {
+        s["alerts"][0]["last_error"].is_string() && s["alerts"][0]["pending"] == 1
+    });
+    assert!(
+        failing["alerts"][0]["failing_since"].is_u64(),
+        "{failing:#}"
+    );
+    // dtd keeps passing, quickly, while one webhook refuses connections and another hangs.
+    for _ in 0..3 {
+        c.wait_passes(1);
+        let pass_ms = c.status_json()["pass_ms"].as_u64().expect("pass_ms");
+        assert!(pass_ms < 2_000, "a pass took {pass_ms} ms");
+    }
+    let printed = c.wait_status_text(&format!(
+        "Alert:       http://127.0.0.1:{port}/… FAILING for"
+    ));
+    assert!(
+        printed.contains("(sent 0, pending 1, dropped 0)"),
+        "{printed}"
+    );
+    assert_eq!(c.events_of("joined", &id), 1);
+
+    let receiver = WebhookReceiver::start_at(port);
+    let got = wait_received(&receiver, "restarted", 1);
+    assert_eq!(got[0].json()["kind"], "joined");
+    assert_eq!(got[0].json()["instance"], id.as_str());
+    let healed = c.wait_status("the failure cleared", |s| {
+        s["alerts"][0]["sent"] == 1 && s["alerts"][0]["last_error"].is_null()
+    });
+    assert_eq!(healed["alerts"][0]["pending"], 0);
+    assert!(healed["alerts"][0]["failing_since"].is_null(), "{healed:#}");
+    c.wait_passes(3);
+    assert_eq!(
+        receiver.received().len(),
+        1,
+        "delivered once: {:#?}",
+        receiver.received()
+    );
+    let printed = stdout(&c.dtctl(&["status"]));
+    assert!(!printed.contains(&format!("127.0.0.1:{port}")), "{printed}");
+
+    let log = c.dtd_log();
+    assert!(log.contains(&format!("http://127.0.0.1:{port}/…")), "{log}");
+    assert!(
+        log.contains("alert webhook failing") && log.contains("alert webhook recovered"),
+        "{log}"
+    );
+    assert_token_never_shown(&c);
+    drop(hung);
+}
+
+#[test]
+fn a_webhook_that_refuses_an_event_is_not_retried_and_shows_why() {
+    let hook = WebhookReceiver::start();
+    hook.answer(404);
+    let url = hook.url(&hook_path("GONE"));
+    let c = cluster_with_alerts(&[(&url, "joined", "slack")]);
+    let (_, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    let status = c.wait_status("the event dropped", |s| s["alerts"][0]["dropped"] == 1);
+    assert_eq!(status["alerts"][0]["sent"], 0);
+    assert_eq!(status["alerts"][0]["last_error"], "HTTP 404 Not Found: ok");
+    c.wait_passes(3);
+    assert_eq!(hook.received().len(), 1, "not retried");
+    c.wait_status_text("FAILING for");
+    assert_token_never_shown(&c);
+}
