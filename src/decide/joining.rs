@@ -68,7 +68,8 @@ pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>)
             "{} is ready (prepare-data marker) and joins the job",
             inst.ip
         );
-        out.event(p, EventKind::Joined, Some(p.who(at)), Some(p.next_gen), msg);
+        let joined = out.event(p, EventKind::Joined, Some(p.who(at)), Some(p.next_gen), msg);
+        joined.launched_at = Some(inst.launched_at);
         member_view(p, st, out, st.members.len() - 1, at);
     }
 }

@@ -22,6 +22,10 @@ pub struct Event {
     pub az: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fs_id: Option<String>,
+    /// When EC2 launched the instance, on the events that begin its story (`preparing`,
+    /// `joined`): `dtctl explain` measures from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<Millis>,
     pub message: String,
 }
 
@@ -36,6 +40,7 @@ impl Event {
             generation: None,
             az: None,
             fs_id: None,
+            launched_at: None,
             message,
         }
     }
@@ -46,6 +51,8 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
+    /// A new worker was first seen, waiting for its prepare-data marker.
+    Preparing,
     /// A prepared worker joined the job.
     Joined,
     /// The host files changed: a new generation.
@@ -89,6 +96,7 @@ impl EventKind {
 
     fn name(&self) -> &'static str {
         match self {
+            EventKind::Preparing => "preparing",
             EventKind::Joined => "joined",
             EventKind::Generation => "generation",
             EventKind::Notified => "notified",
@@ -134,6 +142,7 @@ mod tests {
     #[test]
     fn every_known_kind_reads_back_from_its_name() {
         let known = [
+            EventKind::Preparing,
             EventKind::Joined,
             EventKind::Generation,
             EventKind::Notified,

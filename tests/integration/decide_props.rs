@@ -1084,6 +1084,7 @@ fn the_random_runs_reach_every_rule() {
                 }),
             );
             for kind in [
+                "preparing",
                 "joined",
                 "removal_queued",
                 "acknowledged",

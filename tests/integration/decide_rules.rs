@@ -215,11 +215,70 @@ fn without_marker_the_worker_is_preparing() {
     assert!(waiting_for(&plan, &w, "i-1").contains("prepare_data_success_10.0.1.1"));
     assert_eq!(plan.state.generation, 0);
     assert!(plan.outcome.notify.is_none());
-    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    assert_eq!(kinds(&plan), ["preparing"]);
 
     // The tag is already there on the next pass: it is not written again.
     let plan = pass(&r, &mut w, &plan.state, 2_000);
     assert!(plan.outcome.tags().is_empty(), "{:?}", plan.outcome.tags());
+}
+
+#[test]
+fn a_new_worker_is_journaled_as_preparing_once_with_its_launch_time() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100_000)]);
+    w.inst("i-1").market = "spot".into();
+    let first = pass(&r, &mut w, &State::default(), 101_000);
+    let e = &first.outcome.events[0];
+    assert_eq!(e.kind, "preparing");
+    assert_eq!(
+        (e.instance.as_deref(), e.ip, e.launched_at),
+        (Some("i-1"), Some(ip("10.0.1.1")), Some(100_000))
+    );
+    assert_eq!(
+        e.message,
+        "10.0.1.1 (p3.2xlarge, spot, launched 1970-01-01T00:01:40Z) is preparing: waiting for its \
+         prepare-data marker prepare_data_success_10.0.1.1"
+    );
+
+    // Not on later passes, nor after a restart from the saved state.
+    let second = pass(&r, &mut w, &first.state, 102_000);
+    let restarted = pass(&r, &mut w, &reloaded(&second.state), 103_000);
+    for plan in [&second, &restarted] {
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
+}
+
+#[test]
+fn a_failed_tag_write_does_not_journal_preparing_again_but_a_reused_ip_does() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    // Decided without applying its tags: the tag write failed, the state remembers the status.
+    let first = decide(&r, &w.snap(), &State::default(), 1_000);
+    assert_eq!(kinds(&first), ["preparing"]);
+    let retried = decide(&r, &w.snap(), &reloaded(&first.state), 2_000);
+    assert_eq!(tagged(&retried, WorkerStatus::Preparing), ["i-1"]);
+    assert!(
+        retried.outcome.events.is_empty(),
+        "{:?}",
+        retried.outcome.events
+    );
+
+    // Another instance with the same IP begins a story of its own.
+    w.vanish("i-1");
+    w.instances.push(instance("i-9", "10.0.1.1", 3_000));
+    let reused = pass(&r, &mut w, &retried.state, 4_000);
+    assert_eq!(kinds(&reused), ["preparing"]);
+    assert_eq!(reused.outcome.events[0].instance.as_deref(), Some("i-9"));
+}
+
+#[test]
+fn a_worker_ready_when_first_seen_begins_with_joined_and_its_launch_time() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(kinds(&plan), ["joined", "generation"]);
+    assert_eq!(plan.outcome.events[0].launched_at, Some(100));
 }
 
 #[test]
