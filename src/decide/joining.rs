@@ -3,7 +3,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, launch, mount_targets, worker_count};
+use super::{group, launch, mount_targets, prepare_failed, worker_count};
 use crate::model::*;
 
 /// A cluster instance that is not a member and carries the elastic tag.
@@ -24,7 +24,10 @@ pub(super) fn candidate(
     } else if let (Some(why), true) = (failed, group::in_group(p, at)) {
         launch::replace_failed(p, st, out, at, why);
     } else if let Some(why) = failed {
-        let why = format!("a person: prepare-data failed ({why})");
+        let why = format!("prepare-data failed ({why})");
+        let then = "it waits for a person (a launch-template worker is not replaced)";
+        prepare_failed::journal(p, st, out, at, &why, then);
+        let why = format!("a person: {why}");
         out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
     } else {
         let why = mount_targets::missing(p, st, out, at)

@@ -17,6 +17,7 @@ pub(super) fn finish(p: &Pass, mut st: State, mut out: Draft) -> Plan {
     if p.ec2_ok {
         st.held.retain(|id, _| p.is_running(id));
         st.no_mount_target.retain(|id| p.is_running(id));
+        st.prepare_failed.retain(|id| p.is_running(id));
     }
     for (status, instances) in tags(p, &out) {
         out.act(Action::Tag { status, instances });

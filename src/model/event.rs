@@ -53,6 +53,10 @@ impl Event {
 pub enum EventKind {
     /// A new worker was first seen, waiting for its prepare-data marker.
     Preparing,
+    /// A worker's prepare-data failed (its failure marker), journaled once per instance.
+    PrepareFailed,
+    /// Replacing failed group workers stopped at `max_prepare_failures`, until `dtctl resume`.
+    ReplacingStopped,
     /// A prepared worker joined the job.
     Joined,
     /// The host files changed: a new generation.
@@ -97,6 +101,8 @@ impl EventKind {
     fn name(&self) -> &'static str {
         match self {
             EventKind::Preparing => "preparing",
+            EventKind::PrepareFailed => "prepare_failed",
+            EventKind::ReplacingStopped => "replacing_stopped",
             EventKind::Joined => "joined",
             EventKind::Generation => "generation",
             EventKind::Notified => "notified",
@@ -143,6 +149,8 @@ mod tests {
     fn every_known_kind_reads_back_from_its_name() {
         let known = [
             EventKind::Preparing,
+            EventKind::PrepareFailed,
+            EventKind::ReplacingStopped,
             EventKind::Joined,
             EventKind::Generation,
             EventKind::Notified,

@@ -1008,6 +1008,23 @@ proptest! {
         })?;
     }
 
+    /// A worker's beginning (`preparing`) and its prepare-data failure (`prepare_failed`) are
+    /// journaled at most once per instance, however many passes read the same tags and markers.
+    #[test]
+    fn a_worker_is_journaled_preparing_or_failed_at_most_once(sc in scenario()) {
+        let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
+        run(&sc, |p| {
+            let once = ["preparing", "prepare_failed"];
+            for e in p.plan.outcome.events.iter().filter(|e| once.contains(&e.kind.as_str())) {
+                let id = e.instance.clone().unwrap_or_default();
+                if !seen.insert((e.kind.to_string(), id.clone())) {
+                    return p.fail(format!("`{}` journaled again for {id}", e.kind));
+                }
+            }
+            Ok(())
+        })?;
+    }
+
     /// Read targeted with every event arriving, the view is exactly the complete listing's (in id
     /// order), and the plan removes, terminates and lists what a complete listing's would.
     #[test]
@@ -1085,6 +1102,7 @@ fn the_random_runs_reach_every_rule() {
             );
             for kind in [
                 "preparing",
+                "prepare_failed",
                 "joined",
                 "removal_queued",
                 "acknowledged",

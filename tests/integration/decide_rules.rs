@@ -297,6 +297,41 @@ fn failed_marker_shows_prepare_failed_and_why() {
 }
 
 #[test]
+fn a_failed_launch_template_worker_is_journaled_once_until_it_is_gone() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.markers
+        .failed
+        .insert(ip("10.0.1.1"), "exit 3: disk full".into());
+    let first = pass(&r, &mut w, &State::default(), 1_000);
+    let failed: Vec<&Event> = (first.outcome.events.iter())
+        .filter(|e| e.kind == "prepare_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", first.outcome.events);
+    assert_eq!(
+        (failed[0].instance.as_deref(), failed[0].ip),
+        (Some("i-1"), Some(ip("10.0.1.1")))
+    );
+    assert_eq!(
+        failed[0].message,
+        "10.0.1.1 (i-1): prepare-data failed (exit 3: disk full); it waits for a person \
+         (a launch-template worker is not replaced)"
+    );
+
+    // The marker is read again on every pass, and by a restarted dtd: journaled once.
+    let second = pass(&r, &mut w, &first.state, 2_000);
+    let restarted = pass(&r, &mut w, &reloaded(&second.state), 3_000);
+    for plan in [&second, &restarted] {
+        assert_eq!(worker(plan, &w, "i-1").label(), "PREPARE_FAILED");
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
+    // Forgotten once the instance is gone.
+    w.vanish("i-1");
+    let gone = pass(&r, &mut w, &restarted.state, 4_000);
+    assert!(gone.state.prepare_failed.is_empty());
+}
+
+#[test]
 fn joiners_follow_base_hosts_in_join_order_with_one_generation_per_pass() {
     let r = rules();
     // Launch time decides the order within a pass, not the instance id or the IP.
@@ -1372,6 +1407,22 @@ fn a_new_group_worker_whose_prepare_data_failed_is_abandoned_and_counted() {
         [("i-1".into(), "grp-launching".into(), "ABANDON")]
     );
     assert_eq!(again.state.prepare_failures, 1, "one worker, one failure");
+    assert_eq!(count_kind(&plan, "prepare_failed"), 1, "{:?}", kinds(&plan));
+    let e = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "prepare_failed");
+    assert!(
+        e.is_some_and(|e| e.message.contains("no space")
+            && e.message
+                .ends_with("abandoned in Pending:Wait by grp-launching; the group replaces it")),
+        "{e:?}"
+    );
+    let restarted = pass(&r, &mut w, &reloaded(&again.state), 4_000);
+    for plan in [&again, &restarted] {
+        assert_eq!(count_kind(plan, "prepare_failed"), 0, "{:?}", kinds(plan));
+    }
 }
 
 /// One group worker i-1 (10.0.1.1) held in `Pending:Wait` by the launching hook, first seen at
@@ -1744,11 +1795,46 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
             "failure {n}: {:?}",
             plan.outcome.group_terminate()
         );
+        // Each failure is journaled, and so is reaching the limit, once: at the second.
+        let failed = (plan.outcome.events.iter()).find(|e| e.kind == "prepare_failed");
+        let then = match n <= 2 {
+            true => "the group replaces it",
+            false => "held for a person: replacing failed workers has stopped (`dtctl resume` re-arms it)",
+        };
+        assert!(
+            failed.is_some_and(|e| e.instance.as_deref() == Some(id.as_str())
+                && e.message
+                    .contains(&format!("prepare-data failed (exit {n})"))
+                && e.message.ends_with(then)),
+            "failure {n}: {:?}",
+            plan.outcome.events
+        );
+        let stopped = (plan.outcome.events.iter()).filter(|e| e.kind == "replacing_stopped");
+        let stopped: Vec<&Event> = stopped.collect();
+        assert_eq!(stopped.len(), (n == 2) as usize, "failure {n}: {stopped:?}");
+        if n == 2 {
+            assert_eq!(
+                stopped[0].message,
+                "replacing failed group workers stopped after 2 prepare-data failures in a row \
+                 (the last: 10.0.1.2: prepare-data failed (exit 2)); `dtctl resume` re-arms it"
+            );
+            assert_eq!(
+                kinds(&plan)[..2],
+                ["prepare_failed", "replacing_stopped"],
+                "the failure, then what it stopped"
+            );
+        }
         state = plan.state;
         now += 1_000;
     }
     assert_eq!(state.prepare_failures, 2);
-    assert!(waiting_for(&pass(&r, &mut w, &state, now), &w, "i-3").contains("dtctl resume"));
+    let waiting = pass(&r, &mut w, &reloaded(&state), now);
+    assert!(waiting_for(&waiting, &w, "i-3").contains("dtctl resume"));
+    assert!(
+        waiting.outcome.events.is_empty(),
+        "{:?}",
+        waiting.outcome.events
+    );
     w.resume = Some(now);
     let resumed = pass(&r, &mut w, &state, now + 1_000);
     assert!(resumed
@@ -1756,6 +1842,11 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
         .group_terminate()
         .contains(&("i-3".to_string(), false)));
     assert!(kinds(&resumed).contains(&"resumed"));
+    assert_eq!(
+        count_kind(&resumed, "prepare_failed"),
+        0,
+        "i-3's failure was journaled when it was held"
+    );
     assert_eq!(resumed.state.prepare_failures, 1);
 }
 
