@@ -77,12 +77,33 @@ pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>)
     }
 }
 
-/// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`).
+/// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`),
+/// journaled once: from then on it trains.
 pub(super) fn member_view(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
     let m = &mut st.members[pos];
-    if let Some(a) = p.acks {
+    if let Some(a) = p.acks.filter(|_| !m.acked) {
+        let by_file = a.generation.is_some_and(|g| g >= m.joined_generation);
         let by_log = (a.log_added.get(&m.ip)).is_some_and(|line| *line > m.log_mark);
-        m.acked |= by_log || a.generation.is_some_and(|g| g >= m.joined_generation);
+        if by_file || by_log {
+            m.acked = true;
+            let how = if by_file {
+                "ack file"
+            } else {
+                "host_worker_log"
+            };
+            let gen = m.joined_generation;
+            let msg = format!(
+                "job acknowledged generation {gen}, which lists {} ({how}): it trains",
+                m.ip
+            );
+            out.event(
+                p,
+                EventKind::JoinAcknowledged,
+                Some((&m.id, m.ip)),
+                Some(gen),
+                msg,
+            );
+        }
     }
     let (status, waiting) = if m.acked {
         (WorkerStatus::Added, None)

@@ -248,7 +248,7 @@ pub(super) fn replace_failed(p: &Pass, st: &mut State, out: &mut Draft, at: usiz
     let end = Ending::GroupTerminate { decrement: false };
     let mut r = removal::new(p, &p.list[at], Cause::PrepareFailed, None, &reason);
     r.stage = Stage::Ending(end);
-    removal::queue(p, st, out, r);
+    removal::queue(p, st, out, r).cause = Some(Cause::PrepareFailed);
 }
 
 /// A duration for people, to the second: `3h 10m 20s`.

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::Millis;
+use super::{Cause, Millis};
 
 /// A line of the events journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +26,9 @@ pub struct Event {
     /// `joined`): `dtctl explain` measures from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launched_at: Option<Millis>,
+    /// Why a worker leaves, on `removal_queued`: who asked, for `dtctl explain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
     pub message: String,
 }
 
@@ -41,6 +44,7 @@ impl Event {
             az: None,
             fs_id: None,
             launched_at: None,
+            cause: None,
             message,
         }
     }
@@ -59,6 +63,8 @@ pub enum EventKind {
     ReplacingStopped,
     /// A prepared worker joined the job.
     Joined,
+    /// The job acknowledged a generation that lists a worker that joined: it trains.
+    JoinAcknowledged,
     /// The host files changed: a new generation.
     Generation,
     /// The job was told about a generation.
@@ -104,6 +110,7 @@ impl EventKind {
             EventKind::PrepareFailed => "prepare_failed",
             EventKind::ReplacingStopped => "replacing_stopped",
             EventKind::Joined => "joined",
+            EventKind::JoinAcknowledged => "join_acknowledged",
             EventKind::Generation => "generation",
             EventKind::Notified => "notified",
             EventKind::NotifyRefused => "notify_refused",
@@ -152,6 +159,7 @@ mod tests {
             EventKind::PrepareFailed,
             EventKind::ReplacingStopped,
             EventKind::Joined,
+            EventKind::JoinAcknowledged,
             EventKind::Generation,
             EventKind::Notified,
             EventKind::NotifyRefused,

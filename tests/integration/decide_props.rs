@@ -1009,15 +1009,23 @@ proptest! {
     }
 
     /// A worker's beginning (`preparing`) and its prepare-data failure (`prepare_failed`) are
-    /// journaled at most once per instance, however many passes read the same tags and markers.
+    /// journaled at most once per instance, however many passes read the same tags and markers;
+    /// the job's acknowledgement of a join (`join_acknowledged`) once per join: only for a
+    /// member not yet acknowledged.
     #[test]
-    fn a_worker_is_journaled_preparing_or_failed_at_most_once(sc in scenario()) {
+    fn beginnings_failures_and_join_acknowledgements_are_journaled_once(sc in scenario()) {
         let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
         run(&sc, |p| {
-            let once = ["preparing", "prepare_failed"];
-            for e in p.plan.outcome.events.iter().filter(|e| once.contains(&e.kind.as_str())) {
+            for e in &p.plan.outcome.events {
                 let id = e.instance.clone().unwrap_or_default();
-                if !seen.insert((e.kind.to_string(), id.clone())) {
+                if e.kind == "join_acknowledged" {
+                    let waiting = p.prev.members.iter().any(|m| m.id == id && !m.acked);
+                    if !waiting {
+                        return p.fail(format!("`join_acknowledged` for {id}, not a member waiting for it"));
+                    }
+                } else if (e.kind == "preparing" || e.kind == "prepare_failed")
+                    && !seen.insert((e.kind.to_string(), id.clone()))
+                {
                     return p.fail(format!("`{}` journaled again for {id}", e.kind));
                 }
             }
@@ -1104,6 +1112,7 @@ fn the_random_runs_reach_every_rule() {
                 "preparing",
                 "prepare_failed",
                 "joined",
+                "join_acknowledged",
                 "removal_queued",
                 "acknowledged",
                 "ack_timeout",

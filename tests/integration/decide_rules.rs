@@ -386,6 +386,23 @@ fn join_is_acknowledged_by_the_ack_file() {
         plan.state.generation, 1,
         "acknowledging changes no membership"
     );
+    // From now on it trains: journaled once, not on later passes nor after a restart.
+    assert_eq!(kinds(&plan), ["join_acknowledged"]);
+    let e = &plan.outcome.events[0];
+    assert_eq!(
+        (e.instance.as_deref(), e.generation),
+        (Some("i-1"), Some(1))
+    );
+    assert_eq!(
+        e.message,
+        "job acknowledged generation 1, which lists 10.0.1.1 (ack file): it trains"
+    );
+    w.acks.generation = Some(2);
+    let later = pass(&r, &mut w, &plan.state, 4_000);
+    let restarted = pass(&r, &mut w, &reloaded(&later.state), 5_000);
+    for plan in [&later, &restarted] {
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
 }
 
 #[test]
@@ -409,6 +426,8 @@ fn join_is_acknowledged_by_an_added_line_after_the_mark() {
     w.log(true, "10.0.1.1");
     let plan = pass(&r, &mut w, &plan.state, 3_000);
     assert_eq!(tagged(&plan, WorkerStatus::Added), ["i-1"]);
+    assert_eq!(kinds(&plan), ["join_acknowledged"]);
+    assert!(plan.outcome.events[0].message.contains("(host_worker_log)"));
 }
 
 #[test]
@@ -464,6 +483,7 @@ fn removal_waits_for_the_ack_file_then_terminates() {
         "not before the job acknowledges"
     );
     assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
+    assert_eq!(plan.outcome.events[0].cause, Some(Cause::ElasticTag));
     assert!(waiting_for(&plan, &w, "i-1").contains("acknowledge generation 2"));
 
     // The job still runs generation 1: keep waiting.
@@ -632,6 +652,11 @@ fn unjoined_managed_instance_losing_its_elastic_tag_is_terminated_at_once() {
     );
     assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
     assert_eq!(kinds(&plan), ["removal_queued"]);
+    assert_eq!(
+        plan.outcome.events[0].cause,
+        Some(Cause::ElasticTag),
+        "ending at once, it still says why"
+    );
     assert_eq!(plan.state.generation, 0, "it never was in the host file");
     assert!(plan.outcome.notify.is_none());
     assert!(matches!(plan.state.removals[0].stage, Stage::Ending(_)));
@@ -1162,6 +1187,12 @@ fn a_rebalance_recommendation_drains_gracefully() {
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
     assert!(plan.outcome.terminate().is_empty(), "waits for the job");
     assert!(waiting_for(&plan, &w, "i-1").contains("acknowledge generation 2"));
+    let queued = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "removal_queued");
+    assert_eq!(queued.and_then(|e| e.cause), Some(Cause::Rebalance));
     w.notices.clear();
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &plan.state, 4_000);
@@ -1743,6 +1774,12 @@ fn a_lower_desired_capacity_drains_the_newest_protected_worker_first() {
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]), "i-2 launched last");
     assert!(plan.outcome.group_terminate().is_empty());
+    let queued = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "removal_queued");
+    assert_eq!(queued.and_then(|e| e.cause), Some(Cause::ScaleIn));
     let again = pass(&r, &mut w, &plan.state, 3_500);
     assert_eq!(
         hosts(&again),
@@ -1809,6 +1846,14 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
             "failure {n}: {:?}",
             plan.outcome.events
         );
+        if n <= 2 {
+            let queued = plan
+                .outcome
+                .events
+                .iter()
+                .find(|e| e.kind == "removal_queued");
+            assert_eq!(queued.and_then(|e| e.cause), Some(Cause::PrepareFailed));
+        }
         let stopped = (plan.outcome.events.iter()).filter(|e| e.kind == "replacing_stopped");
         let stopped: Vec<&Event> = stopped.collect();
         assert_eq!(stopped.len(), (n == 2) as usize, "failure {n}: {stopped:?}");
