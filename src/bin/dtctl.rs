@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use dt::config::Config;
 use dt::ctl;
+use dt::ctl::story::Target;
 use dt::hostfile::Format;
 
 #[derive(Parser)]
@@ -62,6 +63,14 @@ enum Command {
         /// Only events newer than this, e.g. 10m, 2h.
         #[arg(long)]
         since: Option<humantime::Duration>,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// A worker's story from the journal: launched, preparing, joined, trained, why it left, totals.
+    Explain {
+        /// A private IP (each instance that had it, oldest first) or an instance id.
+        #[arg(value_parser = Target::parse)]
+        target: Target,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -122,6 +131,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events { since, output } => {
             ctl::local::events(&cfg, since.map(Into::into), json(output))
         }
+        Command::Explain { target, output } => ctl::explain::explain(&cfg, &target, json(output)),
         Command::Ack { generation } => ctl::local::ack(&cfg, generation),
         Command::Add { count } => ctl::ec2::add(&cfg, count).await,
         Command::Remove { targets } => ctl::ec2::remove(&cfg, &targets).await,

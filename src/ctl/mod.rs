@@ -4,4 +4,6 @@
 pub mod asg;
 pub mod doctor;
 pub mod ec2;
+pub mod explain;
 pub mod local;
+pub mod story;
