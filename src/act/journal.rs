@@ -21,7 +21,7 @@ pub fn append(path: &Path, events: &[Event]) -> Result<(), String> {
 }
 
 /// A journal line is one event, well under this; a longer line is not the daemon's and is skipped.
-const LINE_LIMIT: usize = 64 * 1024;
+pub const LINE_LIMIT: usize = 64 * 1024;
 
 /// Reads the journal, skipping (and counting) lines that do not parse or are too long. The
 /// journal is on the shared file system: read as a stream, never more than a line at a time.

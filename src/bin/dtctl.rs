@@ -65,6 +65,9 @@ enum Command {
         since: Option<humantime::Duration>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
+        /// Then print each new event as dtd journals it, until interrupted.
+        #[arg(long, short)]
+        follow: bool,
     },
     /// A worker's story from the journal: launched, preparing, joined, trained, why it left, totals.
     Explain {
@@ -128,8 +131,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Status { output } => ctl::local::status(&cfg, json(output)),
         Command::Hosts { format } => ctl::local::hosts(&cfg, format),
-        Command::Events { since, output } => {
-            ctl::local::events(&cfg, since.map(Into::into), json(output))
+        Command::Events {
+            since,
+            output,
+            follow: false,
+        } => ctl::local::events(&cfg, since.map(Into::into), json(output)),
+        Command::Events { since, output, .. } => {
+            ctl::follow::follow(&cfg, since.map(Into::into), json(output)).await
         }
         Command::Explain { target, output } => ctl::explain::explain(&cfg, &target, json(output)),
         Command::Ack { generation } => ctl::local::ack(&cfg, generation),

@@ -137,8 +137,9 @@ impl EventKind {
 }
 
 impl std::fmt::Display for EventKind {
+    /// Honours width and alignment (`{:<18}`), as the columns of `dtctl events` need.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
