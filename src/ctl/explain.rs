@@ -40,7 +40,7 @@ pub fn explain(cfg: &Config, target: &Target, json: bool) -> anyhow::Result<()> 
     let mut stories = story::stories(&events, target, now);
     if stories.is_empty() {
         bail!(
-            "the journal {} holds nothing about {target}: dtd never saw it as a worker of cluster {}",
+            "the journal {} holds nothing about {target}: no worker of cluster {} with this IP or id was journaled",
             path.display(),
             cfg.cluster
         );
@@ -108,7 +108,7 @@ fn render_steps(out: &mut String, s: &Story) {
             out,
             "  {}  {:<18} {gen}{}",
             rfc3339(step.time),
-            step.kind.as_str(),
+            step.kind,
             step.message
         );
         if let Some(note) = &step.note {
