@@ -190,7 +190,7 @@ mod tests {
 i-0aaaaaaaaaaaaaaaa (10.0.1.5): instance 1 of 2 journaled for 10.0.1.5
   1970-01-01T00:00:01Z  launched           (EC2 launch time)
   1970-01-01T00:00:02Z  preparing          said at 2000
-                                           preparing for 2s (until joined)
+                                           preparing for 2s after dtd first saw it (until joined)
   1970-01-01T00:00:04Z  joined             g3 said at 4000
   now                   where i-0aaaaaaaaaaaaaaaa is
   totals

@@ -184,7 +184,7 @@ fn note_preparing(steps: &mut [Step], now: Millis) {
         let end = steps[at + 1..].iter().find(|s| ends.contains(&s.kind));
         let note = match end {
             Some(s) => format!(
-                "preparing for {} (until {})",
+                "preparing for {} after dtd first saw it (until {})",
                 show_ms(s.time.saturating_sub(steps[at].time)),
                 s.kind
             ),
@@ -386,7 +386,7 @@ mod tests {
         );
         assert_eq!(
             s.steps[0].note.as_deref(),
-            Some("preparing for 55s (until joined)")
+            Some("preparing for 55s after dtd first saw it (until joined)")
         );
         let asked = s.steps[3].note.as_deref().unwrap_or_default();
         assert!(asked.contains("elastic tag was deleted") && asked.contains("dtctl remove"));
@@ -451,7 +451,7 @@ mod tests {
         let s = &stories(&events, &Target::Instance(ID.into()), 99_000)[0];
         assert_eq!(
             s.steps[0].note.as_deref(),
-            Some("preparing for 29s (until prepare_failed)")
+            Some("preparing for 29s after dtd first saw it (until prepare_failed)")
         );
         assert!(s.steps[2]
             .note
