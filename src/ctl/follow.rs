@@ -19,7 +19,7 @@ use super::local::event_line;
 use crate::act::journal::LINE_LIMIT;
 use crate::config::Config;
 use crate::fsutil::now_millis;
-use crate::model::Event;
+use crate::model::{Event, Millis};
 use crate::store::Paths;
 use crate::untrusted::{self, ReadError};
 
@@ -144,40 +144,8 @@ pub async fn follow(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow
     let mut follower = Follower::new(&path);
     let mut notice = Notice::default();
     loop {
-        let wait = match follower.poll() {
-            Ok(Poll::Missing) => {
-                notice.say(format!("waiting for {} to appear", path.display()));
-                POLL
-            }
-            Err(e) => {
-                notice.say(format!("{}: {e}; waiting for a journal", path.display()));
-                POLL
-            }
-            Ok(Poll::Read {
-                events,
-                skipped,
-                restarted,
-                more,
-            }) => {
-                notice.clear();
-                if restarted {
-                    let p = path.display();
-                    eprintln!("dtctl: {p} shrank or was replaced: reading it from the start");
-                }
-                if skipped > 0 {
-                    let p = path.display();
-                    eprintln!("dtctl: skipped {skipped} unreadable line(s) in {p}");
-                }
-                let new = events.iter().filter(|e| e.time >= cutoff);
-                if !print(new, json)? {
-                    return Ok(());
-                }
-                if more {
-                    Duration::ZERO
-                } else {
-                    POLL
-                }
-            }
+        let Some(wait) = step(&mut follower, &mut notice, cutoff, json)? else {
+            return Ok(());
         };
         if stdout_closed() {
             return Ok(());
@@ -188,6 +156,44 @@ pub async fn follow(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow
             _ = terminate.recv() => return Ok(()),
         }
     }
+}
+
+/// One poll, and what it found printed: how long to wait for the next one, or `None` once
+/// stdout is closed.
+fn step(
+    follower: &mut Follower,
+    notice: &mut Notice,
+    cutoff: Millis,
+    json: bool,
+) -> anyhow::Result<Option<Duration>> {
+    let path = follower.path.display().to_string();
+    let (events, skipped, restarted, more) = match follower.poll() {
+        Ok(Poll::Read {
+            events,
+            skipped,
+            restarted,
+            more,
+        }) => (events, skipped, restarted, more),
+        Ok(Poll::Missing) => {
+            notice.say(format!("waiting for {path} to appear"));
+            return Ok(Some(POLL));
+        }
+        Err(e) => {
+            notice.say(format!("{path}: {e}; waiting for a journal"));
+            return Ok(Some(POLL));
+        }
+    };
+    notice.clear();
+    if restarted {
+        eprintln!("dtctl: {path} shrank or was replaced: reading it from the start");
+    }
+    if skipped > 0 {
+        eprintln!("dtctl: skipped {skipped} unreadable line(s) in {path}");
+    }
+    if !print(events.iter().filter(|e| e.time >= cutoff), json)? {
+        return Ok(None);
+    }
+    Ok(Some(if more { Duration::ZERO } else { POLL }))
 }
 
 /// Writes the events to stdout; false once stdout is closed (a broken pipe ends the command

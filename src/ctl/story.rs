@@ -117,7 +117,9 @@ pub fn stories(events: &[Event], target: &Target, now: Millis) -> Vec<Story> {
             let mut mine: Vec<&Event> = (events.iter())
                 .filter(|e| e.instance.as_deref() == Some(id))
                 .collect();
-            mine.sort_by_key(|e| e.time);
+            // dtd journals `preparing` at the end of the pass that first saw the worker, after
+            // what that pass said about it (`no_mount_target`): the story still begins with it.
+            mine.sort_by_key(|e| (e.time, e.kind != EventKind::Preparing));
             story(id, &mine, now)
         })
         .collect()
@@ -488,6 +490,17 @@ mod tests {
             s.steps.last().and_then(|x| x.note.as_deref()),
             Some("asked by AWS: the instance is being taken away")
         );
+    }
+
+    #[test]
+    fn the_story_begins_with_preparing_even_when_its_pass_said_more_first() {
+        let events = [
+            ev(1_000, EventKind::NoMountTarget, ID, "10.0.1.5"),
+            ev(1_000, EventKind::Preparing, ID, "10.0.1.5"),
+        ];
+        let s = &stories(&events, &Target::Instance(ID.into()), 2_000)[0];
+        let kinds: Vec<&str> = s.steps.iter().map(|x| x.kind.as_str()).collect();
+        assert_eq!(kinds, ["preparing", "no_mount_target"]);
     }
 
     #[test]
