@@ -21,11 +21,19 @@ pub fn append(path: &Path, events: &[Event]) -> Result<(), String> {
 }
 
 /// A journal line is one event, well under this; a longer line is not the daemon's and is skipped.
-const LINE_LIMIT: usize = 64 * 1024;
+pub const LINE_LIMIT: usize = 64 * 1024;
 
 /// Reads the journal, skipping (and counting) lines that do not parse or are too long. The
 /// journal is on the shared file system: read as a stream, never more than a line at a time.
 pub fn read(path: &Path) -> std::io::Result<(Vec<Event>, usize)> {
+    read_matching(path, |_| true)
+}
+
+/// Like [`read`], keeping only the events `keep` wants: a long journal is never held whole.
+pub fn read_matching(
+    path: &Path,
+    mut keep: impl FnMut(&Event) -> bool,
+) -> std::io::Result<(Vec<Event>, usize)> {
     let file = match untrusted::open(path) {
         Ok(Some((file, _))) => file,
         Ok(None) => return Ok((Vec::new(), 0)),
@@ -37,8 +45,9 @@ pub fn read(path: &Path) -> std::io::Result<(Vec<Event>, usize)> {
     while let Some(line) = next_line(&mut reader)? {
         match line {
             Some(l) if l.iter().all(u8::is_ascii_whitespace) => {}
-            Some(l) => match serde_json::from_slice(&l) {
-                Ok(e) => events.push(e),
+            Some(l) => match serde_json::from_slice::<Event>(&l) {
+                Ok(e) if keep(&e) => events.push(e),
+                Ok(_) => {}
                 Err(_) => bad += 1,
             },
             None => bad += 1,

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use dt::config::Config;
 use dt::ctl;
+use dt::ctl::story::Target;
 use dt::hostfile::Format;
 
 #[derive(Parser)]
@@ -64,6 +65,17 @@ enum Command {
         since: Option<humantime::Duration>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
+        /// Then print each new event as dtd journals it, until interrupted.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// A worker's story from the journal: launched, preparing, joined, trained, why it left, totals.
+    Explain {
+        /// A private IP (each instance that had it, oldest first) or an instance id.
+        #[arg(value_parser = Target::parse)]
+        target: Target,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Set the worker Auto Scaling group's desired capacity (within its min and max).
     Scale {
@@ -119,9 +131,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Status { output } => ctl::local::status(&cfg, json(output)),
         Command::Hosts { format } => ctl::local::hosts(&cfg, format),
-        Command::Events { since, output } => {
-            ctl::local::events(&cfg, since.map(Into::into), json(output))
+        Command::Events {
+            since,
+            output,
+            follow: false,
+        } => ctl::local::events(&cfg, since.map(Into::into), json(output)),
+        Command::Events { since, output, .. } => {
+            ctl::follow::follow(&cfg, since.map(Into::into), json(output)).await
         }
+        Command::Explain { target, output } => ctl::explain::explain(&cfg, &target, json(output)),
         Command::Ack { generation } => ctl::local::ack(&cfg, generation),
         Command::Add { count } => ctl::ec2::add(&cfg, count).await,
         Command::Remove { targets } => ctl::ec2::remove(&cfg, &targets).await,

@@ -9,6 +9,7 @@ use crate::act::journal;
 use crate::config::Config;
 use crate::fsutil::{now_millis, write_atomic};
 use crate::hostfile::{render, Format};
+use crate::model::Event;
 use crate::protocol;
 use crate::status::{StatusReport, STATUS_LIMIT};
 use crate::store::Paths;
@@ -70,19 +71,7 @@ pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Resu
         journal::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let cutoff = since.map_or(0, |d| now_millis().saturating_sub(d.as_millis() as u64));
     for e in events.iter().filter(|e| e.time >= cutoff) {
-        if json {
-            println!("{}", serde_json::to_string(e)?);
-        } else {
-            let when = humantime::format_rfc3339_seconds(
-                std::time::UNIX_EPOCH + Duration::from_millis(e.time),
-            );
-            let gen = e.generation.map_or("-".into(), |g| format!("g{g}"));
-            let who = e.instance.as_deref().unwrap_or("-");
-            println!(
-                "{when}  {:<18} {:<5} {:<20} {}",
-                e.kind, gen, who, e.message
-            );
-        }
+        println!("{}", event_line(e, json)?);
     }
     if bad > 0 {
         eprintln!(
@@ -91,6 +80,21 @@ pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Resu
         );
     }
     Ok(())
+}
+
+/// One event as `dtctl events` prints it: a JSON line, or a line for people.
+pub fn event_line(e: &Event, json: bool) -> anyhow::Result<String> {
+    if json {
+        return Ok(serde_json::to_string(e)?);
+    }
+    let when =
+        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(e.time));
+    let gen = e.generation.map_or("-".into(), |g| format!("g{g}"));
+    let who = e.instance.as_deref().unwrap_or("-");
+    Ok(format!(
+        "{when}  {:<18} {gen:<5} {who:<20} {}",
+        e.kind, e.message
+    ))
 }
 
 pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {

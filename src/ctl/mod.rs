@@ -4,4 +4,7 @@
 pub mod asg;
 pub mod doctor;
 pub mod ec2;
+pub mod explain;
+pub mod follow;
 pub mod local;
+pub mod story;

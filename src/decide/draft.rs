@@ -42,13 +42,24 @@ impl Draft {
         }
     }
 
-    pub fn event(&mut self, p: &Pass, kind: EventKind, who: Who, gen: Option<u64>, msg: String) {
-        self.outcome.events.push(Event {
+    /// Journals an event; returns it for the fields only some events carry.
+    pub fn event(
+        &mut self,
+        p: &Pass,
+        kind: EventKind,
+        who: Who,
+        gen: Option<u64>,
+        msg: String,
+    ) -> &mut Event {
+        let events = &mut self.outcome.events;
+        events.push(Event {
             instance: who.map(|(id, _)| id.to_string()),
             ip: who.map(|(_, ip)| ip),
             generation: gen,
             ..Event::new(p.now, kind, msg)
         });
+        let at = events.len() - 1;
+        &mut events[at]
     }
 
     pub fn view(&mut self, at: usize, status: Option<WorkerStatus>, waiting: Option<String>) {

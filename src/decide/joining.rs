@@ -3,7 +3,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, launch, mount_targets, worker_count};
+use super::{group, launch, mount_targets, prepare_failed, worker_count};
 use crate::model::*;
 
 /// A cluster instance that is not a member and carries the elastic tag.
@@ -24,7 +24,10 @@ pub(super) fn candidate(
     } else if let (Some(why), true) = (failed, group::in_group(p, at)) {
         launch::replace_failed(p, st, out, at, why);
     } else if let Some(why) = failed {
-        let why = format!("a person: prepare-data failed ({why})");
+        let why = format!("prepare-data failed ({why})");
+        let then = "it waits for a person (a launch-template worker is not replaced)";
+        prepare_failed::journal(p, st, out, at, &why, then);
+        let why = format!("a person: {why}");
         out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
     } else {
         let why = mount_targets::missing(p, st, out, at)
@@ -68,17 +71,39 @@ pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>)
             "{} is ready (prepare-data marker) and joins the job",
             inst.ip
         );
-        out.event(p, EventKind::Joined, Some(p.who(at)), Some(p.next_gen), msg);
+        let joined = out.event(p, EventKind::Joined, Some(p.who(at)), Some(p.next_gen), msg);
+        joined.launched_at = Some(inst.launched_at);
         member_view(p, st, out, st.members.len() - 1, at);
     }
 }
 
-/// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`).
+/// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`),
+/// journaled once: from then on it trains.
 pub(super) fn member_view(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
     let m = &mut st.members[pos];
-    if let Some(a) = p.acks {
+    if let Some(a) = p.acks.filter(|_| !m.acked) {
+        let by_file = a.generation.is_some_and(|g| g >= m.joined_generation);
         let by_log = (a.log_added.get(&m.ip)).is_some_and(|line| *line > m.log_mark);
-        m.acked |= by_log || a.generation.is_some_and(|g| g >= m.joined_generation);
+        if by_file || by_log {
+            m.acked = true;
+            let how = if by_file {
+                "ack file"
+            } else {
+                "host_worker_log"
+            };
+            let gen = m.joined_generation;
+            let msg = format!(
+                "job acknowledged generation {gen}, which lists {} ({how}): it trains",
+                m.ip
+            );
+            out.event(
+                p,
+                EventKind::JoinAcknowledged,
+                Some((&m.id, m.ip)),
+                Some(gen),
+                msg,
+            );
+        }
     }
     let (status, waiting) = if m.acked {
         (WorkerStatus::Added, None)

@@ -5,7 +5,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, mount_targets, removal};
+use super::{group, mount_targets, prepare_failed, removal};
 use crate::model::*;
 
 /// A group instance not in service: never in the host files. A new one held by the launching
@@ -67,7 +67,7 @@ fn held_at_launch(
         let why = Some("the group to put it in service".to_string());
         out.view(at, Some(WorkerStatus::Preparing), why);
     } else if failed.is_some() {
-        abandon_or_hold(p, st, out, at, hook, &why);
+        abandon_or_hold(p, st, out, at, hook, &why, true);
     } else if p.now.saturating_sub(wait.since) >= p.rules.prepare_timeout_ms && p.can_remove() {
         never_reported(p, st, out, at, hook, &why, wait.timed_out);
     } else {
@@ -122,19 +122,38 @@ fn never_reported(
             msg,
         );
     }
-    abandon_or_hold(p, st, out, at, hook, why);
+    abandon_or_hold(p, st, out, at, hook, why, false);
 }
 
 /// Abandons a worker that failed, counted once; past `max_prepare_failures` in a row it is
-/// held (heartbeats go on) for a person, like any failed group worker.
-fn abandon_or_hold(p: &Pass, st: &mut State, out: &mut Draft, at: usize, hook: &Hook, why: &str) {
+/// held (heartbeats go on) for a person, like any failed group worker. `marker`: it failed by
+/// its failure marker (journaled here), rather than by never reporting (journaled already).
+fn abandon_or_hold(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    hook: &Hook,
+    why: &str,
+    marker: bool,
+) {
     let id = p.list[at].id.as_str();
     if let Some(held) = held_why(p, st, out, why) {
+        if marker && p.can_remove() {
+            prepare_failed::journal(p, st, out, at, why, HELD);
+        }
         heartbeat(p, st, out, id, hook);
         out.view(at, Some(WorkerStatus::PrepareFailed), Some(held));
         return;
     }
-    count_failure(p, st, at, why);
+    if marker {
+        let then = format!(
+            "abandoned in Pending:Wait by {}; the group replaces it",
+            hook.name
+        );
+        prepare_failed::journal(p, st, out, at, why, &then);
+    }
+    count_failure(p, st, out, at, why);
     if let Some(w) = st.launch_waits.get_mut(id) {
         w.abandoned = true;
     }
@@ -142,6 +161,10 @@ fn abandon_or_hold(p: &Pass, st: &mut State, out: &mut Draft, at: usize, hook: &
     let why = format!("the group to replace it: {why}");
     out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
 }
+
+/// What happens to a failed group worker once replacing has stopped.
+const HELD: &str =
+    "held for a person: replacing failed workers has stopped (`dtctl resume` re-arms it)";
 
 /// What a failed worker waits for when it is not replaced now: a complete view, or a person
 /// once replacing has stopped. `None`: replace it.
@@ -192,10 +215,20 @@ fn replacing(p: &Pass, st: &mut State, out: &mut Draft) -> bool {
 }
 
 /// `why` is the whole reason, e.g. "prepare-data failed (exit 3)", shown by `dtctl status`
-/// once replacing stops.
-fn count_failure(p: &Pass, st: &mut State, at: usize, why: &str) {
+/// once replacing stops. Reaching the limit is journaled once: the count only grows while
+/// replacing, and `dtctl resume` starts it again from zero.
+fn count_failure(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
     st.prepare_failures += 1;
-    st.last_prepare_failure = Some(format!("{}: {why}", p.list[at].ip));
+    let last = format!("{}: {why}", p.list[at].ip);
+    if st.prepare_failures == p.rules.max_prepare_failures {
+        let msg = format!(
+            "replacing failed group workers stopped after {} prepare-data failures in a row \
+             (the last: {last}); `dtctl resume` re-arms it",
+            st.prepare_failures
+        );
+        out.event(p, EventKind::ReplacingStopped, None, None, msg);
+    }
+    st.last_prepare_failure = Some(last);
 }
 
 /// A group worker whose prepare-data failed is terminated and the group replaces it,
@@ -203,15 +236,19 @@ fn count_failure(p: &Pass, st: &mut State, at: usize, why: &str) {
 pub(super) fn replace_failed(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
     let failed = format!("prepare-data failed ({why})");
     if let Some(held) = held_why(p, st, out, &failed) {
+        if p.can_remove() {
+            prepare_failed::journal(p, st, out, at, &failed, HELD);
+        }
         out.view(at, Some(WorkerStatus::PrepareFailed), Some(held));
         return;
     }
-    count_failure(p, st, at, &failed);
+    prepare_failed::journal(p, st, out, at, &failed, "the group replaces it");
+    count_failure(p, st, out, at, &failed);
     let reason = format!("{failed}; the group replaces it");
     let end = Ending::GroupTerminate { decrement: false };
     let mut r = removal::new(p, &p.list[at], Cause::PrepareFailed, None, &reason);
     r.stage = Stage::Ending(end);
-    removal::queue(p, st, out, r);
+    removal::queue(p, st, out, r).cause = Some(Cause::PrepareFailed);
 }
 
 /// A duration for people, to the second: `3h 10m 20s`.

@@ -79,7 +79,7 @@ pub(super) fn retire_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usi
     if !matches!(tag, WorkerStatus::Added | WorkerStatus::RemovalQueued) {
         r.stage = Stage::Ending(then);
     }
-    removal::queue(p, st, out, r);
+    removal::queue(p, st, out, r).cause = Some(Cause::ElasticTag);
 }
 
 /// An instance already leaving stays on its way out, unless its elastic tag came back before

@@ -18,6 +18,7 @@ mod leaving;
 mod mount_targets;
 mod notices;
 mod pass;
+mod prepare_failed;
 pub mod removal;
 mod report;
 mod rules;

@@ -52,9 +52,10 @@ pub(super) fn new_for(
     }
 }
 
-/// Remembers a new removal and journals it.
-pub(super) fn queue(p: &Pass, st: &mut State, out: &mut Draft, r: Removal) {
-    let (ip, generation, reason) = (r.ip, r.generation, &r.reason);
+/// Remembers a new removal and journals it, with its cause while it has one; returns the event
+/// for a caller whose removal ends at once to say why.
+pub(super) fn queue<'d>(p: &Pass, st: &mut State, out: &'d mut Draft, r: Removal) -> &'d mut Event {
+    let (ip, generation, reason, cause) = (r.ip, r.generation, &r.reason, r.cause());
     let (kind, msg) = match r.stage {
         Stage::Reclaiming => (
             EventKind::Interrupted,
@@ -71,7 +72,9 @@ pub(super) fn queue(p: &Pass, st: &mut State, out: &mut Draft, r: Removal) {
     };
     let id = r.id.clone();
     st.removals.push(r);
-    out.event(p, kind, Some((&id, ip)), Some(generation), msg);
+    let e = out.event(p, kind, Some((&id, ip)), Some(generation), msg);
+    e.cause = cause;
+    e
 }
 
 /// Only a deleted elastic tag can be taken back, and only before the worker is let go.

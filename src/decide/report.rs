@@ -17,6 +17,7 @@ pub(super) fn finish(p: &Pass, mut st: State, mut out: Draft) -> Plan {
     if p.ec2_ok {
         st.held.retain(|id, _| p.is_running(id));
         st.no_mount_target.retain(|id| p.is_running(id));
+        st.prepare_failed.retain(|id| p.is_running(id));
     }
     for (status, instances) in tags(p, &out) {
         out.act(Action::Tag { status, instances });
@@ -108,6 +109,9 @@ fn rows(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Row> {
         with_status += status.is_some() as usize;
         // The tag holds the previous status: only a change needs remembering.
         if let Some(s) = status.filter(|s| p.facts[at].status != Some(*s)) {
+            if s == WorkerStatus::Preparing && is_new(p, st, at) {
+                out.outcome.events.push(preparing(p, at));
+            }
             let since = Since {
                 id: inst.id.clone(),
                 status: s,
@@ -133,6 +137,32 @@ fn rows(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Row> {
         st.since.retain(|ip, _| shown.contains(ip));
     }
     rows
+}
+
+/// Seen with a managed status for the first time: no status tag yet, and no status remembered
+/// for this instance (a tag write that failed leaves the tag empty, but the memory says it).
+fn is_new(p: &Pass, st: &State, at: usize) -> bool {
+    let inst = &p.list[at];
+    p.facts[at].status.is_none() && st.since.get(&inst.ip).is_none_or(|s| s.id != inst.id)
+}
+
+/// The beginning of a worker's story; one that is ready at once begins with `joined` instead.
+fn preparing(p: &Pass, at: usize) -> Event {
+    let inst = &p.list[at];
+    let launched = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(inst.launched_at),
+    );
+    let msg = format!(
+        "{} ({}, {}, launched {launched}) is preparing: waiting for its prepare-data marker \
+         prepare_data_success_{}",
+        inst.ip, inst.instance_type, inst.market, inst.ip
+    );
+    Event {
+        instance: Some(inst.id.clone()),
+        ip: Some(inst.ip),
+        launched_at: Some(inst.launched_at),
+        ..Event::new(p.now, EventKind::Preparing, msg)
+    }
 }
 
 /// Moves `ip` out of `from` if it is there (a change undone), else records it in `to`.

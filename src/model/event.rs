@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::Millis;
+use super::{Cause, Millis};
 
 /// A line of the events journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +22,13 @@ pub struct Event {
     pub az: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fs_id: Option<String>,
+    /// When EC2 launched the instance, on the events that begin its story (`preparing`,
+    /// `joined`): `dtctl explain` measures from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<Millis>,
+    /// Why a worker leaves, on `removal_queued`: who asked, for `dtctl explain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
     pub message: String,
 }
 
@@ -36,6 +43,8 @@ impl Event {
             generation: None,
             az: None,
             fs_id: None,
+            launched_at: None,
+            cause: None,
             message,
         }
     }
@@ -46,8 +55,16 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
+    /// A new worker was first seen, waiting for its prepare-data marker.
+    Preparing,
+    /// A worker's prepare-data failed (its failure marker), journaled once per instance.
+    PrepareFailed,
+    /// Replacing failed group workers stopped at `max_prepare_failures`, until `dtctl resume`.
+    ReplacingStopped,
     /// A prepared worker joined the job.
     Joined,
+    /// The job acknowledged a generation that lists a worker that joined: it trains.
+    JoinAcknowledged,
     /// The host files changed: a new generation.
     Generation,
     /// The job was told about a generation.
@@ -89,7 +106,11 @@ impl EventKind {
 
     fn name(&self) -> &'static str {
         match self {
+            EventKind::Preparing => "preparing",
+            EventKind::PrepareFailed => "prepare_failed",
+            EventKind::ReplacingStopped => "replacing_stopped",
             EventKind::Joined => "joined",
+            EventKind::JoinAcknowledged => "join_acknowledged",
             EventKind::Generation => "generation",
             EventKind::Notified => "notified",
             EventKind::NotifyRefused => "notify_refused",
@@ -116,8 +137,9 @@ impl EventKind {
 }
 
 impl std::fmt::Display for EventKind {
+    /// Honours width and alignment (`{:<18}`), as the columns of `dtctl events` need.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -134,7 +156,11 @@ mod tests {
     #[test]
     fn every_known_kind_reads_back_from_its_name() {
         let known = [
+            EventKind::Preparing,
+            EventKind::PrepareFailed,
+            EventKind::ReplacingStopped,
             EventKind::Joined,
+            EventKind::JoinAcknowledged,
             EventKind::Generation,
             EventKind::Notified,
             EventKind::NotifyRefused,

@@ -31,6 +31,18 @@ impl Instance {
     }
 }
 
+/// EC2's form of an instance id: `i-` and 8 (before 2016) or 17 lowercase hex digits ("Resource
+/// IDs", Amazon EC2 User Guide). Only ids of this form are handed on to be read from EC2, or
+/// looked up in the journal.
+pub fn is_ec2_instance_id(v: &str) -> bool {
+    v.strip_prefix("i-").is_some_and(|hex| {
+        matches!(hex.len(), 8 | 17)
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// Readiness markers on the shared file system.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Markers {

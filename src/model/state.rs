@@ -71,6 +71,10 @@ pub struct State {
     /// a restarted dtd) does not journal them again.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub no_mount_target: BTreeSet<String>,
+    /// Instances already journaled as `prepare_failed`, so a pass (or a restarted dtd) reading
+    /// their failure marker again does not journal them again.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub prepare_failed: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

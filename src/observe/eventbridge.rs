@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use crate::fsutil::{millis_from_gmt_date, millis_from_rfc3339};
-use crate::model::{Millis, Notice, NoticeKind, NoticeTarget};
+use crate::model::{is_ec2_instance_id, Millis, Notice, NoticeKind, NoticeTarget};
 
 /// How long before a Capacity Block ends its instances start terminating: the warning comes
 /// 40 minutes before the end, terminations begin 10 minutes after it.
@@ -194,17 +194,6 @@ fn valid_instance(id: Option<&str>) -> Vec<String> {
         .map(str::to_string)
         .into_iter()
         .collect()
-}
-
-/// EC2's form of an instance id: `i-` and 8 (before 2016) or 17 lowercase hex digits ("Resource
-/// IDs", Amazon EC2 User Guide). Only ids of this form are handed on to be read from EC2.
-fn is_ec2_instance_id(v: &str) -> bool {
-    v.strip_prefix("i-").is_some_and(|hex| {
-        matches!(hex.len(), 8 | 17)
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// An AWS Health event: only an EC2 scheduled change (reboot, stop, retirement, maintenance)

@@ -1008,6 +1008,31 @@ proptest! {
         })?;
     }
 
+    /// A worker's beginning (`preparing`) and its prepare-data failure (`prepare_failed`) are
+    /// journaled at most once per instance, however many passes read the same tags and markers;
+    /// the job's acknowledgement of a join (`join_acknowledged`) once per join: only for a
+    /// member not yet acknowledged.
+    #[test]
+    fn beginnings_failures_and_join_acknowledgements_are_journaled_once(sc in scenario()) {
+        let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
+        run(&sc, |p| {
+            for e in &p.plan.outcome.events {
+                let id = e.instance.clone().unwrap_or_default();
+                if e.kind == "join_acknowledged" {
+                    let waiting = p.prev.members.iter().any(|m| m.id == id && !m.acked);
+                    if !waiting {
+                        return p.fail(format!("`join_acknowledged` for {id}, not a member waiting for it"));
+                    }
+                } else if (e.kind == "preparing" || e.kind == "prepare_failed")
+                    && !seen.insert((e.kind.to_string(), id.clone()))
+                {
+                    return p.fail(format!("`{}` journaled again for {id}", e.kind));
+                }
+            }
+            Ok(())
+        })?;
+    }
+
     /// Read targeted with every event arriving, the view is exactly the complete listing's (in id
     /// order), and the plan removes, terminates and lists what a complete listing's would.
     #[test]
@@ -1084,7 +1109,10 @@ fn the_random_runs_reach_every_rule() {
                 }),
             );
             for kind in [
+                "preparing",
+                "prepare_failed",
                 "joined",
+                "join_acknowledged",
                 "removal_queued",
                 "acknowledged",
                 "ack_timeout",

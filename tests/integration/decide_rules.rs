@@ -215,11 +215,70 @@ fn without_marker_the_worker_is_preparing() {
     assert!(waiting_for(&plan, &w, "i-1").contains("prepare_data_success_10.0.1.1"));
     assert_eq!(plan.state.generation, 0);
     assert!(plan.outcome.notify.is_none());
-    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    assert_eq!(kinds(&plan), ["preparing"]);
 
     // The tag is already there on the next pass: it is not written again.
     let plan = pass(&r, &mut w, &plan.state, 2_000);
     assert!(plan.outcome.tags().is_empty(), "{:?}", plan.outcome.tags());
+}
+
+#[test]
+fn a_new_worker_is_journaled_as_preparing_once_with_its_launch_time() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100_000)]);
+    w.inst("i-1").market = "spot".into();
+    let first = pass(&r, &mut w, &State::default(), 101_000);
+    let e = &first.outcome.events[0];
+    assert_eq!(e.kind, "preparing");
+    assert_eq!(
+        (e.instance.as_deref(), e.ip, e.launched_at),
+        (Some("i-1"), Some(ip("10.0.1.1")), Some(100_000))
+    );
+    assert_eq!(
+        e.message,
+        "10.0.1.1 (p3.2xlarge, spot, launched 1970-01-01T00:01:40Z) is preparing: waiting for its \
+         prepare-data marker prepare_data_success_10.0.1.1"
+    );
+
+    // Not on later passes, nor after a restart from the saved state.
+    let second = pass(&r, &mut w, &first.state, 102_000);
+    let restarted = pass(&r, &mut w, &reloaded(&second.state), 103_000);
+    for plan in [&second, &restarted] {
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
+}
+
+#[test]
+fn a_failed_tag_write_does_not_journal_preparing_again_but_a_reused_ip_does() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    // Decided without applying its tags: the tag write failed, the state remembers the status.
+    let first = decide(&r, &w.snap(), &State::default(), 1_000);
+    assert_eq!(kinds(&first), ["preparing"]);
+    let retried = decide(&r, &w.snap(), &reloaded(&first.state), 2_000);
+    assert_eq!(tagged(&retried, WorkerStatus::Preparing), ["i-1"]);
+    assert!(
+        retried.outcome.events.is_empty(),
+        "{:?}",
+        retried.outcome.events
+    );
+
+    // Another instance with the same IP begins a story of its own.
+    w.vanish("i-1");
+    w.instances.push(instance("i-9", "10.0.1.1", 3_000));
+    let reused = pass(&r, &mut w, &retried.state, 4_000);
+    assert_eq!(kinds(&reused), ["preparing"]);
+    assert_eq!(reused.outcome.events[0].instance.as_deref(), Some("i-9"));
+}
+
+#[test]
+fn a_worker_ready_when_first_seen_begins_with_joined_and_its_launch_time() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(kinds(&plan), ["joined", "generation"]);
+    assert_eq!(plan.outcome.events[0].launched_at, Some(100));
 }
 
 #[test]
@@ -235,6 +294,41 @@ fn failed_marker_shows_prepare_failed_and_why() {
     assert_eq!(worker(&plan, &w, "i-1").label(), "PREPARE_FAILED");
     assert!(waiting_for(&plan, &w, "i-1").contains("exit 3: disk full"));
     assert!(plan.outcome.terminate().is_empty());
+}
+
+#[test]
+fn a_failed_launch_template_worker_is_journaled_once_until_it_is_gone() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.markers
+        .failed
+        .insert(ip("10.0.1.1"), "exit 3: disk full".into());
+    let first = pass(&r, &mut w, &State::default(), 1_000);
+    let failed: Vec<&Event> = (first.outcome.events.iter())
+        .filter(|e| e.kind == "prepare_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", first.outcome.events);
+    assert_eq!(
+        (failed[0].instance.as_deref(), failed[0].ip),
+        (Some("i-1"), Some(ip("10.0.1.1")))
+    );
+    assert_eq!(
+        failed[0].message,
+        "10.0.1.1 (i-1): prepare-data failed (exit 3: disk full); it waits for a person \
+         (a launch-template worker is not replaced)"
+    );
+
+    // The marker is read again on every pass, and by a restarted dtd: journaled once.
+    let second = pass(&r, &mut w, &first.state, 2_000);
+    let restarted = pass(&r, &mut w, &reloaded(&second.state), 3_000);
+    for plan in [&second, &restarted] {
+        assert_eq!(worker(plan, &w, "i-1").label(), "PREPARE_FAILED");
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
+    // Forgotten once the instance is gone.
+    w.vanish("i-1");
+    let gone = pass(&r, &mut w, &restarted.state, 4_000);
+    assert!(gone.state.prepare_failed.is_empty());
 }
 
 #[test]
@@ -292,6 +386,23 @@ fn join_is_acknowledged_by_the_ack_file() {
         plan.state.generation, 1,
         "acknowledging changes no membership"
     );
+    // From now on it trains: journaled once, not on later passes nor after a restart.
+    assert_eq!(kinds(&plan), ["join_acknowledged"]);
+    let e = &plan.outcome.events[0];
+    assert_eq!(
+        (e.instance.as_deref(), e.generation),
+        (Some("i-1"), Some(1))
+    );
+    assert_eq!(
+        e.message,
+        "job acknowledged generation 1, which lists 10.0.1.1 (ack file): it trains"
+    );
+    w.acks.generation = Some(2);
+    let later = pass(&r, &mut w, &plan.state, 4_000);
+    let restarted = pass(&r, &mut w, &reloaded(&later.state), 5_000);
+    for plan in [&later, &restarted] {
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
 }
 
 #[test]
@@ -315,6 +426,8 @@ fn join_is_acknowledged_by_an_added_line_after_the_mark() {
     w.log(true, "10.0.1.1");
     let plan = pass(&r, &mut w, &plan.state, 3_000);
     assert_eq!(tagged(&plan, WorkerStatus::Added), ["i-1"]);
+    assert_eq!(kinds(&plan), ["join_acknowledged"]);
+    assert!(plan.outcome.events[0].message.contains("(host_worker_log)"));
 }
 
 #[test]
@@ -370,6 +483,7 @@ fn removal_waits_for_the_ack_file_then_terminates() {
         "not before the job acknowledges"
     );
     assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
+    assert_eq!(plan.outcome.events[0].cause, Some(Cause::ElasticTag));
     assert!(waiting_for(&plan, &w, "i-1").contains("acknowledge generation 2"));
 
     // The job still runs generation 1: keep waiting.
@@ -538,6 +652,11 @@ fn unjoined_managed_instance_losing_its_elastic_tag_is_terminated_at_once() {
     );
     assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
     assert_eq!(kinds(&plan), ["removal_queued"]);
+    assert_eq!(
+        plan.outcome.events[0].cause,
+        Some(Cause::ElasticTag),
+        "ending at once, it still says why"
+    );
     assert_eq!(plan.state.generation, 0, "it never was in the host file");
     assert!(plan.outcome.notify.is_none());
     assert!(matches!(plan.state.removals[0].stage, Stage::Ending(_)));
@@ -1068,6 +1187,12 @@ fn a_rebalance_recommendation_drains_gracefully() {
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
     assert!(plan.outcome.terminate().is_empty(), "waits for the job");
     assert!(waiting_for(&plan, &w, "i-1").contains("acknowledge generation 2"));
+    let queued = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "removal_queued");
+    assert_eq!(queued.and_then(|e| e.cause), Some(Cause::Rebalance));
     w.notices.clear();
     w.acks.generation = Some(2);
     let acked = pass(&r, &mut w, &plan.state, 4_000);
@@ -1313,6 +1438,22 @@ fn a_new_group_worker_whose_prepare_data_failed_is_abandoned_and_counted() {
         [("i-1".into(), "grp-launching".into(), "ABANDON")]
     );
     assert_eq!(again.state.prepare_failures, 1, "one worker, one failure");
+    assert_eq!(count_kind(&plan, "prepare_failed"), 1, "{:?}", kinds(&plan));
+    let e = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "prepare_failed");
+    assert!(
+        e.is_some_and(|e| e.message.contains("no space")
+            && e.message
+                .ends_with("abandoned in Pending:Wait by grp-launching; the group replaces it")),
+        "{e:?}"
+    );
+    let restarted = pass(&r, &mut w, &reloaded(&again.state), 4_000);
+    for plan in [&again, &restarted] {
+        assert_eq!(count_kind(plan, "prepare_failed"), 0, "{:?}", kinds(plan));
+    }
 }
 
 /// One group worker i-1 (10.0.1.1) held in `Pending:Wait` by the launching hook, first seen at
@@ -1633,6 +1774,12 @@ fn a_lower_desired_capacity_drains_the_newest_protected_worker_first() {
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]), "i-2 launched last");
     assert!(plan.outcome.group_terminate().is_empty());
+    let queued = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "removal_queued");
+    assert_eq!(queued.and_then(|e| e.cause), Some(Cause::ScaleIn));
     let again = pass(&r, &mut w, &plan.state, 3_500);
     assert_eq!(
         hosts(&again),
@@ -1685,11 +1832,54 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
             "failure {n}: {:?}",
             plan.outcome.group_terminate()
         );
+        // Each failure is journaled, and so is reaching the limit, once: at the second.
+        let failed = (plan.outcome.events.iter()).find(|e| e.kind == "prepare_failed");
+        let then = match n <= 2 {
+            true => "the group replaces it",
+            false => "held for a person: replacing failed workers has stopped (`dtctl resume` re-arms it)",
+        };
+        assert!(
+            failed.is_some_and(|e| e.instance.as_deref() == Some(id.as_str())
+                && e.message
+                    .contains(&format!("prepare-data failed (exit {n})"))
+                && e.message.ends_with(then)),
+            "failure {n}: {:?}",
+            plan.outcome.events
+        );
+        if n <= 2 {
+            let queued = plan
+                .outcome
+                .events
+                .iter()
+                .find(|e| e.kind == "removal_queued");
+            assert_eq!(queued.and_then(|e| e.cause), Some(Cause::PrepareFailed));
+        }
+        let stopped = (plan.outcome.events.iter()).filter(|e| e.kind == "replacing_stopped");
+        let stopped: Vec<&Event> = stopped.collect();
+        assert_eq!(stopped.len(), (n == 2) as usize, "failure {n}: {stopped:?}");
+        if n == 2 {
+            assert_eq!(
+                stopped[0].message,
+                "replacing failed group workers stopped after 2 prepare-data failures in a row \
+                 (the last: 10.0.1.2: prepare-data failed (exit 2)); `dtctl resume` re-arms it"
+            );
+            assert_eq!(
+                kinds(&plan)[..2],
+                ["prepare_failed", "replacing_stopped"],
+                "the failure, then what it stopped"
+            );
+        }
         state = plan.state;
         now += 1_000;
     }
     assert_eq!(state.prepare_failures, 2);
-    assert!(waiting_for(&pass(&r, &mut w, &state, now), &w, "i-3").contains("dtctl resume"));
+    let waiting = pass(&r, &mut w, &reloaded(&state), now);
+    assert!(waiting_for(&waiting, &w, "i-3").contains("dtctl resume"));
+    assert!(
+        waiting.outcome.events.is_empty(),
+        "{:?}",
+        waiting.outcome.events
+    );
     w.resume = Some(now);
     let resumed = pass(&r, &mut w, &state, now + 1_000);
     assert!(resumed
@@ -1697,6 +1887,11 @@ fn failing_group_workers_are_replaced_until_the_limit_then_resume_rearms() {
         .group_terminate()
         .contains(&("i-3".to_string(), false)));
     assert!(kinds(&resumed).contains(&"resumed"));
+    assert_eq!(
+        count_kind(&resumed, "prepare_failed"),
+        0,
+        "i-3's failure was journaled when it was held"
+    );
     assert_eq!(resumed.state.prepare_failures, 1);
 }
 

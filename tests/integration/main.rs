@@ -23,4 +23,5 @@ mod notify;
 mod resilience;
 mod sandbox;
 mod stack;
+mod story;
 mod untrusted_shared_dir;

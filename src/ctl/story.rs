@@ -1,0 +1,534 @@
+//! A worker's story, told from the events journal: the pure part of `dtctl explain` (no I/O, no
+//! clock). An IP may have been several instances' over time; each instance gets its own story.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::model::{is_ec2_instance_id, Cause, Event, EventKind, Millis, WorkerView};
+
+/// What `dtctl explain` is asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Ip(IpAddr),
+    Instance(String),
+}
+
+impl Target {
+    /// A private IP, or an EC2 instance id (`i-` and 8 or 17 lowercase hex digits).
+    pub fn parse(s: &str) -> Result<Target, String> {
+        if let Ok(ip) = s.parse::<IpAddr>() {
+            return Ok(Target::Ip(ip));
+        }
+        if is_ec2_instance_id(s) {
+            return Ok(Target::Instance(s.to_string()));
+        }
+        Err(format!(
+            "{s:?} is neither an IP address nor an EC2 instance id (i- and 8 or 17 hex digits)"
+        ))
+    }
+
+    /// Whether a journal line is about this IP or instance (and names its instance).
+    pub fn matches(&self, e: &Event) -> bool {
+        match self {
+            Target::Ip(ip) => e.ip == Some(*ip) && e.instance.is_some(),
+            Target::Instance(id) => e.instance.as_deref() == Some(id),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Ip(ip) => write!(f, "{ip}"),
+            Target::Instance(id) => f.write_str(id),
+        }
+    }
+}
+
+/// One instance's life as the journal tells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Story {
+    pub instance: String,
+    pub ip: Option<IpAddr>,
+    /// Its EC2 launch time, when a `preparing` or `joined` line carries it.
+    pub launched_at: Option<Millis>,
+    pub steps: Vec<Step>,
+    pub totals: Totals,
+    /// Where it is now, from dtd's last status report; `None` when the report does not list it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub now: Option<WorkerView>,
+}
+
+/// One journal line of the story, with what it means for the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub time: Millis,
+    pub kind: EventKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    pub message: String,
+    /// What the journal line implies and does not say: how long it prepared, who asked it to go.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Time spent in each part of its life. Each says what it is measured between; a part still
+/// under way at the end of the journal is measured up to now and marked `open`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub preparing: Option<Span>,
+    pub launch_to_training: Option<Span>,
+    pub ready_idle: Option<Span>,
+    pub in_job: Option<Span>,
+    pub leaving: Option<Span>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Span {
+    pub ms: u64,
+    pub between: &'static str,
+    /// Still under way when the journal ends: measured up to now.
+    pub open: bool,
+}
+
+pub const PREPARING: &str = "EC2 launch -> ready (joined) or prepare-data failed";
+pub const LAUNCH_TO_TRAINING: &str = "EC2 launch -> the job's acknowledgement of its join";
+pub const READY_IDLE: &str = "joined -> the job's acknowledgement, plus let go -> terminated and \
+     removal cancelled -> joined again (a wait for room under max is not journaled)";
+pub const IN_JOB: &str = "the job's acknowledgement of its join -> out of the host files";
+pub const LEAVING: &str = "out of the host files -> the job's acknowledgement (or the ack timeout)";
+
+/// The stories of every instance `target` names, oldest first. `now` ends what is still open.
+pub fn stories(events: &[Event], target: &Target, now: Millis) -> Vec<Story> {
+    let mut ids: Vec<(&str, Millis)> = Vec::new();
+    for e in events.iter().filter(|e| target.matches(e)) {
+        let Some(id) = e.instance.as_deref() else {
+            continue;
+        };
+        if !ids.iter().any(|(known, _)| *known == id) {
+            ids.push((id, e.time));
+        }
+    }
+    ids.sort_by_key(|(_, first)| *first);
+    ids.into_iter()
+        .map(|(id, _)| {
+            let mut mine: Vec<&Event> = (events.iter())
+                .filter(|e| e.instance.as_deref() == Some(id))
+                .collect();
+            // dtd journals `preparing` at the end of the pass that first saw the worker, after
+            // what that pass said about it (`no_mount_target`): the story still begins with it.
+            mine.sort_by_key(|e| (e.time, e.kind != EventKind::Preparing));
+            story(id, &mine, now)
+        })
+        .collect()
+}
+
+fn story(id: &str, events: &[&Event], now: Millis) -> Story {
+    let launched_at = events.iter().find_map(|e| e.launched_at);
+    let mut steps: Vec<Step> = events.iter().map(|e| step(e)).collect();
+    note_preparing(&mut steps, now);
+    Story {
+        instance: id.to_string(),
+        ip: events.iter().rev().find_map(|e| e.ip),
+        launched_at,
+        totals: totals(launched_at, events, now),
+        steps,
+        now: None,
+    }
+}
+
+fn step(e: &Event) -> Step {
+    let note = match &e.kind {
+        EventKind::RemovalQueued => e.cause.map(|c| format!("asked by {}", who_asked(c))),
+        EventKind::Interrupted => Some("asked by AWS: the instance is being taken away".into()),
+        EventKind::Gone => Some("it stopped running without dtd terminating it".into()),
+        _ => None,
+    };
+    Step {
+        time: e.time,
+        kind: e.kind.clone(),
+        generation: e.generation,
+        message: e.message.clone(),
+        note,
+    }
+}
+
+/// Who asked for a removal, for people.
+pub fn who_asked(cause: Cause) -> &'static str {
+    match cause {
+        Cause::ElasticTag => {
+            "a person: its elastic tag was deleted (EC2 console, `aws ec2 delete-tags` or `dtctl remove`)"
+        }
+        Cause::Rebalance => "AWS: a rebalance recommendation (elevated risk of interruption)",
+        Cause::CapacityBlock => "AWS: its Capacity Block ends",
+        Cause::ScheduledChange => "AWS: an EC2 scheduled change (reboot, stop, retirement)",
+        Cause::ScaleIn => "its Auto Scaling group: scale-in",
+        Cause::OutOfService => "its Auto Scaling group: it left the group's service",
+        Cause::PrepareFailed => "dtd: its prepare-data failed, the group replaces it",
+    }
+}
+
+/// A `preparing` step says how long it prepared: until it was ready, failed or was removed.
+fn note_preparing(steps: &mut [Step], now: Millis) {
+    let ends = [
+        EventKind::Joined,
+        EventKind::PrepareFailed,
+        EventKind::RemovalQueued,
+        EventKind::Gone,
+        EventKind::Interrupted,
+    ];
+    for at in 0..steps.len() {
+        if steps[at].kind != EventKind::Preparing {
+            continue;
+        }
+        let end = steps[at + 1..].iter().find(|s| ends.contains(&s.kind));
+        let note = match end {
+            Some(s) => format!(
+                "preparing for {} after dtd first saw it (until {})",
+                show_ms(s.time.saturating_sub(steps[at].time)),
+                s.kind
+            ),
+            None => format!(
+                "still preparing: {} so far",
+                show_ms(now.saturating_sub(steps[at].time))
+            ),
+        };
+        steps[at].note = Some(note);
+    }
+}
+
+/// Where the worker is, as far as the journal tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Launched, not yet ready; or out of the job for good.
+    Outside,
+    /// In the host files; the job has not acknowledged it yet.
+    Joined,
+    Training,
+    /// Out of the host files, waiting for the job to let go.
+    Leaving,
+    /// Ready and running, not in the job: let go, or its removal cancelled before it joins again.
+    Idle,
+}
+
+/// Sums the time spent in each phase, walking the events in order.
+fn totals(launched_at: Option<Millis>, events: &[&Event], now: Millis) -> Totals {
+    let mut sums = Sums::default();
+    let (mut phase, mut since) = (Phase::Outside, 0);
+    let mut ready_at = None;
+    let mut training_at = None;
+    for e in events {
+        let next = match e.kind {
+            EventKind::Joined => Some(Phase::Joined),
+            EventKind::JoinAcknowledged if phase == Phase::Joined => Some(Phase::Training),
+            EventKind::RemovalQueued if phase == Phase::Training || phase == Phase::Joined => {
+                Some(Phase::Leaving)
+            }
+            EventKind::RemovalQueued => Some(Phase::Outside),
+            EventKind::RemovalCancelled => Some(Phase::Idle),
+            EventKind::Acknowledged | EventKind::AckTimeout if phase == Phase::Leaving => {
+                Some(Phase::Idle)
+            }
+            EventKind::Terminated | EventKind::Gone | EventKind::Interrupted => {
+                Some(Phase::Outside)
+            }
+            _ => None,
+        };
+        if matches!(e.kind, EventKind::Joined | EventKind::PrepareFailed) {
+            ready_at = ready_at.or(Some(e.time));
+        }
+        if e.kind == EventKind::JoinAcknowledged {
+            training_at = training_at.or(Some(e.time));
+        }
+        if let Some(next) = next.filter(|n| *n != phase) {
+            sums.add(phase, e.time.saturating_sub(since), false);
+            (phase, since) = (next, e.time);
+        }
+    }
+    sums.add(phase, now.saturating_sub(since), true);
+    let from_launch = |to: Option<Millis>, between| {
+        let (from, to) = (launched_at?, to?);
+        Some(Span {
+            ms: to.saturating_sub(from),
+            between,
+            open: false,
+        })
+    };
+    Totals {
+        preparing: from_launch(ready_at, PREPARING),
+        launch_to_training: from_launch(training_at, LAUNCH_TO_TRAINING),
+        ready_idle: sums.span(Phase::Idle, READY_IDLE),
+        in_job: sums.span(Phase::Training, IN_JOB),
+        leaving: sums.span(Phase::Leaving, LEAVING),
+    }
+}
+
+/// The time spent in one kind of phase: whether it was ever entered, and is still under way.
+#[derive(Default, Clone, Copy)]
+struct Part {
+    ms: u64,
+    seen: bool,
+    open: bool,
+}
+
+#[derive(Default)]
+struct Sums {
+    idle: Part,
+    training: Part,
+    leaving: Part,
+}
+
+impl Sums {
+    /// Time in the host files before the job's acknowledgement counts as ready but idle: the
+    /// job has not applied the generation that lists it.
+    fn part(&mut self, phase: Phase) -> Option<&mut Part> {
+        match phase {
+            Phase::Joined | Phase::Idle => Some(&mut self.idle),
+            Phase::Training => Some(&mut self.training),
+            Phase::Leaving => Some(&mut self.leaving),
+            Phase::Outside => None,
+        }
+    }
+
+    fn add(&mut self, phase: Phase, ms: u64, open: bool) {
+        if let Some(part) = self.part(phase) {
+            *part = Part {
+                ms: part.ms + ms,
+                seen: true,
+                open: part.open || open,
+            };
+        }
+    }
+
+    fn span(&mut self, phase: Phase, between: &'static str) -> Option<Span> {
+        let part = *self.part(phase)?;
+        part.seen.then_some(Span {
+            ms: part.ms,
+            between,
+            open: part.open,
+        })
+    }
+}
+
+/// A duration for people, to the second: `1h 2m 3s`.
+pub fn show_ms(ms: Millis) -> String {
+    let secs = Duration::from_secs((ms + 500) / 1000);
+    humantime::format_duration(secs).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "i-0123456789abcdef0";
+    const OTHER: &str = "i-0fedcba9876543210";
+
+    fn ev(time: Millis, kind: EventKind, id: &str, addr: &str) -> Event {
+        Event {
+            instance: Some(id.into()),
+            ip: Some(addr.parse().unwrap()),
+            message: format!("{kind} at {time}"),
+            ..Event::new(time, kind, String::new())
+        }
+    }
+
+    fn launched(mut e: Event, at: Millis) -> Event {
+        e.launched_at = Some(at);
+        e
+    }
+
+    /// Launched at 0; preparing seen at 5s; joined at 60s (g1), acknowledged at 62s; its elastic
+    /// tag deleted at 1h, acknowledged at 1h 10s, terminated at 1h 11s.
+    fn a_whole_life(id: &str, addr: &str, from: Millis) -> Vec<Event> {
+        let at = |s: u64| from + s * 1000;
+        let mut queued = ev(at(3600), EventKind::RemovalQueued, id, addr);
+        queued.cause = Some(Cause::ElasticTag);
+        vec![
+            launched(ev(at(5), EventKind::Preparing, id, addr), from),
+            launched(ev(at(60), EventKind::Joined, id, addr), from),
+            ev(at(62), EventKind::JoinAcknowledged, id, addr),
+            queued,
+            ev(at(3610), EventKind::Acknowledged, id, addr),
+            ev(at(3611), EventKind::Terminated, id, addr),
+        ]
+    }
+
+    fn span(ms: u64, between: &'static str) -> Option<Span> {
+        Some(Span {
+            ms,
+            between,
+            open: false,
+        })
+    }
+
+    #[test]
+    fn a_whole_life_is_told_in_order_with_its_totals() {
+        let mut events = a_whole_life(ID, "10.0.1.5", 0);
+        // Lines about the cluster or other workers are not part of it.
+        events.insert(2, Event::new(60_000, EventKind::Generation, "g1".into()));
+        events.insert(3, ev(61_000, EventKind::Joined, OTHER, "10.0.1.6"));
+        let target = Target::parse("10.0.1.5").unwrap();
+        let stories = stories(&events, &target, 9_999_999);
+        assert_eq!(stories.len(), 1);
+        let s = &stories[0];
+        assert_eq!((s.instance.as_str(), s.launched_at), (ID, Some(0)));
+        let kinds: Vec<&str> = s.steps.iter().map(|x| x.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "preparing",
+                "joined",
+                "join_acknowledged",
+                "removal_queued",
+                "acknowledged",
+                "terminated"
+            ]
+        );
+        assert_eq!(
+            s.steps[0].note.as_deref(),
+            Some("preparing for 55s after dtd first saw it (until joined)")
+        );
+        let asked = s.steps[3].note.as_deref().unwrap_or_default();
+        assert!(asked.contains("elastic tag was deleted") && asked.contains("dtctl remove"));
+        assert_eq!(
+            s.totals,
+            Totals {
+                preparing: span(60_000, PREPARING),
+                launch_to_training: span(62_000, LAUNCH_TO_TRAINING),
+                // 2 s in the host files before the acknowledgement, 1 s let go before terminated.
+                ready_idle: span(3_000, READY_IDLE),
+                in_job: span(3_538_000, IN_JOB),
+                leaving: span(10_000, LEAVING),
+            }
+        );
+    }
+
+    #[test]
+    fn a_reused_ip_tells_each_instance_apart_oldest_first() {
+        let mut events = a_whole_life(OTHER, "10.0.1.5", 0);
+        events.extend(a_whole_life(ID, "10.0.1.5", 10_000_000));
+        let by_ip = stories(
+            &events,
+            &Target::Ip("10.0.1.5".parse().unwrap()),
+            20_000_000,
+        );
+        let ids: Vec<&str> = by_ip.iter().map(|s| s.instance.as_str()).collect();
+        assert_eq!(ids, [OTHER, ID]);
+        assert!(by_ip.iter().all(|s| s.steps.len() == 6));
+        let by_id = stories(&events, &Target::Instance(ID.into()), 20_000_000);
+        assert_eq!(by_id.len(), 1);
+        assert_eq!(by_id[0].launched_at, Some(10_000_000));
+        assert!(stories(&events, &Target::Ip("10.0.1.9".parse().unwrap()), 0).is_empty());
+    }
+
+    #[test]
+    fn what_is_still_under_way_is_measured_up_to_now() {
+        let events = &a_whole_life(ID, "10.0.1.5", 0)[..3];
+        let s = &stories(events, &Target::Instance(ID.into()), 100_000)[0];
+        let in_job = s.totals.in_job.clone();
+        assert_eq!(in_job.map(|x| (x.ms, x.open)), Some((38_000, true)));
+        assert!(s.totals.leaving.is_none());
+
+        let preparing = &events[..1];
+        let s = &stories(preparing, &Target::Instance(ID.into()), 65_000)[0];
+        assert_eq!(
+            s.steps[0].note.as_deref(),
+            Some("still preparing: 1m so far")
+        );
+        assert_eq!(s.totals, Totals::default());
+    }
+
+    #[test]
+    fn a_failed_prepare_never_trains() {
+        let mut queued = ev(31_000, EventKind::RemovalQueued, ID, "10.0.1.5");
+        queued.cause = Some(Cause::PrepareFailed);
+        let events = [
+            launched(ev(1_000, EventKind::Preparing, ID, "10.0.1.5"), 0),
+            ev(30_000, EventKind::PrepareFailed, ID, "10.0.1.5"),
+            queued,
+            ev(31_000, EventKind::Terminated, ID, "10.0.1.5"),
+        ];
+        let s = &stories(&events, &Target::Instance(ID.into()), 99_000)[0];
+        assert_eq!(
+            s.steps[0].note.as_deref(),
+            Some("preparing for 29s after dtd first saw it (until prepare_failed)")
+        );
+        assert!(s.steps[2]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("prepare-data failed")));
+        assert_eq!(
+            s.totals,
+            Totals {
+                preparing: span(30_000, PREPARING),
+                ..Totals::default()
+            }
+        );
+    }
+
+    #[test]
+    fn an_interrupted_worker_leaves_at_once_and_a_cancelled_removal_idles_until_it_rejoins() {
+        let (a, b) = ("10.0.1.5", ID);
+        let mut events = a_whole_life(b, a, 0)[..3].to_vec();
+        events.push(ev(100_000, EventKind::RemovalQueued, b, a));
+        events.push(ev(104_000, EventKind::RemovalCancelled, b, a));
+        events.push(ev(106_000, EventKind::Joined, b, a));
+        events.push(ev(107_000, EventKind::JoinAcknowledged, b, a));
+        events.push(ev(200_000, EventKind::Interrupted, b, a));
+        let s = &stories(&events, &Target::Instance(b.into()), 999_000)[0];
+        let t = &s.totals;
+        assert_eq!(t.in_job.as_ref().map(|x| x.ms), Some(38_000 + 93_000));
+        assert_eq!(t.leaving.as_ref().map(|x| x.ms), Some(4_000));
+        // 2 s before the first acknowledgement, 2 s cancelled, 1 s before the second.
+        assert_eq!(
+            t.ready_idle.as_ref().map(|x| (x.ms, x.open)),
+            Some((5_000, false))
+        );
+        assert_eq!(
+            s.steps.last().and_then(|x| x.note.as_deref()),
+            Some("asked by AWS: the instance is being taken away")
+        );
+    }
+
+    #[test]
+    fn the_story_begins_with_preparing_even_when_its_pass_said_more_first() {
+        let events = [
+            ev(1_000, EventKind::NoMountTarget, ID, "10.0.1.5"),
+            ev(1_000, EventKind::Preparing, ID, "10.0.1.5"),
+        ];
+        let s = &stories(&events, &Target::Instance(ID.into()), 2_000)[0];
+        let kinds: Vec<&str> = s.steps.iter().map(|x| x.kind.as_str()).collect();
+        assert_eq!(kinds, ["preparing", "no_mount_target"]);
+    }
+
+    #[test]
+    fn only_an_ip_or_an_instance_id_is_a_target() {
+        assert_eq!(
+            Target::parse("10.0.1.5"),
+            Ok(Target::Ip("10.0.1.5".parse().unwrap()))
+        );
+        assert!(matches!(Target::parse("fd00::5"), Ok(Target::Ip(_))));
+        assert_eq!(Target::parse(ID), Ok(Target::Instance(ID.into())));
+        assert!(matches!(
+            Target::parse("i-1234abcd"),
+            Ok(Target::Instance(_))
+        ));
+        for bad in [
+            "",
+            "10.0.1",
+            "i-",
+            "i-XYZ",
+            "i-0123456789ABCDEF0",
+            "../state.json",
+            "host",
+        ] {
+            let e = Target::parse(bad).unwrap_err();
+            assert!(
+                e.contains("neither an IP address nor an EC2 instance id"),
+                "{bad}: {e}"
+            );
+        }
+    }
+}
