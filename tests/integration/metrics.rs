@@ -131,3 +131,45 @@ fn healthz_is_503_while_the_emulator_is_away_and_200_when_it_is_back() {
     })
     .expect("healthy again");
 }
+
+/// GPU time counts since dtd first managed the cluster: a restarted dtd goes on from the totals
+/// its predecessor wrote, and so does the counter Prometheus reads.
+#[test]
+fn gpu_time_is_carried_over_a_restart() {
+    let (mut c, _, addr) = cluster(1, "");
+    c.wait_hosts("the worker", |h| h.len() == 1);
+    ack(&c);
+    let trained =
+        |s: &serde_json::Value| s["totals"]["gpu_seconds_training"].as_f64().unwrap_or(0.0);
+    let before = c.wait_status("some GPU time trained", |s| trained(s) > 0.5);
+    let since = before["totals"]["since"].clone();
+    c.kill_dtd();
+    c.start_dtd();
+    let after = c.wait_status("a pass of the new dtd", |s| s["pid"] != before["pid"]);
+    assert_eq!(after["totals"]["since"], since, "the count's start is kept");
+    assert!(
+        trained(&after) >= trained(&before),
+        "{after:#?} after {before:#?}"
+    );
+    let scraped = wait_for(
+        "the new dtd's /metrics",
+        Duration::from_secs(30),
+        || get(addr, "/metrics"),
+        |r| matches!(r, Ok((200, _))),
+    )
+    .expect("scraped")
+    .1;
+    let line = (scraped.lines())
+        .find(|l| l.starts_with("dt_gpu_time_seconds_total{state=\"training\"}"))
+        .expect("the training series");
+    let value: f64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a value");
+    assert!(
+        value >= trained(&before),
+        "{line} after {}",
+        trained(&before)
+    );
+}
