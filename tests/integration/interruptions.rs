@@ -14,6 +14,8 @@ struct Training {
     c: Cluster,
     queue: String,
     workers: Vec<(String, String)>,
+    /// Where dtd serves /metrics.
+    metrics: std::net::SocketAddr,
     _job: Job,
 }
 
@@ -31,7 +33,10 @@ fn training(interval: &str) -> Training {
     let job = format!(
         "  notify: {{ signal: SIGUSR1, pidfile: {efs}/job.pid }}\n  ack: {{ host_worker_log: {efs}/host_worker_log, timeout: 10m }}"
     );
-    c.extra = format!("events:\n  queue_url: {queue}\n");
+    let metrics = format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("an address");
+    c.extra = format!("events:\n  queue_url: {queue}\nmetrics: {{ listen: '{metrics}' }}\n");
     let config = c.config(1, 8, &[&base_ip], &job);
     c.write_config(&config.replace("interval: 300ms", &format!("interval: {interval}")));
     c.start_dtd();
@@ -52,6 +57,7 @@ fn training(interval: &str) -> Training {
         c,
         queue,
         workers,
+        metrics,
         _job: job,
     }
 }
@@ -289,4 +295,16 @@ fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
     let status = t.c.status_json();
     assert_eq!(status["generation"].as_u64().unwrap(), generation + 1);
     assert_eq!(status["interruptions"], 1);
+    // Each notice is counted once by its source; the worker is counted once as survived.
+    let (_, scraped) = crate::support::prometheus::get(t.metrics, "/metrics").expect("scraped");
+    for line in [
+        "dt_notices_total{kind=\"interruption\",source=\"queue\"} 1",
+        "dt_notices_total{kind=\"interruption\",source=\"agent\"} 1",
+        "dt_interruptions_survived_total 1",
+    ] {
+        assert!(
+            scraped.lines().any(|l| l == line),
+            "no `{line}` in:\n{scraped}"
+        );
+    }
 }
