@@ -864,6 +864,7 @@ fn undelivered_notification_survives_and_merges() {
         generation: 1,
         added: vec![ip("10.0.1.1")],
         removed: vec![],
+        notices: vec![],
     };
     assert_eq!(plan.outcome.notify.as_ref(), Some(&first));
 
