@@ -22,6 +22,11 @@ struct Training {
 /// A base host and two workers in the job, the example job training on them, and the event
 /// queue configured. `interval` is long in tests that show the queue wakes dtd by itself.
 fn training(interval: &str) -> Training {
+    training_with(interval, "10")
+}
+
+/// With `steps_per_epoch` steps of 20 ms between the example job's own checkpoints.
+fn training_with(interval: &str, steps_per_epoch: &str) -> Training {
     let mut c = Cluster::new();
     let queue = create_event_queue(&c);
     let (_, base_ip) = c.launch(1).remove(0);
@@ -47,7 +52,7 @@ fn training(interval: &str) -> Training {
         h.sort();
         h == all
     });
-    let job = start_example_job(&c);
+    let job = start_example_job_with(&c, steps_per_epoch);
     wait_until(
         "the job to start on three workers",
         Duration::from_secs(20),
@@ -68,18 +73,20 @@ fn spot_warning(id: &str) -> serde_json::Value {
 
 #[test]
 fn a_spot_warning_rescales_the_job_at_once_and_it_checkpoints() {
-    // A minute between passes: only the queue can make dtd act within the wait below.
-    let t = training("60s");
+    // A minute between passes: only the queue can make dtd act within the wait below. The
+    // job's epochs take 200 s: its next checkpoint would come after the two-minute deadline.
+    let t = training_with("60s", "10000");
     let (id, ip) = &t.workers[0];
     put_ec2_event(&t.c, SPOT, spot_warning(id));
 
     t.c.wait_hosts("the interrupted worker to leave", |h| !h.contains(ip));
     wait_until(
-        "the job to rescale and checkpoint",
+        "the job to rescale and checkpoint before the deadline",
         Duration::from_secs(10),
         || {
             let log = job_log(&t.c);
-            log.contains(&format!("-[{ip}]")) && log.contains("after a removal")
+            log.contains(&format!("-[{ip}]"))
+                && log.contains(&format!("before the deadline: interruption of {ip} in "))
         },
     );
     // Before the signal, the job's `notices` file says why the worker left and by when: two
