@@ -7,12 +7,14 @@ boundary, reshards, and acknowledges (2018 `host_worker_log` or `ack` file). Sta
 """
 import argparse
 import contextlib
+import datetime
 import ipaddress
 import json
 import math
 import os
 import random
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -272,11 +274,66 @@ def rescale(args, trainer):
     trainer.set_workers(hosts)
     say(f"rescale: +[{', '.join(added)}] -[{', '.join(removed)}] -> {len(hosts)} workers")
     if removed:
-        # A worker may be leaving under a Spot warning: keep the progress made so far now,
-        # not at the epoch's end, which may come after the instance is gone.
+        checkpoint_for(args, trainer, removed)
+    acknowledge(args, generation, added, removed)
+
+
+def checkpoint_for(args, trainer, removed):
+    """Checkpoints now when a removed worker goes before the next checkpoint would be written.
+
+    dtd's `notices` file says why workers left and by when (a Spot warning: two minutes). Without
+    it (an older dtd, a hook instead of a signal) a removal may be a Spot warning: checkpoint now.
+    """
+    notices = read_notices(args)
+    if notices is None:
         trainer.save(args.checkpoint)
         say(f"checkpoint at step {trainer.global_step} (epoch {trainer.epoch}) after a removal")
-    acknowledge(args, generation, added, removed)
+        return
+    dated = [n for n in notices if n["ip"] in removed and n["deadline"] is not None]
+    if not dated:
+        say("no deadline for the workers that left: the next checkpoint is at the epoch's end")
+        return
+    first = min(dated, key=lambda n: n["deadline"])
+    left = first["deadline"] - time.time()
+    # One step more than the epoch's rest: a step in progress must finish before the save.
+    next_in = (args.steps_per_epoch - trainer.step_in_epoch + 1) * args.step_time
+    what = f"{first['kind']} of {first['ip']} in {max(left, 0):.0f}s"
+    if left <= next_in:
+        trainer.save(args.checkpoint)
+        say(f"checkpoint at step {trainer.global_step} (epoch {trainer.epoch}) before the deadline: "
+            f"{what}, the next checkpoint in {next_in:.1f}s")
+    else:
+        say(f"deadline: {what}; the next checkpoint, in {next_in:.1f}s, comes first")
+
+
+NOTICES_LIMIT = 1 << 20  # a notice is about a hundred bytes; more is not dtd's
+
+
+def read_notices(args):
+    """This generation's notices from dtd, each {ip, kind, deadline (epoch seconds or None)};
+    None when there is no file, or it is another generation's or unreadable."""
+    generation = read_generation(args.generation_file)
+    try:
+        fd = os.open(args.notices, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ValueError("not a regular file")
+            doc = json.loads(f.read(NOTICES_LIMIT + 1)[:NOTICES_LIMIT])
+        if doc.get("generation") != generation:
+            return None
+        return [{"ip": str(n["ip"]), "kind": str(n["kind"]), "deadline": deadline_of(n.get("deadline"))}
+                for n in doc["notices"]]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        warn(f"cannot read {args.notices} ({e}); treating the removal as urgent")
+        return None
+
+
+def deadline_of(text):
+    if text is None:
+        return None
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def start_membership(args, flags, trainer):
@@ -350,7 +407,8 @@ PATHS = [("hostfile", "host_worker", "host file to train on"),
          ("log", "host_worker_log", "2018 acknowledgement log, for --ack log"),
          ("ack-file", "ack", "acknowledged generation, for --ack file"),
          ("generation-file", "generation", "generation written by the daemon, for --ack file"),
-         ("checkpoint", "checkpoint.json", "checkpoint written at every epoch end")]
+         ("checkpoint", "checkpoint.json", "checkpoint written at every epoch end"),
+         ("notices", "notices", "dtd's notices of the generation it signalled: why workers left, by when")]
 
 
 def parse_args(argv):

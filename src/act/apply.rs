@@ -20,6 +20,8 @@ pub struct Actuators {
     pub group: Option<(aws_sdk_autoscaling::Client, String)>,
     pub hostfiles: Vec<HostfileSpec>,
     pub generation_file: PathBuf,
+    /// `<shared_dir>/notices`, written before the signal (signal mode only).
+    pub notices_file: PathBuf,
     pub notify: Notify,
 }
 
@@ -35,6 +37,7 @@ impl Actuators {
             group: autoscaling.zip(cfg.workers.auto_scaling_group.clone()),
             hostfiles: cfg.hostfiles.clone(),
             generation_file: cfg.generation_file.clone(),
+            notices_file: cfg.shared_dir.join(notify::NOTICES_FILE),
             notify: cfg.job.notify.clone(),
         }
     }
@@ -126,7 +129,11 @@ async fn deliver(
             pidfile,
             expect,
         } => {
-            let send = move || notify::signal_job(signal, &pidfile, expect.as_deref());
+            let (notices, file) = (n.clone(), a.notices_file.clone());
+            let send = move || {
+                notify::write_notices(&file, &notices).map_err(notify::NotifyError::Failed)?;
+                notify::signal_job(signal, &pidfile, expect.as_deref())
+            };
             let sent = shared_fs.run("signalling the job", send).await;
             sent.unwrap_or_else(|e| Err(notify::NotifyError::Failed(e)))
         }

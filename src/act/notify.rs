@@ -2,7 +2,7 @@
 //! run as an argv (never through a shell) with the change in its environment.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -10,10 +10,14 @@ use nix::unistd::Pid;
 use super::job_pid::job_pid;
 use crate::config::Notify;
 use crate::decide::join_ips;
-use crate::model::Notification;
+use crate::fsutil::write_atomic;
+use crate::model::{JobNotice, Millis, Notification};
 
 /// A hook that runs longer than this is killed and the notification retried next pass.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// In the shared directory: the notices of the generation signalled (README, "The job contract").
+pub const NOTICES_FILE: &str = "notices";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotifyError {
@@ -50,6 +54,37 @@ pub fn signal_job(
     Ok(format!("sent {signal} to PID {pid}"))
 }
 
+/// The `notices` file: this generation's notices, replaced at every signal so that the job
+/// never reads an earlier generation's as its own.
+pub fn write_notices(path: &Path, n: &Notification) -> Result<(), String> {
+    let body = serde_json::json!({ "generation": n.generation, "notices": notices_json(n) });
+    let text = format!("{body}\n");
+    write_atomic(path, text.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn notices_json(n: &Notification) -> serde_json::Value {
+    let one = |j: &JobNotice| serde_json::json!({ "ip": j.ip, "kind": j.kind, "deadline": j.deadline.map(rfc3339) });
+    serde_json::Value::Array(n.notices.iter().map(one).collect())
+}
+
+fn rfc3339(at: Millis) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(at)).to_string()
+}
+
+/// `DT_REASON` (the most urgent notice's kind), `DT_DEADLINE` (its deadline, RFC 3339, when it
+/// has one) and `DT_NOTICES` (all of them, JSON), when AWS gave a reason for a removal.
+fn notice_env(n: &Notification) -> Vec<(&'static str, String)> {
+    let Some(urgent) = n.most_urgent() else {
+        return Vec::new();
+    };
+    let mut env = vec![
+        ("DT_REASON", urgent.kind.clone()),
+        ("DT_NOTICES", notices_json(n).to_string()),
+    ];
+    env.extend(urgent.deadline.map(|d| ("DT_DEADLINE", rfc3339(d))));
+    env
+}
+
 async fn run_hook(argv: &[String], n: &Notification, hostfile: &Path) -> Result<String, String> {
     let (program, args) = argv.split_first().ok_or("empty hook command")?;
     let mut child = tokio::process::Command::new(program)
@@ -58,6 +93,7 @@ async fn run_hook(argv: &[String], n: &Notification, hostfile: &Path) -> Result<
         .env("DT_ADDED", join_ips(&n.added))
         .env("DT_REMOVED", join_ips(&n.removed))
         .env("DT_HOSTFILE", hostfile)
+        .envs(notice_env(n))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()

@@ -15,6 +15,8 @@ pub(super) struct Draft {
     pub views: Vec<Option<View>>,
     pub added: Vec<IpAddr>,
     pub removed: Vec<IpAddr>,
+    /// Why some of `removed` left, for the job (see `Notification::notices`).
+    pub notices: Vec<JobNotice>,
 }
 
 impl Draft {
@@ -39,6 +41,7 @@ impl Draft {
             views: vec![None; listed],
             added: Vec::new(),
             removed: Vec::new(),
+            notices: Vec::new(),
         }
     }
 

@@ -80,6 +80,7 @@ fn heed_one(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
         out.event(p, EventKind::NoticeIgnored, Some((&t.id, t.ip)), None, msg);
         return;
     }
+    let ip = t.ip;
     match n.kind {
         NoticeKind::Interruption => interrupt(p, st, out, n, t),
         NoticeKind::GroupTerminating if held_by_hook(p, &t.id) => {}
@@ -95,6 +96,14 @@ fn heed_one(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
         NoticeKind::Rebalance => drain(p, st, out, n, t, Cause::Rebalance),
         NoticeKind::CapacityBlockExpiring => drain(p, st, out, n, t, Cause::CapacityBlock),
         NoticeKind::ScheduledChange => drain(p, st, out, n, t, Cause::ScheduledChange),
+    }
+    if out.removed.contains(&ip) {
+        out.notices.retain(|j| j.ip != ip);
+        out.notices.push(JobNotice {
+            ip,
+            kind: n.kind.as_str().to_string(),
+            deadline: n.deadline,
+        });
     }
 }
 

@@ -47,6 +47,12 @@ fn bump_generation(p: &Pass, st: &mut State, out: &mut Draft) {
     for ip in std::mem::take(&mut out.removed) {
         toggle(&mut n.added, &mut n.removed, ip);
     }
+    // A notice is about a worker leaving: not one that is back, nor one told twice.
+    let notices = std::mem::take(&mut out.notices);
+    n.notices
+        .retain(|j| n.removed.contains(&j.ip) && !notices.iter().any(|k| k.ip == j.ip));
+    n.notices
+        .extend(notices.into_iter().filter(|j| n.removed.contains(&j.ip)));
     let msg = format!(
         "generation {}: +[{}] -[{}]",
         n.generation,

@@ -26,7 +26,7 @@ pub use gpu::{FleetNow, GpuClock, GpuSeconds};
 pub use health::Health;
 use latency::Latencies;
 
-use crate::model::{Event, Markers, Millis, Notice, NoticeKind, State};
+use crate::model::{Event, Markers, Millis, Notice, State};
 use crate::status::StatusReport;
 
 /// Kept in `status.json` and read back when `dtd` starts: what it counted since it first
@@ -243,7 +243,7 @@ impl Metrics {
     pub fn note_notices<'a>(&self, heeded: impl Iterator<Item = &'a Notice>) {
         for n in heeded {
             let labels = NoticeLabels {
-                kind: notice_kind(n.kind),
+                kind: n.kind.as_str(),
                 source: n.source,
             };
             self.notices.get_or_create(&labels).inc();
@@ -309,14 +309,4 @@ pub struct PassView<'a> {
     pub report: &'a StatusReport,
     pub state: &'a State,
     pub markers: Option<&'a Markers>,
-}
-
-fn notice_kind(kind: NoticeKind) -> &'static str {
-    match kind {
-        NoticeKind::Interruption => "interruption",
-        NoticeKind::Rebalance => "rebalance",
-        NoticeKind::CapacityBlockExpiring => "capacity_block_expiring",
-        NoticeKind::ScheduledChange => "scheduled_change",
-        NoticeKind::GroupTerminating => "group_terminating",
-    }
 }

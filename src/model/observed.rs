@@ -150,6 +150,19 @@ pub enum NoticeKind {
     GroupTerminating,
 }
 
+impl NoticeKind {
+    /// The name metrics, the job's `notices` file and `DT_REASON` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::Interruption => "interruption",
+            NoticeKind::Rebalance => "rebalance",
+            NoticeKind::CapacityBlockExpiring => "capacity_block_expiring",
+            NoticeKind::ScheduledChange => "scheduled_change",
+            NoticeKind::GroupTerminating => "group_terminating",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NoticeTarget {
     Instance(String),

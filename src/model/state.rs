@@ -26,6 +26,31 @@ pub struct Notification {
     pub generation: u64,
     pub added: Vec<IpAddr>,
     pub removed: Vec<IpAddr>,
+    /// Why removed workers left when AWS said so, and by when they go: the job's time to
+    /// checkpoint (`DT_REASON`/`DT_DEADLINE` for a hook, the `notices` file with a signal).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<JobNotice>,
+}
+
+/// A notice that took a worker out of the job, as the job is told of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobNotice {
+    pub ip: IpAddr,
+    /// `interruption`, `rebalance`, `capacity_block_expiring`, `scheduled_change` or
+    /// `group_terminating`.
+    pub kind: String,
+    /// When AWS acts (the Spot action time, the Capacity Block's end, the change's start), if
+    /// the notice says.
+    pub deadline: Option<Millis>,
+}
+
+impl Notification {
+    /// The notice whose deadline comes first (one without a deadline counts as last).
+    pub fn most_urgent(&self) -> Option<&JobNotice> {
+        self.notices
+            .iter()
+            .min_by_key(|n| n.deadline.unwrap_or(Millis::MAX))
+    }
 }
 
 /// What the daemon remembers across restarts: only what AWS and EFS cannot tell it.

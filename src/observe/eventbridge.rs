@@ -88,12 +88,11 @@ pub fn parse(body: &str) -> Parsed {
         | "EC2 Interruptible Capacity Reservation Instance Interruption Warning" => {
             match instance() {
                 Some(t) => {
-                    let at = detail("instance-termination-time").or(env.time.as_deref());
-                    notice(
-                        NoticeKind::Interruption,
-                        t,
-                        at.and_then(millis_from_rfc3339),
-                    )
+                    let at = match detail("instance-termination-time") {
+                        Some(end) => millis_from_rfc3339(end),
+                        None => spot_deadline(kind, env.time.as_deref()),
+                    };
+                    notice(NoticeKind::Interruption, t, at)
                 }
                 None => Parsed::Ignored(format!("{kind} without an instance-id")),
             }
@@ -251,6 +250,21 @@ fn is_instance_id(v: &str) -> bool {
             .is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_alphanumeric()))
 }
 
+/// When AWS acts on an interruption warning without a termination time: the Spot warning is
+/// emitted "two minutes prior to the actual interruption" ("Spot Instance interruption notices",
+/// EC2 User Guide), so its deadline is the event's time plus two minutes. For the Capacity
+/// Reservation warnings no lead time is documented: the event's time, the earliest it can be.
+fn spot_deadline(kind: &str, time: Option<&str>) -> Option<Millis> {
+    let at = millis_from_rfc3339(time?)?;
+    let lead = match kind {
+        "EC2 Spot Instance Interruption Warning" => SPOT_WARNING_LEAD_MS,
+        _ => 0,
+    };
+    Some(at + lead)
+}
+
+const SPOT_WARNING_LEAD_MS: Millis = 120_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,7 +286,8 @@ mod tests {
         assert_eq!(n.id, "e-1");
         assert_eq!(n.kind, NoticeKind::Interruption);
         assert_eq!(n.target, NoticeTarget::Instance("i-1".into()));
-        assert_eq!(n.deadline, millis_from_rfc3339("2026-11-23T10:00:00Z"));
+        // Emitted two minutes before the interruption: that is the job's deadline.
+        assert_eq!(n.deadline, millis_from_rfc3339("2026-11-23T10:02:00Z"));
     }
 
     #[test]

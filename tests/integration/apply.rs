@@ -29,6 +29,7 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
         generation: 7,
         added: vec![],
         removed: vec![leave_ip.parse().expect("ip")],
+        notices: vec![],
     };
     let mut state = State {
         generation: 7,

@@ -30,8 +30,9 @@ fn spot_and_interruptible_reservation_warnings_are_interruptions_due_when_aws_ac
     assert_eq!(spot.kind, NoticeKind::Interruption);
     assert_eq!(spot.target, instance("i-1234567890abcdef0"));
     assert_eq!(spot.id, "12345678-1234-1234-1234-123456789012");
-    // The Spot sample has no termination time: the event's time stands for it.
-    assert_eq!(spot.deadline, millis_from_rfc3339("2026-11-23T10:00:00Z"));
+    // The Spot sample has no termination time: the warning is emitted "two minutes prior to the
+    // actual interruption" ("Spot Instance interruption notices", EC2 User Guide).
+    assert_eq!(spot.deadline, millis_from_rfc3339("2026-11-23T10:02:00Z"));
 
     let icr = one("interruptible-capacity-reservation-interruption-warning.json");
     assert_eq!(icr.kind, NoticeKind::Interruption);

@@ -531,6 +531,7 @@ fn build(sc: &Scenario) -> (World, State) {
             generation: sc.generation,
             added: st.members.iter().map(|m| m.ip).collect(),
             removed: st.removals.iter().map(|r| r.ip).collect(),
+            notices: Vec::new(),
         });
     }
     (w, st)

@@ -864,6 +864,7 @@ fn undelivered_notification_survives_and_merges() {
         generation: 1,
         added: vec![ip("10.0.1.1")],
         removed: vec![],
+        notices: vec![],
     };
     assert_eq!(plan.outcome.notify.as_ref(), Some(&first));
 
@@ -1036,12 +1037,22 @@ fn spot(event: &str, instance: &str) -> Notice {
 #[test]
 fn an_interruption_takes_the_worker_out_at_once_and_never_terminates_it() {
     let (r, mut w, state) = two_members();
-    w.notices = vec![spot("e-1", "i-1")];
+    w.notices = vec![Notice {
+        deadline: Some(123_000),
+        ..spot("e-1", "i-1")
+    }];
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
     assert_eq!(plan.state.generation, 2);
     let n = plan.outcome.notify.clone().expect("the job is notified");
     assert_eq!(n.removed, [ip("10.0.1.1")]);
+    // The job hears why and by when, for the worker that left.
+    let told = JobNotice {
+        ip: ip("10.0.1.1"),
+        kind: "interruption".into(),
+        deadline: Some(123_000),
+    };
+    assert_eq!(n.notices, [told]);
     assert_eq!(tagged(&plan, WorkerStatus::Interrupted), ["i-1"]);
     assert!(kinds(&plan).contains(&"interrupted"), "{:?}", kinds(&plan));
     assert!(

@@ -22,6 +22,11 @@ struct Training {
 /// A base host and two workers in the job, the example job training on them, and the event
 /// queue configured. `interval` is long in tests that show the queue wakes dtd by itself.
 fn training(interval: &str) -> Training {
+    training_with(interval, "10")
+}
+
+/// With `steps_per_epoch` steps of 20 ms between the example job's own checkpoints.
+fn training_with(interval: &str, steps_per_epoch: &str) -> Training {
     let mut c = Cluster::new();
     let queue = create_event_queue(&c);
     let (_, base_ip) = c.launch(1).remove(0);
@@ -47,7 +52,7 @@ fn training(interval: &str) -> Training {
         h.sort();
         h == all
     });
-    let job = start_example_job(&c);
+    let job = start_example_job_with(&c, steps_per_epoch);
     wait_until(
         "the job to start on three workers",
         Duration::from_secs(20),
@@ -68,19 +73,48 @@ fn spot_warning(id: &str) -> serde_json::Value {
 
 #[test]
 fn a_spot_warning_rescales_the_job_at_once_and_it_checkpoints() {
-    // A minute between passes: only the queue can make dtd act within the wait below.
-    let t = training("60s");
+    // A minute between passes: only the queue can make dtd act within the wait below. The
+    // job's epochs take 200 s: its next checkpoint would come after the two-minute deadline.
+    let t = training_with("60s", "10000");
     let (id, ip) = &t.workers[0];
     put_ec2_event(&t.c, SPOT, spot_warning(id));
 
     t.c.wait_hosts("the interrupted worker to leave", |h| !h.contains(ip));
     wait_until(
-        "the job to rescale and checkpoint",
+        "the job to rescale and checkpoint before the deadline",
         Duration::from_secs(10),
         || {
             let log = job_log(&t.c);
-            log.contains(&format!("-[{ip}]")) && log.contains("after a removal")
+            log.contains(&format!("-[{ip}]"))
+                && log.contains(&format!("before the deadline: interruption of {ip} in "))
         },
+    );
+    // Before the signal, the job's `notices` file says why the worker left and by when: two
+    // minutes after the warning (PutEvents without a time: the warning's time is now).
+    let notices = std::fs::read_to_string(t.c.efs().join("notices")).expect("the notices file");
+    let notices: serde_json::Value = serde_json::from_str(&notices).expect("JSON");
+    let generation = std::fs::read_to_string(t.c.efs().join("generation")).unwrap();
+    assert_eq!(
+        notices["generation"].to_string(),
+        generation.trim(),
+        "{notices}"
+    );
+    let [one] = notices["notices"].as_array().expect("notices").as_slice() else {
+        panic!("one notice: {notices}");
+    };
+    assert_eq!(
+        (one["ip"].as_str(), one["kind"].as_str()),
+        (Some(ip.as_str()), Some("interruption"))
+    );
+    let deadline = (one["deadline"].as_str())
+        .and_then(|d| humantime::parse_rfc3339(d).ok())
+        .expect("an RFC 3339 deadline");
+    let left = deadline
+        .duration_since(SystemTime::now())
+        .expect("a deadline ahead");
+    assert!(
+        left > Duration::from_secs(60) && left <= Duration::from_secs(120),
+        "{left:?}"
     );
     let checkpoint = std::fs::read_to_string(t.c.efs().join("checkpoint.json")).unwrap();
     let checkpoint: serde_json::Value = serde_json::from_str(&checkpoint).unwrap();
@@ -307,4 +341,51 @@ fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
             "no `{line}` in:\n{scraped}"
         );
     }
+}
+
+/// A job notified by a hook hears why a worker left and by when, in its environment.
+#[test]
+fn a_hook_hears_the_reason_and_the_deadline_of_an_interruption() {
+    let mut c = Cluster::new();
+    let queue = create_event_queue(&c);
+    let workers = c.launch(2);
+    for (_, ip) in &workers {
+        c.marker(ip);
+    }
+    let efs = c.efs().display().to_string();
+    // The test's own hook: it keeps the environment of each notification.
+    let job = format!(
+        "  notify: {{ command: [/bin/sh, -c, 'env > {efs}/hook-env.$DT_GENERATION'] }}\n  ack: {{ timeout: 10m }}"
+    );
+    c.extra = format!("events:\n  queue_url: {queue}\n");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    c.wait_hosts("both workers", |h| h.len() == 2);
+    let (id, ip) = &workers[0];
+    put_ec2_event(&c, SPOT, spot_warning(id));
+    c.wait_hosts("the interrupted worker to leave", |h| !h.contains(ip));
+    let generation = std::fs::read_to_string(c.efs().join("generation")).unwrap();
+    let path = c.efs().join(format!("hook-env.{}", generation.trim()));
+    let env = wait_for(
+        "the hook of the interruption's generation",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&path).unwrap_or_default(),
+        |e| e.contains("DT_REMOVED="),
+    );
+    let var = |name: &str| {
+        (env.lines())
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in:\n{env}"))
+            .to_string()
+    };
+    assert_eq!(var("DT_REMOVED"), *ip);
+    assert_eq!(var("DT_REASON"), "interruption");
+    let deadline = humantime::parse_rfc3339(&var("DT_DEADLINE")).expect("RFC 3339");
+    let left = deadline.duration_since(SystemTime::now()).expect("ahead");
+    assert!(
+        left > Duration::from_secs(60) && left <= Duration::from_secs(120),
+        "{left:?}"
+    );
+    let notices: serde_json::Value = serde_json::from_str(&var("DT_NOTICES")).expect("JSON");
+    assert_eq!(notices[0]["ip"], json!(ip), "{notices}");
 }

@@ -214,6 +214,56 @@ class ElasticJobTest(ScriptTest):
         self.assertEqual(self.terminate(job), 0)
         self.assertEqual(len(self.log_records()), 4)
 
+    def removal_with_notices(self, notices, generation="8"):
+        """Starts the job on three workers, then removes 10.0.0.1 with `notices` (text, or
+        None for no file) for `generation`; returns the job and its line after the rescale."""
+        gen = self.shared / "generation"
+        gen.write_text("7\n")
+        self.hostfile.write_text("10.0.0.1\n10.0.0.2\n10.0.0.3\n")
+        job = self.start("--steps-per-epoch", "100000")
+        self.wait_line(job, "start: 3 workers")
+        if notices is not None:
+            write_atomically(self.shared / "notices", notices)
+        write_atomically(self.hostfile, "10.0.0.2\n10.0.0.3\n")
+        write_atomically(gen, f"{generation}\n")
+        job.popen.send_signal(signal.SIGUSR1)
+        rescaled = "rescale: +[] -[10.0.0.1] -> 2 workers\n"
+        self.wait_for(lambda: rescaled in job.out() and
+                      job.out().split(rescaled, 1)[1].strip(), "the line after the rescale", job)
+        return job, job.out().split(rescaled, 1)[1].splitlines()[0]
+
+    @staticmethod
+    def notices(deadline_in, generation=8, ip="10.0.0.1"):
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + deadline_in))
+        return json.dumps({"generation": generation, "notices": [
+            {"ip": ip, "kind": "interruption", "deadline": at}]})
+
+    def test_a_deadline_before_the_next_checkpoint_checkpoints_at_once(self):
+        # Epochs of 100,000 steps of 10 ms: the next checkpoint is 1,000 s away.
+        job, line = self.removal_with_notices(self.notices(120))
+        self.assertRegex(line, r"checkpoint at step \d+ \(epoch 0\) before the deadline: "
+                               r"interruption of 10\.0\.0\.1 in 1[12]\ds")
+        self.assertTrue(self.checkpoint.exists())
+        self.assertEqual(self.terminate(job), 0)
+
+    def test_a_deadline_after_the_next_checkpoint_waits_for_it(self):
+        job, line = self.removal_with_notices(self.notices(3600))
+        self.assertIn("deadline: interruption of 10.0.0.1 in 3", line)
+        self.assertIn("comes first", line)
+        self.assertFalse(self.checkpoint.exists(), "no extra checkpoint")
+        self.assertEqual(self.terminate(job), 0)
+
+    def test_notices_of_another_generation_or_unreadable_mean_a_checkpoint_now(self):
+        job, line = self.removal_with_notices(self.notices(3600, generation=7))
+        self.assertIn("after a removal", line)
+        self.assertEqual(self.terminate(job), 0)
+        self.checkpoint.unlink()
+        (self.shared / "notices").unlink()
+        os.mkfifo(self.shared / "notices")  # a worker's FIFO must not block the job
+        job, _ = self.removal_with_notices(None)
+        self.wait_line(job, "after a removal")
+        self.assertEqual(self.terminate(job), 0)
+
     def test_ack_file_gets_the_generation(self):
         ack = self.shared / "ack"
         generation = self.shared / "generation"

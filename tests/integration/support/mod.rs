@@ -618,13 +618,18 @@ impl Drop for Job {
 }
 
 pub fn start_example_job(c: &Cluster) -> Job {
+    start_example_job_with(c, "10")
+}
+
+/// The example job with `steps_per_epoch` steps of 20 ms between its epoch-end checkpoints.
+pub fn start_example_job_with(c: &Cluster, steps_per_epoch: &str) -> Job {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/elastic_job.py");
     let log = std::fs::File::create(c.dir.path().join("job.log")).unwrap();
     let child = Command::new("python3")
         .arg(script)
         .arg("--shared-dir")
         .arg(c.efs())
-        .args(["--step-time", "0.02", "--steps-per-epoch", "10"])
+        .args(["--step-time", "0.02", "--steps-per-epoch", steps_per_epoch])
         .stdout(log)
         .stderr(Stdio::null())
         .spawn()
