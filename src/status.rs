@@ -294,9 +294,7 @@ impl StatusReport {
     /// Since dtd first managed the cluster: interruptions survived, GPU time trained and idle.
     pub fn summary(&self) -> String {
         let t = &self.totals;
-        let since = humantime::format_rfc3339_seconds(
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(t.since),
-        );
+        let since = rfc3339(t.since);
         format!(
             "since {since}: {} interruption(s) survived, {:.2} GPU-hours trained, {:.2} GPU-hours ready but idle",
             self.interruptions,

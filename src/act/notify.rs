@@ -2,7 +2,7 @@
 //! run as an argv (never through a shell) with the change in its environment.
 
 use std::path::Path;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -11,7 +11,7 @@ use super::job_pid::job_pid;
 use crate::config::Notify;
 use crate::decide::join_ips;
 use crate::fsutil::write_atomic;
-use crate::model::{JobNotice, Millis, Notification};
+use crate::model::{rfc3339, JobNotice, Notification};
 
 /// A hook that runs longer than this is killed and the notification retried next pass.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -63,12 +63,8 @@ pub fn write_notices(path: &Path, n: &Notification) -> Result<(), String> {
 }
 
 fn notices_json(n: &Notification) -> serde_json::Value {
-    let one = |j: &JobNotice| serde_json::json!({ "ip": j.ip, "kind": j.kind, "deadline": j.deadline.map(rfc3339) });
+    let one = |j: &JobNotice| serde_json::json!({ "ip": j.ip, "kind": j.kind, "deadline": j.deadline.map(|d| rfc3339(d).to_string()) });
     serde_json::Value::Array(n.notices.iter().map(one).collect())
-}
-
-fn rfc3339(at: Millis) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(at)).to_string()
 }
 
 /// `DT_REASON` (the most urgent notice's kind), `DT_DEADLINE` (its deadline, RFC 3339, when it
@@ -81,7 +77,11 @@ fn notice_env(n: &Notification) -> Vec<(&'static str, String)> {
         ("DT_REASON", urgent.kind.clone()),
         ("DT_NOTICES", notices_json(n).to_string()),
     ];
-    env.extend(urgent.deadline.map(|d| ("DT_DEADLINE", rfc3339(d))));
+    env.extend(
+        urgent
+            .deadline
+            .map(|d| ("DT_DEADLINE", rfc3339(d).to_string())),
+    );
     env
 }
 

@@ -2,7 +2,6 @@
 //! now from dtd's last status report. The story itself is built in [`super::story`].
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde::Serialize;
@@ -12,7 +11,7 @@ use super::story::{self, show_ms, Span, Story, Target};
 use crate::act::journal;
 use crate::config::Config;
 use crate::fsutil::now_millis;
-use crate::model::Millis;
+use crate::model::{rfc3339, Millis};
 use crate::store::Paths;
 
 /// What `-o json` prints.
@@ -158,10 +157,6 @@ fn where_now(s: &Story, updated_at: Option<Millis>, error: Option<&str>) -> Stri
         }
         None => format!("not among dtd's workers at {as_of}: no longer running, or not managed"),
     }
-}
-
-fn rfc3339(at: Millis) -> humantime::Rfc3339Timestamp {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(at))
 }
 
 #[cfg(test)]

@@ -87,8 +87,7 @@ pub fn event_line(e: &Event, json: bool) -> anyhow::Result<String> {
     if json {
         return Ok(serde_json::to_string(e)?);
     }
-    let when =
-        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(e.time));
+    let when = crate::model::rfc3339(e.time);
     let gen = e.generation.map_or("-".into(), |g| format!("g{g}"));
     let who = e.instance.as_deref().unwrap_or("-");
     Ok(format!(

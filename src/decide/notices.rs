@@ -210,10 +210,6 @@ fn describe(kind: NoticeKind) -> &'static str {
     }
 }
 
-fn rfc3339(at: Millis) -> humantime::Rfc3339Timestamp {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at))
-}
-
 fn target_text(t: &NoticeTarget) -> String {
     match t {
         NoticeTarget::Instance(id) => id.clone(),

@@ -155,9 +155,7 @@ fn is_new(p: &Pass, st: &State, at: usize) -> bool {
 /// The beginning of a worker's story; one that is ready at once begins with `joined` instead.
 fn preparing(p: &Pass, at: usize) -> Event {
     let inst = &p.list[at];
-    let launched = humantime::format_rfc3339_seconds(
-        std::time::UNIX_EPOCH + std::time::Duration::from_millis(inst.launched_at),
-    );
+    let launched = rfc3339(inst.launched_at);
     let msg = format!(
         "{} ({}, {}, launched {launched}) is preparing: waiting for its prepare-data marker \
          prepare_data_success_{}",

@@ -18,3 +18,8 @@ pub use worker::*;
 
 /// Milliseconds since the Unix epoch. Decide receives "now" as one of these; it never reads a clock.
 pub type Millis = u64;
+
+/// A time for people and files, to the second, in UTC: `2026-11-24T08:16:41Z`.
+pub fn rfc3339(at: Millis) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at))
+}
