@@ -9,6 +9,7 @@ mod health;
 mod latency;
 pub mod server;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ pub use gpu::{FleetNow, GpuClock, GpuSeconds};
 pub use health::Health;
 use latency::Latencies;
 
-use crate::model::{Event, Markers, Millis, Notice, State};
+use crate::model::{Event, Markers, Millis, Notice, Shown, State, WorkerStatus};
 use crate::status::StatusReport;
 
 /// Kept in `status.json` and read back when `dtd` starts: what it counted since it first
@@ -85,18 +86,17 @@ pub struct Metrics {
     interruptions_seen: u64,
 }
 
-/// Statuses a worker can be shown with: each has a series, at 0 when no worker has it.
-const STATUSES: [&str; 9] = [
-    "PREPARING",
-    "ADD_QUEUED",
-    "ADDED",
-    "REMOVAL_QUEUED",
-    "REMOVED",
-    "PREPARE_FAILED",
-    "INTERRUPTED",
-    "BASE",
-    "UNMANAGED",
-];
+/// Each STATUS `dtctl status` can show (an unmanaged instance shows `-`), with the label of
+/// its series: every one has a series, at 0 when no worker has it.
+fn status_series() -> impl Iterator<Item = (&'static str, &'static str)> {
+    let tags = WorkerStatus::ALL
+        .into_iter()
+        .map(|s| (s.as_tag(), s.as_tag()));
+    tags.chain([
+        (Shown::Base.label(), "BASE"),
+        (Shown::Unmanaged.label(), "UNMANAGED"),
+    ])
+}
 
 impl Metrics {
     /// `totals`: what an earlier `dtd` counted (from its last status), if anything.
@@ -253,11 +253,13 @@ impl Metrics {
     /// After a pass wrote its status: everything it shows, and the GPU time since the last one.
     pub fn after_pass(&mut self, pass: PassView, now: Millis, took: Duration) {
         let r = pass.report;
-        for status in STATUSES {
-            let n = r.workers.iter().filter(|w| w.status == status).count();
-            self.workers
-                .get_or_create(&StatusLabel { status })
-                .set(n as i64);
+        let mut shown: HashMap<&str, i64> = HashMap::new();
+        for w in &r.workers {
+            *shown.entry(w.status.as_str()).or_default() += 1;
+        }
+        for (label, status) in status_series() {
+            let n = shown.get(label).copied().unwrap_or(0);
+            self.workers.get_or_create(&StatusLabel { status }).set(n);
         }
         self.generation.set(r.generation as i64);
         self.acked_generation
