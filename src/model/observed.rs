@@ -54,6 +54,22 @@ pub struct Markers {
     /// When each success marker was written (its modification time, by the file server's
     /// clock), for the time from ready to the host files; read once per marker.
     pub ready_at: BTreeMap<IpAddr, Millis>,
+    /// What each worker's health check last said (`health_<ip>`), for the instance it names.
+    pub health: BTreeMap<IpAddr, Health>,
+}
+
+/// A worker's last health check, as its agent wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// The instance that wrote it: a report left by an earlier owner of the IP is not this one's.
+    pub instance_id: String,
+    pub ok: bool,
+    /// The check said the GPUs are gone: the worker leaves the job at once.
+    pub gpus_lost: bool,
+    /// One line for people.
+    pub reason: String,
+    /// When the check finished, if the report says so readably.
+    pub when: Option<Millis>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.

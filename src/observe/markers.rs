@@ -10,7 +10,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::fsutil::millis_from_rfc3339;
-use crate::model::{Markers, Millis, Notice, NoticeKind, NoticeTarget};
+use crate::model::{Health, Markers, Millis, Notice, NoticeKind, NoticeTarget};
+use crate::protocol::health::HealthReport;
 use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
 use crate::protocol::markers::{
     MarkerKind, MarkerName, NameError, MAX_REPORT_BYTES, PREPARE_DATA_PREFIX,
@@ -24,6 +25,12 @@ pub struct MarkerScanner {
     warned: HashSet<OsString>,
     /// Success markers' modification times, so each is `stat`ed once, not every pass.
     ready_at: BTreeMap<IpAddr, Millis>,
+    /// Health reports by IP with the inode they were read from: the agent replaces the file
+    /// (a new inode) at every check, so an unchanged inode is not read again. A pass over a
+    /// thousand workers reads only the reports that changed, not a thousand files.
+    health: BTreeMap<IpAddr, (u64, Option<Health>)>,
+    /// The IPs with a health report in the directory on this scan.
+    health_seen: HashSet<IpAddr>,
 }
 
 impl MarkerScanner {
@@ -32,6 +39,8 @@ impl MarkerScanner {
             dir: dir.to_path_buf(),
             warned: HashSet::new(),
             ready_at: BTreeMap::new(),
+            health: BTreeMap::new(),
+            health_seen: HashSet::new(),
         }
     }
 
@@ -45,6 +54,10 @@ impl MarkerScanner {
         }
         self.ready_at.retain(|ip, _| markers.success.contains(ip));
         markers.ready_at = self.ready_at.clone();
+        // Forgets the reports whose file is gone (an unreadable one stays, so it is warned
+        // about once and read again only when replaced).
+        let seen = std::mem::take(&mut self.health_seen);
+        self.health.retain(|ip, _| seen.contains(ip));
         Ok(markers)
     }
 
@@ -86,6 +99,36 @@ impl MarkerScanner {
                 Ok(n) => markers.notices.push(n),
                 Err(e) => self.warn(&name, &e),
             },
+            MarkerKind::Health => self.consider_health(entry, &name, ip, markers),
+        }
+    }
+
+    /// Reads a health report only when its inode changed since the last read; an unreadable
+    /// one is warned about once and counts as no report.
+    fn consider_health(
+        &mut self,
+        entry: &fs::DirEntry,
+        name: &OsString,
+        ip: IpAddr,
+        markers: &mut Markers,
+    ) {
+        use std::os::unix::fs::DirEntryExt;
+        let ino = entry.ino();
+        if !matches!(self.health.get(&ip), Some((known, _)) if *known == ino) {
+            let read = read_small(&entry.path(), "health report")
+                .and_then(|body| HealthReport::parse(body.as_bytes()));
+            let health = match read {
+                Ok(r) => Some(health_from(r)),
+                Err(e) => {
+                    self.warn(name, &e);
+                    None
+                }
+            };
+            self.health.insert(ip, (ino, health));
+        }
+        self.health_seen.insert(ip);
+        if let Some((_, Some(h))) = self.health.get(&ip) {
+            markers.health.insert(ip, h.clone());
         }
     }
 
@@ -103,6 +146,16 @@ impl MarkerScanner {
         if self.warned.insert(name.clone()) {
             tracing::warn!(file = %name.to_string_lossy(), dir = %self.dir.display(), "ignoring marker: {why}");
         }
+    }
+}
+
+fn health_from(r: HealthReport) -> Health {
+    Health {
+        when: millis_from_rfc3339(&r.when),
+        instance_id: r.instance_id,
+        ok: r.ok,
+        gpus_lost: r.gpus_lost,
+        reason: r.reason,
     }
 }
 
@@ -186,6 +239,38 @@ mod tests {
         assert_eq!(failed, "exit 3 after 2 attempt(s): disk full");
         let bad = &m.failed[&"10.0.0.10".parse::<IpAddr>().unwrap()];
         assert_eq!(bad, "no readable failure report");
+    }
+
+    #[test]
+    fn health_reports_are_read_once_per_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ip: IpAddr = "10.0.0.7".parse().unwrap();
+        let report = |ok: bool, reason: &str| {
+            let body = HealthReport {
+                instance_id: "i-0123456789abcdef0".into(),
+                ok,
+                gpus_lost: false,
+                reason: reason.into(),
+                when: "2026-11-24T09:00:00Z".into(),
+                output_tail: vec![],
+            }
+            .render();
+            crate::fsutil::write_atomic(&d.join("health_10.0.0.7"), &body).unwrap();
+        };
+        report(false, "Xid 79");
+        fs::write(d.join("health_10.0.0.8"), "not json").unwrap();
+        let mut scanner = MarkerScanner::new(d);
+        let m = scanner.scan().unwrap();
+        assert_eq!(m.health[&ip].reason, "Xid 79");
+        assert!(!m.health[&ip].ok);
+        assert_eq!(m.health[&ip].when, Some(1_795_510_800_000));
+        assert_eq!(m.health.len(), 1, "an unreadable report is no report");
+        // Replaced (a new inode): read again.
+        report(true, "ok");
+        assert!(scanner.scan().unwrap().health[&ip].ok);
+        fs::remove_file(d.join("health_10.0.0.7")).unwrap();
+        assert!(scanner.scan().unwrap().health.is_empty());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
 pub const FAILED_PREFIX: &str = "prepare_data_failed_";
 pub const INTERRUPTION_PREFIX: &str = "interruption_";
+pub const HEALTH_PREFIX: &str = "health_";
 /// What the two prepare-data prefixes share: a name that starts so but is not UTF-8 is someone's
 /// broken marker, worth a warning rather than silence.
 pub const PREPARE_DATA_PREFIX: &str = "prepare_data_";
@@ -26,13 +27,17 @@ pub enum MarkerKind {
     /// The agent saw a notice in the instance metadata; the body is an
     /// [`InterruptionMarker`](super::interruption::InterruptionMarker).
     Interruption,
+    /// The agent's health check ran; the body is a
+    /// [`HealthReport`](super::health::HealthReport).
+    Health,
 }
 
 impl MarkerKind {
-    const ALL: [MarkerKind; 3] = [
+    const ALL: [MarkerKind; 4] = [
         MarkerKind::Success,
         MarkerKind::Failed,
         MarkerKind::Interruption,
+        MarkerKind::Health,
     ];
 
     pub const fn prefix(self) -> &'static str {
@@ -40,6 +45,7 @@ impl MarkerKind {
             MarkerKind::Success => SUCCESS_PREFIX,
             MarkerKind::Failed => FAILED_PREFIX,
             MarkerKind::Interruption => INTERRUPTION_PREFIX,
+            MarkerKind::Health => HEALTH_PREFIX,
         }
     }
 }
@@ -105,6 +111,8 @@ mod tests {
         );
         let spot = MarkerName::new(MarkerKind::Interruption, "10.0.0.9".parse().unwrap());
         assert_eq!(spot.to_string(), "interruption_10.0.0.9");
+        let health = MarkerName::new(MarkerKind::Health, "10.0.0.9".parse().unwrap());
+        assert_eq!(health.to_string(), "health_10.0.0.9");
     }
 
     #[test]

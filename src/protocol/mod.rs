@@ -7,6 +7,7 @@
 //! |---|---|---|---|
 //! | `prepare_data_success_<ip>`, `prepare_data_failed_<ip>` | `dtd agent` (or a 2018 script) | `dtd run` | [`markers`] (names), [`report`] (bodies) |
 //! | `interruption_<ip>` | `dtd agent` | `dtd run` | [`markers`] (name), [`interruption`] (body) |
+//! | `health_<ip>` | `dtd agent` (its health check) | `dtd run` | [`markers`] (name), [`health`] (body) |
 //! | `host_worker_log` | the job | `dtd run` | [`host_worker_log`] |
 //! | `generation` | `dtd run`, after the host files | the job | [`generation`] |
 //! | `ack` | the job, or `dtctl ack G` | `dtd run` | [`generation`] |
@@ -14,6 +15,7 @@
 //! The host files themselves are rendered by [`crate::hostfile`]: only the master writes them.
 
 pub mod generation;
+pub mod health;
 pub mod host_worker_log;
 pub mod interruption;
 pub mod markers;
