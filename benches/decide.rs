@@ -70,6 +70,9 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
         scheduled_change_lead_ms: 3_600_000,
+        max_unhealthy: dt::config::MaxUnhealthy::default(),
+        health_leave: dt::config::HealthLeave::default(),
+        replace_unhealthy: false,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;

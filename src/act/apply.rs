@@ -23,6 +23,8 @@ pub struct Actuators {
     /// `<shared_dir>/notices`, written before the signal (signal mode only).
     pub notices_file: PathBuf,
     pub notify: Notify,
+    /// What replacements of unhealthy workers are launched from (`workers.launch_template`).
+    pub launch_template: Option<String>,
 }
 
 impl Actuators {
@@ -39,6 +41,7 @@ impl Actuators {
             generation_file: cfg.generation_file.clone(),
             notices_file: cfg.shared_dir.join(notify::NOTICES_FILE),
             notify: cfg.job.notify.clone(),
+            launch_template: cfg.workers.launch_template.clone(),
         }
     }
 }
@@ -72,6 +75,7 @@ pub async fn apply(
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
     done.results.push((STATUS_TAGS, tagged.err()));
+    launch_replacements(a, outcome, state, &mut done).await;
     let ids = outcome.terminate();
     if !ids.is_empty() {
         let (ended, err) = ec2::terminate(&a.ec2, &ids).await;
@@ -183,6 +187,12 @@ async fn apply_group(
             Err(e) => errors.push(e),
         }
     }
+    for id in outcome.set_unhealthy() {
+        match asg::set_unhealthy(client, &id).await {
+            Ok(()) => ended.push(id),
+            Err(e) => errors.push(e),
+        }
+    }
     let hooks = outcome.complete_hooks();
     let (completed, failed) = asg::apply_hooks(client, group, &hooks, &outcome.heartbeats()).await;
     ended.extend(completed);
@@ -195,6 +205,41 @@ async fn apply_group(
     );
     done.results
         .push(("group actions", errors.into_iter().next()));
+}
+
+/// Replacements of unhealthy launch-template workers, before any termination: the new worker
+/// prepares while the old one leaves. A launch that succeeded is not owed any more.
+async fn launch_replacements(
+    a: &Actuators,
+    outcome: &Outcome,
+    state: &mut State,
+    done: &mut Applied,
+) {
+    let launches = outcome.launches();
+    let Some(template) = a.launch_template.as_deref().filter(|_| !launches.is_empty()) else {
+        return;
+    };
+    let mut error = None;
+    for (replaces, token) in launches {
+        match ec2::launch(&a.ec2, template, &token).await {
+            Ok((id, ip)) => {
+                state.replacements.retain(|r| r.token != token);
+                let ip_text = ip.as_deref().unwrap_or("no IP yet");
+                let message =
+                    format!("launched {id} ({ip_text}) from {template} to replace unhealthy {replaces}");
+                tracing::info!("{message}");
+                let e = Event::new(now_millis(), EventKind::ReplacementLaunched, message);
+                let ip = ip.and_then(|t| t.parse().ok());
+                done.events.push(Event {
+                    instance: Some(id),
+                    ip,
+                    ..e
+                });
+            }
+            Err(e) => error = Some(format!("{e} (retried next pass)")),
+        }
+    }
+    done.results.push(("replacement launches", error));
 }
 
 /// Removals whose ending call succeeded are never sent again.

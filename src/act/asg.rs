@@ -39,6 +39,21 @@ pub async fn terminate(client: &Client, id: &str, decrement: bool) -> Result<(),
         })
 }
 
+/// SetInstanceHealth Unhealthy, without the health check grace period: the group terminates
+/// the instance and launches a replacement ("Set the health status of an instance", Amazon EC2
+/// Auto Scaling User Guide).
+pub async fn set_unhealthy(client: &Client, id: &str) -> Result<(), String> {
+    client
+        .set_instance_health()
+        .instance_id(id)
+        .health_status("Unhealthy")
+        .should_respect_grace_period(false)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("SetInstanceHealth {id} Unhealthy: {}", describe_error(&e)))
+}
+
 pub async fn complete(client: &Client, group: &str, a: &HookAction) -> Result<(), String> {
     client
         .complete_lifecycle_action()

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_ec2::types::Tag;
+use aws_sdk_ec2::types::{LaunchTemplateSpecification, Tag};
 use aws_sdk_ec2::Client;
 
 use crate::aws::describe_error;
@@ -31,6 +31,39 @@ pub async fn set_status_tags(
         }
     }
     Ok(())
+}
+
+/// A launch template named by id (`lt-...`) or by name, as the config may give it.
+pub fn template_spec(name_or_id: &str) -> LaunchTemplateSpecification {
+    let b = LaunchTemplateSpecification::builder();
+    if name_or_id.starts_with("lt-") {
+        b.launch_template_id(name_or_id).build()
+    } else {
+        b.launch_template_name(name_or_id).build()
+    }
+}
+
+/// One worker from the launch template. `token` (ClientToken) makes a resent launch return the
+/// instance the first one launched rather than a second ("Ensuring idempotency in Amazon EC2 API
+/// requests", Amazon EC2 API Reference). Returns the new instance's id and private IP.
+pub async fn launch(
+    client: &Client,
+    template: &str,
+    token: &str,
+) -> Result<(String, Option<String>), String> {
+    let out = client
+        .run_instances()
+        .launch_template(template_spec(template))
+        .min_count(1)
+        .max_count(1)
+        .client_token(token)
+        .send()
+        .await
+        .map_err(|e| format!("RunInstances from {template}: {}", describe_error(&e)))?;
+    let first = out.instances().first();
+    let id = first.and_then(|i| i.instance_id()).unwrap_or("?");
+    let ip = first.and_then(|i| i.private_ip_address());
+    Ok((id.to_string(), ip.map(str::to_string)))
 }
 
 /// Returns the ids whose termination AWS accepted, and the error that stopped the rest.

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
-pub use sections::{Events, MetricsConfig, Rebalance, Slots};
+pub use sections::{Events, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots};
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
 /// the pass that reads its marker: added to the agent's own limit for the default prepare timeout.
@@ -96,6 +96,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Webhooks that journal events are posted to, off the control loop.
     pub alerts: Vec<Alert>,
+    /// What dtd does with workers whose health check fails.
+    pub health: HealthPolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -116,6 +118,8 @@ pub struct Workers {
     /// How long a group worker may wait in `Pending:Wait` for a marker before it is abandoned:
     /// `workers.prepare_timeout`, or the agent's own limit plus [`PREPARE_MARGIN`].
     pub prepare_timeout: Duration,
+    /// Launch a worker from the template for each unhealthy launch-template worker terminated.
+    pub replace_unhealthy: bool,
 }
 
 /// One host file: a built-in `format`, or a `template` file of the user's own.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_timeout};
-use super::{Alert, Events, MetricsConfig, Notify, Slots};
+use super::{Alert, Events, HealthPolicy, MetricsConfig, Notify, Slots};
 use crate::hostfile::Format;
 
 #[derive(Debug, Deserialize)]
@@ -57,6 +57,8 @@ pub(super) struct RawConfig {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub alerts: Vec<Alert>,
+    #[serde(default)]
+    pub health: HealthPolicy,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +85,8 @@ pub(super) struct RawWorkers {
     pub max_prepare_failures: u32,
     #[serde(default, deserialize_with = "prepare_timeout")]
     pub prepare_timeout: Option<Duration>,
+    #[serde(default)]
+    pub replace_unhealthy: bool,
 }
 
 /// The section's own rules, checked while it is parsed so the error names `workers` and its line.
@@ -113,6 +117,11 @@ impl RawWorkers {
         }
         if self.max_prepare_failures == 0 {
             return Err("max_prepare_failures must be at least 1".into());
+        }
+        if self.replace_unhealthy && self.launch_template.is_none() {
+            return Err("replace_unhealthy launches from launch_template, which is not set \
+                 (group workers are replaced by their group)"
+                .into());
         }
         if self.tags.is_empty() {
             return Err("tags must name at least one worker tag (default NodeType: Worker)".into());

@@ -52,6 +52,7 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
         master: raw.master,
         metrics: raw.metrics,
         alerts: raw.alerts,
+        health: raw.health,
     })
 }
 
@@ -71,6 +72,7 @@ fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
         slots: w.slots,
         page_size: w.page_size,
         max_prepare_failures: w.max_prepare_failures,
+        replace_unhealthy: w.replace_unhealthy,
     }
 }
 

@@ -104,3 +104,87 @@ impl Slots {
         }
     }
 }
+
+/// `health`: what dtd does with a worker whose health check (`agent.health`) fails.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthPolicy {
+    /// Above this many unhealthy workers at once, removing and replacing them stops: a fleet-wide
+    /// failure is more likely a bad check or a bad AMI than bad GPUs.
+    #[serde(default)]
+    pub max_unhealthy: MaxUnhealthy,
+    /// How an unhealthy member leaves when its GPUs are still there (gone GPUs always leave at
+    /// once).
+    #[serde(default)]
+    pub leave: HealthLeave,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthLeave {
+    /// Out of the host files, terminated once the job acknowledges (it may checkpoint first).
+    #[default]
+    Drain,
+    /// Out of the host files and replaced at once, without waiting for the job.
+    Immediate,
+}
+
+/// A share of the workers (`20%`) or a number of them (`3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxUnhealthy {
+    Percent(u32),
+    Count(usize),
+}
+
+impl Default for MaxUnhealthy {
+    /// Karpenter's node repair stops at the same share of a node pool.
+    fn default() -> Self {
+        MaxUnhealthy::Percent(20)
+    }
+}
+
+impl MaxUnhealthy {
+    /// How many of `workers` may be unhealthy and still be acted on; a share allows at least
+    /// one, so that a small cluster still replaces a single bad worker.
+    pub fn allowed(self, workers: usize) -> usize {
+        match self {
+            MaxUnhealthy::Percent(p) => (workers * p as usize / 100).max(1),
+            MaxUnhealthy::Count(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for MaxUnhealthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MaxUnhealthy::Percent(p) => write!(f, "{p}%"),
+            MaxUnhealthy::Count(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxUnhealthy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Count(usize),
+            Text(String),
+        }
+        let bad = |v: &str| {
+            serde::de::Error::custom(format!(
+                "max_unhealthy `{v}` is neither a share (e.g. 20%, 1% to 100%) nor a number of workers"
+            ))
+        };
+        match Either::deserialize(d)? {
+            Either::Count(n) => Ok(MaxUnhealthy::Count(n)),
+            Either::Text(t) => {
+                let p = (t.trim().strip_suffix('%'))
+                    .and_then(|n| n.trim().parse::<u32>().ok())
+                    .filter(|p| (1..=100).contains(p))
+                    .ok_or_else(|| bad(&t))?;
+                Ok(MaxUnhealthy::Percent(p))
+            }
+        }
+    }
+}

@@ -332,3 +332,42 @@ fn every_journaled_kind_can_be_alerted_on() {
         assert_eq!(cfg.alerts[0].events[0].as_str(), kind);
     }
 }
+
+#[test]
+fn health_policy_defaults_and_forms() {
+    let cfg = Config::parse(GOOD).unwrap();
+    assert_eq!(cfg.health.max_unhealthy, MaxUnhealthy::Percent(20));
+    assert_eq!(cfg.health.leave, HealthLeave::Drain);
+    assert!(!cfg.workers.replace_unhealthy);
+    let with = |h: &str| GOOD.replace("interval: 1s", &format!("interval: 1s\nhealth: {h}"));
+    let cfg = Config::parse(&with("{ max_unhealthy: 3, leave: immediate }")).unwrap();
+    assert_eq!(cfg.health.max_unhealthy, MaxUnhealthy::Count(3));
+    assert_eq!(cfg.health.leave, HealthLeave::Immediate);
+    let cfg = Config::parse(&with("{ max_unhealthy: 50% }")).unwrap();
+    assert_eq!(cfg.health.max_unhealthy, MaxUnhealthy::Percent(50));
+    for bad in ["0%", "101%", "half", "-1"] {
+        let e = error_of(&with(&format!("{{ max_unhealthy: \"{bad}\" }}")));
+        assert!(e.contains("max_unhealthy") && e.contains("line 11"), "{bad}: {e}");
+    }
+    let e = error_of(&with("{ leave: later }"));
+    assert!(e.contains("leave") && e.contains("line 11"), "{e}");
+}
+
+#[test]
+fn a_share_allows_at_least_one_unhealthy_worker() {
+    assert_eq!(MaxUnhealthy::Percent(20).allowed(3), 1);
+    assert_eq!(MaxUnhealthy::Percent(20).allowed(10), 2);
+    assert_eq!(MaxUnhealthy::Percent(20).allowed(1000), 200);
+    assert_eq!(MaxUnhealthy::Count(0).allowed(10), 0);
+}
+
+#[test]
+fn replace_unhealthy_needs_a_launch_template() {
+    let cfg = Config::parse(&GOOD.replace("  min: 1\n", "  min: 1\n  replace_unhealthy: true\n"));
+    assert!(cfg.unwrap().workers.replace_unhealthy);
+    let group = GOOD
+        .replace("launch_template: lt-0abc", "auto_scaling_group: g")
+        .replace("  min: 1\n", "  min: 1\n  replace_unhealthy: true\n");
+    let e = error_of(&group);
+    assert!(e.contains("replace_unhealthy") && e.contains("launch_template"), "{e}");
+}

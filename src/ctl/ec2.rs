@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context};
-use aws_sdk_ec2::types::{LaunchTemplateSpecification, Tag};
+use aws_sdk_ec2::types::Tag;
 
 use crate::aws::{describe_error, ec2_client};
 use crate::config::Config;
@@ -11,14 +11,7 @@ use crate::decide::Rules;
 use crate::model::Instance;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 
-fn template_spec(name_or_id: &str) -> LaunchTemplateSpecification {
-    let b = LaunchTemplateSpecification::builder();
-    if name_or_id.starts_with("lt-") {
-        b.launch_template_id(name_or_id).build()
-    } else {
-        b.launch_template_name(name_or_id).build()
-    }
-}
+use crate::act::ec2::template_spec;
 
 pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
     let Some(template) = cfg.workers.launch_template.as_deref() else {

@@ -167,6 +167,7 @@ pub fn who_asked(cause: Cause) -> &'static str {
         Cause::ScaleIn => "its Auto Scaling group: scale-in",
         Cause::OutOfService => "its Auto Scaling group: it left the group's service",
         Cause::PrepareFailed => "dtd: its prepare-data failed, the group replaces it",
+        Cause::Unhealthy => "dtd: its health check failed (`health_<ip>`), it is replaced",
     }
 }
 

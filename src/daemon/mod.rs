@@ -384,7 +384,7 @@ impl Daemon {
     async fn apply(&mut self, outcome: &Outcome) -> BTreeMap<WorkerStatus, Vec<String>> {
         // What the group looks like after this is worth reading on the next pass.
         let group_changes =
-            |a: &Action| !matches!(a, Action::Tag { .. } | Action::Terminate { .. });
+            |a: &Action| !matches!(a, Action::Tag { .. } | Action::Terminate { .. } | Action::Launch { .. });
         self.group_due |= outcome.actions.iter().any(group_changes);
         let applied = act::apply::apply(
             &self.actuators,

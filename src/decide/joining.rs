@@ -3,7 +3,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, launch, mount_targets, prepare_failed, worker_count};
+use super::{group, health, launch, mount_targets, prepare_failed, worker_count};
 use crate::model::*;
 
 /// A cluster instance that is not a member and carries the elastic tag.
@@ -17,8 +17,22 @@ pub(super) fn candidate(
     let ip = p.list[at].ip;
     let success = p.markers.is_some_and(|m| m.success.contains(&ip));
     let failed = p.markers.and_then(|m| m.failed.get(&ip));
+    let sick = health::unhealthy(p, at);
     if !group::serving(p, at) {
-        launch::outside_service(p, st, out, at, success, failed);
+        let why = failed.map(|f| format!("prepare-data failed ({f})"));
+        let why = why.or_else(|| {
+            let h = sick.filter(|_| !health::stopped(st))?;
+            Some(format!("health check failed ({})", h.reason))
+        });
+        launch::outside_service(p, st, out, at, success && sick.is_none(), why.as_ref());
+    } else if let Some(h) = sick {
+        // Replaced by `health` unless that stopped, or the view is partial.
+        let why = match health::stopped(st) {
+            true => "a person: health.max_unhealthy reached",
+            false => "a complete view to replace it",
+        };
+        let why = format!("{why}; health check failed ({})", h.reason);
+        out.view(at, Some(WorkerStatus::Preparing), Some(why));
     } else if success {
         joins.push(at);
     } else if let (Some(why), true) = (failed, group::in_group(p, at)) {

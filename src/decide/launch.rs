@@ -54,7 +54,7 @@ fn held_at_launch(
         })
         .clone();
     let why = match failed {
-        Some(f) => format!("prepare-data failed ({f})"),
+        Some(f) => f.clone(),
         None => never_reported_why(p, at),
     };
     if wait.abandoned {

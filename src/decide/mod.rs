@@ -12,6 +12,7 @@
 mod classify;
 mod draft;
 mod group;
+mod health;
 mod joining;
 mod launch;
 mod leaving;
@@ -40,10 +41,12 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     let mut out = draft::Draft::new(snap, p.list.len());
     // Before members are located: a notice can take a member out of the job.
     notices::heed(&p, &mut st, &mut out, &snap.notices);
+    health::heed(&p, &mut st, &mut out);
     let member_of = classify::locate_members(&p, &mut st, &mut out);
     let (joins, leaves) = classify::classify(&p, &mut st, &mut out, &member_of);
     joining::join(&p, &mut st, &mut out, joins);
     leaving::leave(&p, &mut st, &mut out, leaves);
+    health::show_kept(&p, &st, &mut out);
     group::scale_in(&p, &mut st, &mut out);
     launch::prune(&p, &mut st);
     removal::advance_all(&p, &mut st, &mut out);

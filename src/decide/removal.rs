@@ -55,7 +55,7 @@ pub(super) fn new_for(
 /// Remembers a new removal and journals it, with its cause while it has one; returns the event
 /// for a caller whose removal ends at once to say why.
 pub(super) fn queue<'d>(p: &Pass, st: &mut State, out: &'d mut Draft, r: Removal) -> &'d mut Event {
-    let (ip, generation, reason, cause) = (r.ip, r.generation, &r.reason, r.cause());
+    let (ip, generation, reason) = (r.ip, r.generation, &r.reason);
     let (kind, msg) = match r.stage {
         Stage::Reclaiming => (
             EventKind::Interrupted,
@@ -70,7 +70,19 @@ pub(super) fn queue<'d>(p: &Pass, st: &mut State, out: &'d mut Draft, r: Removal
             format!("{reason}: {ip} never joined the job; terminating"),
         ),
     };
-    let id = r.id.clone();
+    queue_as(p, st, out, r, kind, msg)
+}
+
+/// [`queue`] with the event's kind and message chosen by the caller.
+pub(super) fn queue_as<'d>(
+    p: &Pass,
+    st: &mut State,
+    out: &'d mut Draft,
+    r: Removal,
+    kind: EventKind,
+    msg: String,
+) -> &'d mut Event {
+    let (id, ip, generation, cause) = (r.id.clone(), r.ip, r.generation, r.cause());
     st.removals.push(r);
     let e = out.event(p, kind, Some((&id, ip)), Some(generation), msg);
     e.cause = cause;
@@ -218,6 +230,9 @@ fn send(out: &mut Draft, id: &str, end: &Ending) {
             decrement: *decrement,
         }),
         Ending::Hook { name } => out.complete(id, name, HookResult::Continue),
+        Ending::MarkUnhealthy => out.act(Action::SetUnhealthy {
+            instance: id.to_string(),
+        }),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::config::{Config, Rebalance, Slots};
+use crate::config::{Config, HealthLeave, MaxUnhealthy, Rebalance, Slots};
 use crate::model::*;
 
 /// The tags AWS puts on instances launched from a template or by a group.
@@ -29,6 +29,12 @@ pub struct Rules {
     pub prepare_timeout_ms: u64,
     /// How long before an EC2 scheduled change starts its worker is drained.
     pub scheduled_change_lead_ms: u64,
+    /// Above this many unhealthy workers, none is removed or replaced.
+    pub max_unhealthy: MaxUnhealthy,
+    /// How an unhealthy member whose GPUs are still there leaves.
+    pub health_leave: HealthLeave,
+    /// Launch a replacement from the template for an unhealthy launch-template worker.
+    pub replace_unhealthy: bool,
 }
 
 /// What the rules read from one instance's tags.
@@ -57,6 +63,9 @@ impl Rules {
             max_prepare_failures: cfg.workers.max_prepare_failures,
             prepare_timeout_ms: cfg.workers.prepare_timeout.as_millis() as u64,
             scheduled_change_lead_ms: cfg.events.scheduled_change_lead.as_millis() as u64,
+            max_unhealthy: cfg.health.max_unhealthy,
+            health_leave: cfg.health.leave,
+            replace_unhealthy: cfg.workers.replace_unhealthy,
         }
     }
 

@@ -92,6 +92,17 @@ pub enum EventKind {
     NoMountTarget,
     SourceFailed,
     SourceRecovered,
+    /// A worker's health check failed (its `health_<ip>` report), journaled once per instance.
+    Unhealthy,
+    /// A worker journaled unhealthy reports healthy again.
+    Healthy,
+    /// More than `health.max_unhealthy` of the workers are unhealthy: removing and replacing
+    /// unhealthy workers stopped, for a person.
+    HealthStopped,
+    /// Few enough workers are unhealthy again: removing and replacing them resumed.
+    HealthResumed,
+    /// A launch-template worker was launched to replace an unhealthy one.
+    ReplacementLaunched,
     #[serde(untagged)]
     Other(String),
 }
@@ -131,6 +142,11 @@ impl EventKind {
             EventKind::NoMountTarget => "no_mount_target",
             EventKind::SourceFailed => "source_failed",
             EventKind::SourceRecovered => "source_recovered",
+            EventKind::Unhealthy => "unhealthy",
+            EventKind::Healthy => "healthy",
+            EventKind::HealthStopped => "health_stopped",
+            EventKind::HealthResumed => "health_resumed",
+            EventKind::ReplacementLaunched => "replacement_launched",
             EventKind::Other(_) => "",
         }
     }
@@ -181,6 +197,11 @@ mod tests {
             EventKind::NoMountTarget,
             EventKind::SourceFailed,
             EventKind::SourceRecovered,
+            EventKind::Unhealthy,
+            EventKind::Healthy,
+            EventKind::HealthStopped,
+            EventKind::HealthResumed,
+            EventKind::ReplacementLaunched,
         ];
         for kind in known {
             let json = serde_json::to_string(&kind).expect("serialized");

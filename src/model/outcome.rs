@@ -50,6 +50,11 @@ pub enum Action {
     CompleteHook(HookAction),
     /// RecordLifecycleActionHeartbeat.
     Heartbeat { instance: String, hook: String },
+    /// SetInstanceHealth Unhealthy: the group replaces the instance.
+    SetUnhealthy { instance: String },
+    /// RunInstances of one worker from the launch template, replacing `replaces`; the token
+    /// (ClientToken) makes a resent launch the same launch.
+    Launch { replaces: String, token: String },
 }
 
 /// A lifecycle action to complete.
@@ -120,6 +125,21 @@ impl Outcome {
     pub fn heartbeats(&self) -> Vec<(String, String)> {
         self.each(|a| match a {
             Action::Heartbeat { instance, hook } => Some((instance.clone(), hook.clone())),
+            _ => None,
+        })
+    }
+
+    pub fn set_unhealthy(&self) -> Vec<String> {
+        self.each(|a| match a {
+            Action::SetUnhealthy { instance } => Some(instance.clone()),
+            _ => None,
+        })
+    }
+
+    /// (replaced instance, token).
+    pub fn launches(&self) -> Vec<(String, String)> {
+        self.each(|a| match a {
+            Action::Launch { replaces, token } => Some((replaces.clone(), token.clone())),
             _ => None,
         })
     }

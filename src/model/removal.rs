@@ -64,6 +64,8 @@ pub enum Cause {
     OutOfService,
     /// Its prepare-data failed; a group worker is replaced.
     PrepareFailed,
+    /// Its health check failed; it is replaced.
+    Unhealthy,
 }
 
 /// How a leaving worker's instance ends once the job has let it go.
@@ -77,6 +79,9 @@ pub enum Ending {
     GroupTerminate { decrement: bool },
     /// The group is terminating it and waits on our terminating hook: complete it (CONTINUE).
     Hook { name: String },
+    /// SetInstanceHealth Unhealthy: the group terminates and replaces it by its own health
+    /// replacement.
+    MarkUnhealthy,
 }
 
 impl Removal {
@@ -130,6 +135,7 @@ enum End {
     Hook {
         name: String,
     },
+    MarkUnhealthy,
     Keep,
 }
 
@@ -139,6 +145,7 @@ impl From<Record> for Stage {
             End::Terminate => Some(Ending::Terminate),
             End::GroupTerminate { decrement } => Some(Ending::GroupTerminate { decrement }),
             End::Hook { name } => Some(Ending::Hook { name }),
+            End::MarkUnhealthy => Some(Ending::MarkUnhealthy),
             End::Keep => None,
         };
         match (r.cause, r.termination, ending) {
@@ -161,6 +168,7 @@ impl From<Stage> for Record {
             Some(Ending::Terminate) => End::Terminate,
             Some(Ending::GroupTerminate { decrement }) => End::GroupTerminate { decrement },
             Some(Ending::Hook { name }) => End::Hook { name },
+            Some(Ending::MarkUnhealthy) => End::MarkUnhealthy,
             None => End::Keep,
         };
         // Past the acknowledgement the cause decides nothing, and is not kept.
@@ -243,6 +251,12 @@ mod tests {
             },
             Stage::Ending(Ending::GroupTerminate { decrement: true }),
             Stage::Ending(Ending::Terminate),
+            Stage::Ending(Ending::MarkUnhealthy),
+            Stage::AwaitingAck {
+                cause: Cause::Unhealthy,
+                then: Some(Ending::MarkUnhealthy),
+                heartbeat_at: None,
+            },
             Stage::Ended,
             Stage::Reclaiming,
         ];

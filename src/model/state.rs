@@ -100,6 +100,26 @@ pub struct State {
     /// their failure marker again does not journal them again.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub prepare_failed: BTreeSet<String>,
+    /// Instances journaled `unhealthy`, with the reason: journaled once, and `healthy` when
+    /// one that was kept (removing stopped) reports healthy again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unhealthy: BTreeMap<String, String>,
+    /// Since when removing and replacing unhealthy workers is stopped (`health.max_unhealthy`).
+    #[serde(default)]
+    pub health_stopped: Option<Millis>,
+    /// Launches owed for unhealthy launch-template workers, resent until RunInstances succeeds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacements: Vec<Replacement>,
+}
+
+/// A launch from the template owed for an unhealthy worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replacement {
+    /// The unhealthy instance it replaces.
+    pub replaces: String,
+    /// RunInstances' ClientToken: the same launch however often it is sent.
+    pub token: String,
+    pub queued_at: Millis,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

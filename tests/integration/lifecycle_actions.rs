@@ -104,6 +104,9 @@ fn group_rules() -> Rules {
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
         scheduled_change_lead_ms: 3_600_000,
+        max_unhealthy: dt::config::MaxUnhealthy::default(),
+        health_leave: dt::config::HealthLeave::default(),
+        replace_unhealthy: false,
     }
 }
 

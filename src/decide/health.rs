@@ -1,0 +1,246 @@
+//! Health: a worker whose health check failed (its agent's `health_<ip>`) leaves the job and is
+//! replaced. A member drains (terminated once the job acknowledges) or, when its GPUs are gone or
+//! `health.leave` is `immediate`, leaves at once; a worker not in the job never joins. A group
+//! worker is marked Unhealthy (the group replaces it); a launch-template worker is terminated,
+//! and with `workers.replace_unhealthy` a new one is launched from the template.
+//!
+//! When more than `health.max_unhealthy` of the workers are unhealthy at once, nothing is
+//! removed or replaced: a fleet-wide failure is more likely a bad check or a bad AMI than bad
+//! GPUs, and replacing the fleet would stop the job for nothing. It resumes by itself once few
+//! enough are unhealthy.
+
+use super::draft::Draft;
+use super::pass::Pass;
+use super::{group, removal};
+use crate::config::HealthLeave;
+use crate::model::*;
+
+/// The report of the listed cluster worker at `at`, when it says the worker is unhealthy. A
+/// report another instance left under this IP, and a base host's or the master's, are not.
+pub(super) fn unhealthy<'a>(p: &Pass<'a>, at: usize) -> Option<&'a Health> {
+    let inst = &p.list[at];
+    let h = p.markers?.health.get(&inst.ip)?;
+    let counts = !h.ok && h.instance_id == inst.id && !p.rules.is_protected(inst.ip);
+    counts.then_some(h)
+}
+
+pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft) {
+    let Some(m) = p.markers else { return };
+    let bad: Vec<usize> = (m.health.values())
+        .filter(|h| !h.ok)
+        .filter_map(|h| p.at(&h.instance_id))
+        .filter(|&at| p.facts[at].cluster && unhealthy(p, at).is_some())
+        .collect();
+    journal(p, st, out, &bad);
+    resend_launches(st, out);
+    if (bad.is_empty() && st.health_stopped.is_none()) || !within_limit(p, st, out, bad.len()) {
+        return;
+    }
+    for at in bad {
+        act_on(p, st, out, at);
+    }
+}
+
+/// `unhealthy` once per instance; `healthy` when one journaled reports healthy again.
+fn journal(p: &Pass, st: &mut State, out: &mut Draft, bad: &[usize]) {
+    for &at in bad {
+        let (id, ip) = p.who(at);
+        if st.unhealthy.contains_key(id) {
+            continue;
+        }
+        let Some(h) = unhealthy(p, at) else { continue };
+        let gone = if h.gpus_lost { " (its GPUs are gone)" } else { "" };
+        let msg = format!("{ip} ({id}): health check failed{gone}: {}", h.reason);
+        out.event(p, EventKind::Unhealthy, Some((id, ip)), None, msg);
+        st.unhealthy.insert(id.to_string(), h.reason.clone());
+    }
+    if st.unhealthy.len() == bad.len() {
+        return;
+    }
+    let still: rustc_hash::FxHashSet<&str> = bad.iter().map(|&at| p.who(at).0).collect();
+    let mut healthy = Vec::new();
+    st.unhealthy.retain(|id, _| {
+        if still.contains(id.as_str()) {
+            return true;
+        }
+        // Forgotten once a complete view shows it gone; kept while it may only be unseen.
+        match p.at(id) {
+            Some(at) => healthy.push(at),
+            None if p.can_remove() => {}
+            None => return true,
+        }
+        false
+    });
+    for at in healthy {
+        let (id, ip) = p.who(at);
+        let msg = format!("{ip} ({id}): health check passes again");
+        out.event(p, EventKind::Healthy, Some((id, ip)), None, msg);
+    }
+}
+
+/// The workers a share of `max_unhealthy` is of: every listed cluster worker dtd may remove.
+fn workers(p: &Pass) -> usize {
+    (0..p.list.len())
+        .filter(|&at| p.facts[at].cluster && !p.rules.is_protected(p.list[at].ip))
+        .count()
+}
+
+/// Stops (once) above the limit and resumes (once) at or under it. Returns whether to act.
+fn within_limit(p: &Pass, st: &mut State, out: &mut Draft, bad: usize) -> bool {
+    let total = workers(p);
+    let max = p.rules.max_unhealthy;
+    let allowed = max.allowed(total);
+    if bad > allowed {
+        if st.health_stopped.is_none() {
+            st.health_stopped = Some(p.now);
+            let msg = format!(
+                "{bad} of {total} workers unhealthy, more than health.max_unhealthy ({max}, \
+                 {allowed} here): removing and replacing unhealthy workers stopped, as a \
+                 fleet-wide failure is more likely a bad check or a bad AMI; it resumes when \
+                 {allowed} or fewer are unhealthy"
+            );
+            out.event(p, EventKind::HealthStopped, None, None, msg);
+        }
+        let since = st.health_stopped.map_or(String::new(), |t| format!(" since {}", rfc3339(t)));
+        out.outcome.holds.push(format!(
+            "health: {bad} of {total} workers unhealthy (health.max_unhealthy {max}){since}: \
+             none removed or replaced until {allowed} or fewer are; see `dtctl events`"
+        ));
+        return false;
+    }
+    if st.health_stopped.take().is_some() {
+        let msg = format!(
+            "{bad} of {total} workers unhealthy, within health.max_unhealthy ({max}): \
+             removing and replacing unhealthy workers resumed"
+        );
+        out.event(p, EventKind::HealthResumed, None, None, msg);
+    }
+    true
+}
+
+/// Whether removing and replacing unhealthy workers is stopped (`max_unhealthy`).
+pub(super) fn stopped(st: &State) -> bool {
+    st.health_stopped.is_some()
+}
+
+fn act_on(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
+    let id = p.list[at].id.as_str();
+    if st.removals.iter().any(|r| r.id == id) || !p.can_remove() {
+        // Already on its way out; or a partial view, on which nothing is removed.
+        return;
+    }
+    match st.members.iter().position(|m| m.id == id) {
+        Some(pos) => leave(p, st, out, at, pos),
+        // A group worker held by the launching hook is abandoned there (`launch`).
+        None if p.facts[at].elastic && group::serving(p, at) => replace_unjoined(p, st, out, at),
+        None => {}
+    }
+}
+
+/// A member leaves: at once when its GPUs are gone or `health.leave` says so, else it drains.
+fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
+    let Some(h) = unhealthy(p, at) else { return };
+    let inst = &p.list[at];
+    let at_once = h.gpus_lost || p.rules.health_leave == HealthLeave::Immediate;
+    st.members.remove(pos);
+    st.held.remove(&inst.id);
+    out.removed.push(inst.ip);
+    out.notices.retain(|j| j.ip != inst.ip);
+    out.notices.push(JobNotice {
+        ip: inst.ip,
+        kind: "unhealthy".into(),
+        deadline: None,
+    });
+    let end = ending(p, st, out, at);
+    let reason = format!("health check failed ({})", h.reason);
+    let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
+    let then = then_text(&end);
+    if !at_once {
+        let msg = format!(
+            "{reason}: {} leaves the job; {then} after the job acknowledges generation {}",
+            inst.ip, r.generation
+        );
+        removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg);
+        return;
+    }
+    r.stage = Stage::Ending(end);
+    let why = match h.gpus_lost {
+        true => "its GPUs are gone",
+        false => "health.leave is immediate",
+    };
+    let msg = format!("{reason}: {} left the job at once ({why}); {then}", inst.ip);
+    removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
+}
+
+/// A worker not in the job never joins: it is replaced at once.
+fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
+    let Some(h) = unhealthy(p, at) else { return };
+    let inst = &p.list[at];
+    let end = ending(p, st, out, at);
+    let reason = format!("health check failed ({})", h.reason);
+    let msg = format!("{reason}: {} never joins the job; {}", inst.ip, then_text(&end));
+    let mut r = removal::new(p, inst, Cause::Unhealthy, None, &reason);
+    r.stage = Stage::Ending(end);
+    removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
+}
+
+/// A group worker is marked Unhealthy; a launch-template worker is terminated, its
+/// replacement owed from now when `replace_unhealthy` is set (it prepares while this one goes).
+fn ending(p: &Pass, st: &mut State, out: &mut Draft, at: usize) -> Ending {
+    if group::in_group(p, at) {
+        return Ending::MarkUnhealthy;
+    }
+    if p.rules.replace_unhealthy && p.rules.launch_template_id.is_some() {
+        let id = &p.list[at].id;
+        // ClientToken: at most 64 ASCII characters ("Ensuring idempotency", Amazon EC2 API
+        // Reference); an instance id is at most 19.
+        let token = format!("dt-replace-{id}");
+        if !st.replacements.iter().any(|r| r.token == token) {
+            st.replacements.push(Replacement {
+                replaces: id.clone(),
+                token: token.clone(),
+                queued_at: p.now,
+            });
+            out.act(Action::Launch {
+                replaces: id.clone(),
+                token,
+            });
+        }
+    }
+    Ending::Terminate
+}
+
+fn then_text(end: &Ending) -> &'static str {
+    match end {
+        Ending::MarkUnhealthy => "marked Unhealthy, its Auto Scaling group replaces it",
+        _ => "terminated",
+    }
+}
+
+/// Launches not yet confirmed are sent again, with the same token (the same launch).
+fn resend_launches(st: &State, out: &mut Draft) {
+    for r in &st.replacements {
+        let a = Action::Launch {
+            replaces: r.replaces.clone(),
+            token: r.token.clone(),
+        };
+        if !out.outcome.actions.contains(&a) {
+            out.act(a);
+        }
+    }
+}
+
+/// While stopped, an unhealthy member stays in the job: its row says why and what it waits for.
+pub(super) fn show_kept(p: &Pass, st: &State, out: &mut Draft) {
+    if !stopped(st) {
+        return;
+    }
+    for (id, reason) in &st.unhealthy {
+        let Some(at) = p.at(id) else { continue };
+        if let Some(view) = out.views[at].as_mut() {
+            view.1 = Some(format!(
+                "a person: health check failed ({reason}); kept, health.max_unhealthy reached"
+            ));
+        }
+    }
+}
