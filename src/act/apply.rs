@@ -216,7 +216,11 @@ async fn launch_replacements(
     done: &mut Applied,
 ) {
     let launches = outcome.launches();
-    let Some(template) = a.launch_template.as_deref().filter(|_| !launches.is_empty()) else {
+    let Some(template) = a
+        .launch_template
+        .as_deref()
+        .filter(|_| !launches.is_empty())
+    else {
         return;
     };
     let mut error = None;
@@ -225,8 +229,9 @@ async fn launch_replacements(
             Ok((id, ip)) => {
                 state.replacements.retain(|r| r.token != token);
                 let ip_text = ip.as_deref().unwrap_or("no IP yet");
-                let message =
-                    format!("launched {id} ({ip_text}) from {template} to replace unhealthy {replaces}");
+                let message = format!(
+                    "launched {id} ({ip_text}) from {template} to replace unhealthy {replaces}"
+                );
                 tracing::info!("{message}");
                 let e = Event::new(now_millis(), EventKind::ReplacementLaunched, message);
                 let ip = ip.and_then(|t| t.parse().ok());

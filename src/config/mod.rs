@@ -24,7 +24,9 @@ use std::time::Duration;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
-pub use sections::{Events, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots};
+pub use sections::{
+    Events, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots,
+};
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
 /// the pass that reads its marker: added to the agent's own limit for the default prepare timeout.

@@ -119,9 +119,11 @@ impl RawWorkers {
             return Err("max_prepare_failures must be at least 1".into());
         }
         if self.replace_unhealthy && self.launch_template.is_none() {
-            return Err("replace_unhealthy launches from launch_template, which is not set \
+            return Err(
+                "replace_unhealthy launches from launch_template, which is not set \
                  (group workers are replaced by their group)"
-                .into());
+                    .into(),
+            );
         }
         if self.tags.is_empty() {
             return Err("tags must name at least one worker tag (default NodeType: Worker)".into());

@@ -347,10 +347,13 @@ fn health_policy_defaults_and_forms() {
     assert_eq!(cfg.health.max_unhealthy, MaxUnhealthy::Percent(50));
     for bad in ["0%", "101%", "half", "-1"] {
         let e = error_of(&with(&format!("{{ max_unhealthy: \"{bad}\" }}")));
-        assert!(e.contains("max_unhealthy") && e.contains("line 11"), "{bad}: {e}");
+        assert!(
+            e.contains("max_unhealthy") && e.contains("line 12"),
+            "{bad}: {e}"
+        );
     }
     let e = error_of(&with("{ leave: later }"));
-    assert!(e.contains("leave") && e.contains("line 11"), "{e}");
+    assert!(e.contains("leave") && e.contains("line 12"), "{e}");
 }
 
 #[test]
@@ -369,5 +372,8 @@ fn replace_unhealthy_needs_a_launch_template() {
         .replace("launch_template: lt-0abc", "auto_scaling_group: g")
         .replace("  min: 1\n", "  min: 1\n  replace_unhealthy: true\n");
     let e = error_of(&group);
-    assert!(e.contains("replace_unhealthy") && e.contains("launch_template"), "{e}");
+    assert!(
+        e.contains("replace_unhealthy") && e.contains("launch_template"),
+        "{e}"
+    );
 }

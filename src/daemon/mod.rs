@@ -383,8 +383,12 @@ impl Daemon {
     /// Returns the status tags EC2 accepted.
     async fn apply(&mut self, outcome: &Outcome) -> BTreeMap<WorkerStatus, Vec<String>> {
         // What the group looks like after this is worth reading on the next pass.
-        let group_changes =
-            |a: &Action| !matches!(a, Action::Tag { .. } | Action::Terminate { .. } | Action::Launch { .. });
+        let group_changes = |a: &Action| {
+            !matches!(
+                a,
+                Action::Tag { .. } | Action::Terminate { .. } | Action::Launch { .. }
+            )
+        };
         self.group_due |= outcome.actions.iter().any(group_changes);
         let applied = act::apply::apply(
             &self.actuators,

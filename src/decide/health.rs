@@ -49,7 +49,11 @@ fn journal(p: &Pass, st: &mut State, out: &mut Draft, bad: &[usize]) {
             continue;
         }
         let Some(h) = unhealthy(p, at) else { continue };
-        let gone = if h.gpus_lost { " (its GPUs are gone)" } else { "" };
+        let gone = if h.gpus_lost {
+            " (its GPUs are gone)"
+        } else {
+            ""
+        };
         let msg = format!("{ip} ({id}): health check failed{gone}: {}", h.reason);
         out.event(p, EventKind::Unhealthy, Some((id, ip)), None, msg);
         st.unhealthy.insert(id.to_string(), h.reason.clone());
@@ -101,7 +105,9 @@ fn within_limit(p: &Pass, st: &mut State, out: &mut Draft, bad: usize) -> bool {
             );
             out.event(p, EventKind::HealthStopped, None, None, msg);
         }
-        let since = st.health_stopped.map_or(String::new(), |t| format!(" since {}", rfc3339(t)));
+        let since = st
+            .health_stopped
+            .map_or(String::new(), |t| format!(" since {}", rfc3339(t)));
         out.outcome.holds.push(format!(
             "health: {bad} of {total} workers unhealthy (health.max_unhealthy {max}){since}: \
              none removed or replaced until {allowed} or fewer are; see `dtctl events`"
@@ -178,7 +184,11 @@ fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
     let inst = &p.list[at];
     let end = ending(p, st, out, at);
     let reason = format!("health check failed ({})", h.reason);
-    let msg = format!("{reason}: {} never joins the job; {}", inst.ip, then_text(&end));
+    let msg = format!(
+        "{reason}: {} never joins the job; {}",
+        inst.ip,
+        then_text(&end)
+    );
     let mut r = removal::new(p, inst, Cause::Unhealthy, None, &reason);
     r.stage = Stage::Ending(end);
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);

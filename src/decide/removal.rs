@@ -195,10 +195,14 @@ fn await_ack(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
         (EventKind::AckTimeout, msg)
     } else {
         let secs = (r.deadline - p.now).div_ceil(1000);
-        let why = format!(
+        let mut why = format!(
             "job to acknowledge generation {} (timeout in {secs}s)",
             r.generation
         );
+        if r.cause() == Some(Cause::Unhealthy) {
+            // The row is where people look for why a worker they did not remove is leaving.
+            why = format!("{}; {why}", r.reason);
+        }
         out.view_id(p, &r.id, WorkerStatus::RemovalQueued, Some(why));
         heartbeat(p, out, r);
         return true;

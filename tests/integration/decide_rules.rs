@@ -2153,7 +2153,11 @@ fn a_member_whose_gpus_are_gone_leaves_at_once_and_is_replaced_from_the_template
     let token = "dt-replace-i-1".to_string();
     assert_eq!(launches(&plan), [("i-1".to_string(), token.clone())]);
     let queued = &plan.outcome.events[1];
-    assert!(queued.message.contains("at once (its GPUs are gone)"), "{}", queued.message);
+    assert!(
+        queued.message.contains("at once (its GPUs are gone)"),
+        "{}",
+        queued.message
+    );
     // Not confirmed by act: the launch is sent again, with the same token.
     let plan = pass(&r, &mut w, &plan.state, 11_000);
     assert_eq!(launches(&plan), [("i-1".to_string(), token)]);
@@ -2172,7 +2176,9 @@ fn an_unhealthy_group_member_is_marked_unhealthy_for_its_group_to_replace() {
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
     assert_eq!(plan.outcome.set_unhealthy(), ["i-2"]);
     assert!(plan.outcome.group_terminate().is_empty());
-    assert!(plan.outcome.events[1].message.contains("health.leave is immediate"));
+    assert!(plan.outcome.events[1]
+        .message
+        .contains("health.leave is immediate"));
 }
 
 #[test]
@@ -2180,11 +2186,21 @@ fn an_unhealthy_worker_never_joins_and_is_replaced() {
     let r = rules();
     let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
     w.ready("10.0.1.1");
-    w.health("i-1", false, false, "GPU 0 at 91 C, over its slowdown temperature (88 C)");
+    w.health(
+        "i-1",
+        false,
+        false,
+        "GPU 0 at 91 C, over its slowdown temperature (88 C)",
+    );
     let plan = pass(&r, &mut w, &State::default(), 1_000);
     assert_eq!(hosts(&plan), with_base(&[]), "never joins");
     assert_eq!(plan.outcome.terminate(), ["i-1"]);
-    let queued = plan.outcome.events.iter().find(|e| e.kind == "removal_queued").unwrap();
+    let queued = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "removal_queued")
+        .unwrap();
     assert!(queued.message.contains("never joins"), "{}", queued.message);
 }
 
@@ -2230,7 +2246,11 @@ fn too_many_unhealthy_at_once_stops_removing_until_health_returns() {
     assert_eq!(plan.state.members.len(), 5, "nothing removed");
     assert!(plan.outcome.terminate().is_empty());
     assert_eq!(kinds(&plan), ["unhealthy", "unhealthy", "health_stopped"]);
-    assert!(plan.outcome.holds.iter().any(|h| h.contains("2 of 5 workers unhealthy")));
+    assert!(plan
+        .outcome
+        .holds
+        .iter()
+        .any(|h| h.contains("2 of 5 workers unhealthy")));
     assert!(waiting_for(&plan, &w, "i-1").contains("health.max_unhealthy reached"));
     // Still stopped: journaled once, held every pass.
     let plan = pass(&r, &mut w, &plan.state, 11_000);
@@ -2240,7 +2260,10 @@ fn too_many_unhealthy_at_once_stops_removing_until_health_returns() {
     // One recovers: within the limit, the other is removed.
     w.health("i-2", true, false, "ok");
     let plan = pass(&r, &mut w, &plan.state, 12_000);
-    assert_eq!(kinds(&plan), ["healthy", "health_resumed", "removal_queued", "generation"]);
+    assert_eq!(
+        kinds(&plan),
+        ["healthy", "health_resumed", "removal_queued", "generation"]
+    );
     assert!(plan.outcome.holds.is_empty());
     assert_eq!(plan.state.members.len(), 4);
     assert!(plan.state.health_stopped.is_none());
@@ -2254,7 +2277,21 @@ fn a_held_group_worker_that_fails_its_check_is_abandoned() {
     w.lifecycle("i-1", "Pending:Wait");
     w.health("i-1", false, true, "7 of 8 GPUs visible");
     let plan = pass(&r, &mut w, &State::default(), 1_000);
-    assert_eq!(hook(&plan), [("i-1".into(), "grp-launching".into(), "ABANDON")]);
-    let failed = plan.outcome.events.iter().find(|e| e.kind == "prepare_failed").unwrap();
-    assert!(failed.message.contains("health check failed (7 of 8 GPUs visible)"), "{}", failed.message);
+    assert_eq!(
+        hook(&plan),
+        [("i-1".into(), "grp-launching".into(), "ABANDON")]
+    );
+    let failed = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "prepare_failed")
+        .unwrap();
+    assert!(
+        failed
+            .message
+            .contains("health check failed (7 of 8 GPUs visible)"),
+        "{}",
+        failed.message
+    );
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use crate::support::*;
 
-const GROUP: &str = "itest-workers";
+pub(crate) const GROUP: &str = "itest-workers";
 
 /// The worker group, launching from the cluster's template with the worker and elastic tags.
-fn create_group(c: &Cluster, desired: u32) {
+pub(crate) fn create_group(c: &Cluster, desired: u32) {
     let template = format!("LaunchTemplateId={},Version=$Latest", c.template_id);
     let tags = format!(
         "ResourceId={GROUP},ResourceType=auto-scaling-group,Key=NodeType,Value=Worker,PropagateAtLaunch=true \
@@ -40,7 +40,7 @@ fn create_group(c: &Cluster, desired: u32) {
 }
 
 /// Instance id to private IP, for the group's instances that are running.
-fn group_instances(c: &Cluster) -> BTreeMap<String, String> {
+pub(crate) fn group_instances(c: &Cluster) -> BTreeMap<String, String> {
     let out = c.aws(&[
         "ec2",
         "describe-instances",
@@ -74,7 +74,7 @@ fn desired_capacity(c: &Cluster) -> String {
 }
 
 /// Plays every new group instance's prepare-data: a success marker (or a failure report).
-fn prepare_new(c: &Cluster, ok: bool) {
+pub(crate) fn prepare_new(c: &Cluster, ok: bool) {
     for ip in group_instances(c).values() {
         let (mine, other) = match ok {
             true => ("prepare_data_success_", "prepare_data_failed_"),
