@@ -178,19 +178,28 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
 }
 
-/// A worker not in the job never joins: it is replaced at once.
+/// A worker not in the job never joins: it is replaced at once. One whose tag says it may be
+/// training (ADDED, REMOVAL_QUEUED: the state was lost) first waits for an acknowledgement given
+/// after this pass, as `leaving::retire_unjoined` does, unless its GPUs are gone.
 fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
     let Some(h) = unhealthy(p, at) else { return };
     let inst = &p.list[at];
     let end = ending(p, st, out, at);
+    let then = then_text(&end);
     let reason = format!("health check failed ({})", h.reason);
-    let msg = format!(
-        "{reason}: {} never joins the job; {}",
-        inst.ip,
-        then_text(&end)
+    let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
+    let may_train = matches!(
+        p.facts[at].status,
+        Some(WorkerStatus::Added | WorkerStatus::RemovalQueued)
     );
-    let mut r = removal::new(p, inst, Cause::Unhealthy, None, &reason);
-    r.stage = Stage::Ending(end);
+    let msg = if may_train && !h.gpus_lost {
+        let gen = r.generation;
+        let ip = inst.ip;
+        format!("{reason}: {ip} may still be in the job (its tag says so); {then} after the job acknowledges generation {gen}")
+    } else {
+        r.stage = Stage::Ending(end);
+        format!("{reason}: {} never joins the job; {then}", inst.ip)
+    };
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
 }
 

@@ -171,6 +171,9 @@ enum Op {
     /// A notice for the slot's instance (by id or IP), with an event id from a small pool so
     /// that duplicates happen: (slot, rebalance rather than interruption, by IP, event id).
     Notice(usize, bool, bool, u8),
+    /// The slot's agent reports its health: (slot, ok, GPUs gone, for the current instance
+    /// rather than one that had the IP before).
+    Health(usize, bool, bool, bool),
 }
 
 #[derive(Debug, Clone)]
@@ -269,7 +272,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => slot.clone().prop_map(Op::LogRemoved),
         2 => slot.clone().prop_map(Op::Vanish),
         2 => slot.clone().prop_map(Op::Launch),
-        2 => (slot, any::<bool>(), any::<bool>(), 0u8..4).prop_map(|(s, r, b, e)| Op::Notice(s, r, b, e)),
+        2 => (slot.clone(), any::<bool>(), any::<bool>(), 0u8..4).prop_map(|(s, r, b, e)| Op::Notice(s, r, b, e)),
+        2 => (slot, any::<bool>(), any::<bool>(), prop::bool::weighted(0.8))
+            .prop_map(|(s, ok, lost, own)| Op::Health(s, ok, lost, own)),
     ]
 }
 
@@ -439,6 +444,17 @@ impl World {
                     source: "queue",
                 });
             }
+            Op::Health(s, ok, gpus_lost, own) => {
+                let n = self.incarnation[s] + u32::from(!own);
+                let h = Health {
+                    instance_id: id_of(s, n),
+                    ok,
+                    gpus_lost,
+                    reason: "check".into(),
+                    when: None,
+                };
+                self.markers.health.insert(slot_ip(s), h);
+            }
             Op::Launch(s) => {
                 if !self.instances.contains_key(&s) {
                     self.incarnation[s] += 1;
@@ -447,6 +463,7 @@ impl World {
                     // A new instance has not prepared its data yet.
                     self.markers.success.remove(&slot_ip(s));
                     self.markers.failed.remove(&slot_ip(s));
+                    self.markers.health.remove(&slot_ip(s));
                 }
             }
         }
@@ -643,6 +660,13 @@ impl Pass<'_> {
             .find(|i| i.id == id)
     }
 
+    /// The instance's own health report in this pass's snapshot says it is unhealthy.
+    fn unhealthy(&self, id: &str) -> Option<&Health> {
+        let inst = self.observed(id)?;
+        let h = self.snap.markers.as_ref().ok()?.health.get(&inst.ip)?;
+        (!h.ok && h.instance_id == id).then_some(h)
+    }
+
     fn fail(&self, what: String) -> Result<(), String> {
         Err(format!(
             "pass {} at now={}: {what}\nprevious state: {:?}\nplan.outcome.terminate(): {:?}\nplan.outcome.hosts: {:?}\nplan.outcome.events: {:?}",
@@ -833,6 +857,10 @@ proptest! {
         run(&sc, |p| {
             let Ok(acks) = &p.snap.acks else { return Ok(()) };
             for id in &p.plan.outcome.terminate() {
+                // Its own check said its GPUs are gone: no job can use it, it leaves at once.
+                if p.unhealthy(id).is_some_and(|h| h.gpus_lost) {
+                    continue;
+                }
                 if p.prev.members.iter().any(|m| &m.id == id) {
                     return p.fail(format!("terminated {id}, listed in the host file the job runs"));
                 }
@@ -870,10 +898,35 @@ proptest! {
             let voluntary: Vec<&str> = p.prev.members.iter()
                 .map(|m| m.id.as_str())
                 .filter(|id| !kept.contains(id) && running(id) && !interrupted.contains(*id))
+                // A broken worker trains nobody: health removals ignore min.
+                .filter(|id| p.unhealthy(id).is_none())
                 .collect();
             let after = p.rules.base_hosts.len() + p.plan.state.members.len();
             if !voluntary.is_empty() && after < p.rules.min {
                 return p.fail(format!("removed {voluntary:?}, leaving {after} workers under min {}", p.rules.min));
+            }
+            Ok(())
+        })?;
+    }
+
+    /// Only a worker whose own report says it is unhealthy is removed for its health, never a
+    /// base host or the master, and none while more than `max_unhealthy` are unhealthy.
+    #[test]
+    fn health_removes_only_the_unhealthy_and_never_past_the_limit(sc in scenario()) {
+        run(&sc, |p| {
+            let queued = p.plan.outcome.events.iter()
+                .filter(|e| e.kind == "removal_queued" && e.cause == Some(Cause::Unhealthy));
+            for e in queued {
+                let id = e.instance.as_deref().unwrap_or("");
+                if p.unhealthy(id).is_none() {
+                    return p.fail(format!("removed {id} for its health without its own failed report"));
+                }
+                if e.ip.is_some_and(|ip| p.rules.is_protected(ip)) {
+                    return p.fail(format!("removed protected {id} for its health"));
+                }
+                if p.plan.state.health_stopped.is_some() {
+                    return p.fail(format!("removed {id} while stopped at max_unhealthy"));
+                }
             }
             Ok(())
         })?;
@@ -1126,6 +1179,7 @@ fn the_random_runs_reach_every_rule() {
                 "gone",
                 "interrupted",
                 "no_mount_target",
+                "unhealthy",
             ] {
                 count(kind, p.plan.outcome.events.iter().any(|e| e.kind == kind));
             }
