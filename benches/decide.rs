@@ -2,8 +2,8 @@
 //!
 //! Self-contained (no criterion): `cargo bench --bench decide`. Each size is a realistic steady
 //! state — every worker a member the job acknowledged, plus a few joining, a few preparing, a
-//! few asked to leave this pass and a few removals waiting for the job — and decide runs on
-//! the same inputs over and over for a fixed time budget.
+//! few asked to leave this pass and a few removals waiting for the job, every member's health
+//! check passing — and decide runs on the same inputs over and over for a fixed time budget.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -95,6 +95,15 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             acked: true,
         });
         markers.success.insert(ip(n));
+        // With `agent.health`, every worker's agent reports; all pass here.
+        let health = Health {
+            instance_id: instances[n].id.clone(),
+            ok: true,
+            gpus_lost: false,
+            reason: "ok".into(),
+            when: Some(NOW - 60_000),
+        };
+        markers.health.insert(ip(n), health);
     }
     let mut next = members;
     for _ in 0..few {
