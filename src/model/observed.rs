@@ -72,6 +72,14 @@ pub struct Health {
     pub when: Option<Millis>,
 }
 
+/// The job's last finished step, from its progress file (`crate::protocol::progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub step: u64,
+    /// When the job wrote it, if it said so readably (shown only: stalls are timed by dtd).
+    pub time: Option<Millis>,
+}
+
 /// What the job has said it applied, in either acknowledgement form.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Acks {
