@@ -70,6 +70,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
         scheduled_change_lead_ms: 3_600_000,
+        stall_after_ms: None,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;
@@ -132,6 +133,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         group: None,
         resume_requested: None,
         mount_targets: None,
+        progress: None,
     };
     // One pass fills what the daemon remembers between passes (the `since` times).
     let mut warm = snap.clone();

@@ -324,6 +324,8 @@ fn every_journaled_kind_can_be_alerted_on() {
         "ack_timeout",
         "source_failed",
         "terminated",
+        "stalled",
+        "stall_cleared",
     ] {
         let cfg = Config::parse(&with_alerts(&format!(
             "  - {{ webhook: 'https://example.com/x', events: [{kind}] }}\n"

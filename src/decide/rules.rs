@@ -29,6 +29,8 @@ pub struct Rules {
     pub prepare_timeout_ms: u64,
     /// How long before an EC2 scheduled change starts its worker is drained.
     pub scheduled_change_lead_ms: u64,
+    /// `job.stall.after`: how long the job's step may stand still; `None`: no stall detection.
+    pub stall_after_ms: Option<u64>,
 }
 
 /// What the rules read from one instance's tags.
@@ -57,6 +59,7 @@ impl Rules {
             max_prepare_failures: cfg.workers.max_prepare_failures,
             prepare_timeout_ms: cfg.workers.prepare_timeout.as_millis() as u64,
             scheduled_change_lead_ms: cfg.events.scheduled_change_lead.as_millis() as u64,
+            stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
         }
     }
 

@@ -92,6 +92,10 @@ pub enum EventKind {
     NoMountTarget,
     SourceFailed,
     SourceRecovered,
+    /// The job's step (its progress file) has not advanced for `job.stall.after`.
+    Stalled,
+    /// The step advanced again after a stall (or the job stopped reporting, or has no workers).
+    StallCleared,
     #[serde(untagged)]
     Other(String),
 }
@@ -131,6 +135,8 @@ impl EventKind {
             EventKind::NoMountTarget => "no_mount_target",
             EventKind::SourceFailed => "source_failed",
             EventKind::SourceRecovered => "source_recovered",
+            EventKind::Stalled => "stalled",
+            EventKind::StallCleared => "stall_cleared",
             EventKind::Other(_) => "",
         }
     }
@@ -181,6 +187,8 @@ mod tests {
             EventKind::NoMountTarget,
             EventKind::SourceFailed,
             EventKind::SourceRecovered,
+            EventKind::Stalled,
+            EventKind::StallCleared,
         ];
         for kind in known {
             let json = serde_json::to_string(&kind).expect("serialized");
@@ -194,11 +202,11 @@ mod tests {
 
     #[test]
     fn an_unknown_kind_is_kept_as_written() {
-        let kind: EventKind = serde_json::from_str("\"stalled\"").expect("read");
-        assert_eq!(kind, EventKind::Other("stalled".into()));
+        let kind: EventKind = serde_json::from_str("\"rebooted\"").expect("read");
+        assert_eq!(kind, EventKind::Other("rebooted".into()));
         assert_eq!(
             serde_json::to_string(&kind).expect("written"),
-            "\"stalled\""
+            "\"rebooted\""
         );
     }
 }

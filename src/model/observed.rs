@@ -107,6 +107,9 @@ pub struct Snapshot {
     /// The zones where the shared file system has a mount target; `None` when `shared_fs_id` is
     /// not configured or the last read failed (unknown: nothing is concluded from it).
     pub mount_targets: Option<MountTargets>,
+    /// The job's progress file, read only with `job.stall` configured: `None` when it is not,
+    /// or the job has written none; `Err(why)` when it cannot be read (nothing is concluded).
+    pub progress: Option<Result<Progress, String>>,
 }
 
 /// The Availability Zones (names, as this account sees them) where an EFS file system has a

@@ -100,6 +100,21 @@ pub struct State {
     /// their failure marker again does not journal them again.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub prepare_failed: BTreeSet<String>,
+    /// The job's step as last read from its progress file, with `job.stall` configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<JobProgress>,
+}
+
+/// What stall detection remembers: a restarted dtd goes on timing the same step, and does not
+/// journal a stall twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobProgress {
+    pub step: u64,
+    /// When dtd first read this step (its own clock): the stall is timed from here.
+    pub advanced_at: Millis,
+    /// `stalled` was journaled for this step, and `stall_cleared` not yet.
+    #[serde(default)]
+    pub stalled: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -73,6 +73,7 @@ fn rules(min: usize, max: usize) -> Rules {
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
         scheduled_change_lead_ms: 3_600_000,
+        stall_after_ms: None,
     }
 }
 
@@ -386,6 +387,7 @@ impl World {
                         .collect(),
                 }),
             },
+            progress: None,
         }
     }
 

@@ -104,6 +104,7 @@ fn group_rules() -> Rules {
         max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
         scheduled_change_lead_ms: 3_600_000,
+        stall_after_ms: None,
     }
 }
 
@@ -152,6 +153,7 @@ fn held_worker() -> Snapshot {
         group: Some(Ok(group)),
         resume_requested: None,
         mount_targets: None,
+        progress: None,
     }
 }
 
