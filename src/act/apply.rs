@@ -23,6 +23,8 @@ pub struct Actuators {
     /// `<shared_dir>/notices`, written before the signal (signal mode only).
     pub notices_file: PathBuf,
     pub notify: Notify,
+    /// Run on `stalled` and `stall_cleared` (see `Job::stall_command`).
+    pub stall_command: Option<Vec<String>>,
 }
 
 impl Actuators {
@@ -39,6 +41,7 @@ impl Actuators {
             generation_file: cfg.generation_file.clone(),
             notices_file: cfg.shared_dir.join(notify::NOTICES_FILE),
             notify: cfg.job.notify.clone(),
+            stall_command: cfg.job.stall_command().map(<[String]>::to_vec),
         }
     }
 }
@@ -69,6 +72,9 @@ pub async fn apply(
     done.results.push(("host files", written.err()));
     if let (true, Some(n)) = (ok, &outcome.notify) {
         deliver(a, n, state, shared_fs, failing, &mut done).await;
+    }
+    if let Some(change) = &outcome.stall {
+        tell_stall(a, change, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
     done.results.push((STATUS_TAGS, tagged.err()));
@@ -160,6 +166,24 @@ async fn deliver(
             }
             done.results.push((WHAT, Some(message)));
         }
+    }
+}
+
+/// Runs the stall command, once: the stall is journaled already, so a failure is reported
+/// (log, status) but not retried.
+async fn tell_stall(a: &Actuators, change: &StallChange, done: &mut Applied) {
+    let Some(argv) = &a.stall_command else {
+        return;
+    };
+    // A failure is logged where every step's is, as `done.results` are recorded.
+    match super::stall::run(argv, change).await {
+        Ok(how) => {
+            tracing::info!("stall command: {how}");
+            done.results.push(("stall command", None));
+        }
+        Err(e) => done
+            .results
+            .push(("stall command", Some(format!("{e} (not retried)")))),
     }
 }
 
