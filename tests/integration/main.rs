@@ -23,5 +23,6 @@ mod notify;
 mod resilience;
 mod sandbox;
 mod stack;
+mod stall;
 mod story;
 mod untrusted_shared_dir;
