@@ -73,6 +73,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
+        stall_after_ms: None,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;
@@ -144,6 +145,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         group: None,
         resume_requested: None,
         mount_targets: None,
+        progress: None,
     };
     // One pass fills what the daemon remembers between passes (the `since` times).
     let mut warm = snap.clone();

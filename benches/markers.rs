@@ -51,8 +51,11 @@ fn main() {
         }
         let dir = tempfile::tempdir().expect("tempdir");
         for n in 0..workers {
-            std::fs::write(dir.path().join(format!("prepare_data_success_{}", ip(n))), "{}")
-                .expect("marker");
+            std::fs::write(
+                dir.path().join(format!("prepare_data_success_{}", ip(n))),
+                "{}",
+            )
+            .expect("marker");
             report(dir.path(), n);
         }
         let mut scanner = MarkerScanner::new(dir.path());

@@ -3,7 +3,8 @@
 
 Linear regression by mini-batch SGD, the data sharded across the host file's workers and their
 gradients averaged as an allreduce would. On SIGUSR1 it re-reads the host file at the next step
-boundary, reshards, and acknowledges (2018 `host_worker_log` or `ack` file). Standard library only.
+boundary, reshards, and acknowledges (2018 `host_worker_log` or `ack` file). It reports its step in
+the `progress` file, for dtd's stall detection (`job.stall`). Standard library only.
 """
 import argparse
 import contextlib
@@ -36,8 +37,9 @@ def warn(msg):
     print(f"{PREFIX} warning: {msg}", file=sys.stderr, flush=True)
 
 
-def atomic_write(path, text):
-    """Temp file in the same directory + fsync + rename: readers never see a partial file."""
+def atomic_write(path, text, durable=True):
+    """Temp file in the same directory + rename: readers never see a partial file. `durable`
+    fsyncs the file and the directory too, so the new content survives a crash of the machine."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
     try:
@@ -45,13 +47,15 @@ def atomic_write(path, text):
             f.write(text)
             f.flush()
             os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from a daemon's user
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
 
 
 def fsync_dir(directory):
@@ -242,6 +246,45 @@ class Trainer:
         say(f"resumed from epoch {self.epoch}")
 
 
+class Progress:
+    """The `progress` file dtd reads for stall detection: `{"step": N, "time": RFC 3339, "pid": P}`.
+
+    Replaced atomically after a step, at most once per `every` seconds (a step can be much shorter
+    than a file write on EFS), and not fsynced: an update lost in a crash only makes dtd see the
+    step a moment late. A failed write is warned about once and never stops training. Removed
+    when the job stops on purpose, so a finished job is not taken for a stalled one; a job that
+    dies leaves it, and its step stands still.
+    """
+
+    def __init__(self, path, every):
+        self.path, self.every = path, every
+        self.written_at = None  # time.monotonic() of the last write
+        self.failing = False
+
+    def after_step(self, step, force=False):
+        now = time.monotonic()
+        if not force and self.written_at is not None and now - self.written_at < self.every:
+            return
+        line = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "pid": os.getpid()}
+        try:
+            atomic_write(self.path, json.dumps(line) + "\n", durable=False)
+        except OSError as e:
+            if not self.failing:
+                warn(f"progress not written to {self.path}: {e}")
+            self.failing = True
+            return
+        self.failing = False
+        self.written_at = now
+
+    def remove(self):
+        # Only our own: a newer job may already be reporting there.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            with open(self.path, encoding="utf-8") as f:
+                if json.load(f).get("pid") == os.getpid():
+                    os.unlink(self.path)
+
+
 def diff(old, new):
     return [ip for ip in new if ip not in old], [ip for ip in old if ip not in new]
 
@@ -360,6 +403,13 @@ def start_membership(args, flags, trainer):
 
 
 def train(args, flags, trainer):
+    progress = Progress(args.progress, args.progress_every)
+    progress.after_step(trainer.global_step, force=True)  # where a resumed job starts
+    train_steps(args, flags, trainer, progress)
+    progress.remove()  # not after an error: a job that failed has stalled
+
+
+def train_steps(args, flags, trainer, progress):
     waiting = False
     while not flags["stop"] and not (args.epochs and trainer.epoch >= args.epochs):
         if flags["rescale"]:
@@ -374,6 +424,7 @@ def train(args, flags, trainer):
         waiting = False
         trainer.step()
         time.sleep(args.step_time)  # stands in for the GPU work of a real step
+        progress.after_step(trainer.global_step)
         if trainer.step_in_epoch >= args.steps_per_epoch:
             trainer.epoch += 1
             trainer.step_in_epoch = 0
@@ -408,7 +459,8 @@ PATHS = [("hostfile", "host_worker", "host file to train on"),
          ("ack-file", "ack", "acknowledged generation, for --ack file"),
          ("generation-file", "generation", "generation written by the daemon, for --ack file"),
          ("checkpoint", "checkpoint.json", "checkpoint written at every epoch end"),
-         ("notices", "notices", "dtd's notices of the generation it signalled: why workers left, by when")]
+         ("notices", "notices", "dtd's notices of the generation it signalled: why workers left, by when"),
+         ("progress", "progress", "the step reached, for dtd's stall detection (job.stall)")]
 
 
 def parse_args(argv):
@@ -429,6 +481,8 @@ def parse_args(argv):
                    help="dataset size (default 2048)")
     p.add_argument("--features", type=number(int, 1), default=8, metavar="N",
                    help="features per sample (default 8)")
+    p.add_argument("--progress-every", type=number(float, 0), default=1.0, metavar="SECONDS",
+                   help="write the progress file at most this often (default 1)")
     p.add_argument("--lr", type=number(float, 0), default=0.05, help="learning rate (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default 0)")
     args = p.parse_args(argv)

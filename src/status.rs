@@ -62,6 +62,25 @@ pub struct StatusReport {
     /// Each alert webhook's counts and failure, URL redacted.
     #[serde(default)]
     pub alerts: Vec<AlertStatus>,
+    /// The job's progress and whether it stalled, with `job.stall` configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressStatus>,
+}
+
+/// What stall detection knows of the job's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressStatus {
+    /// The progress file.
+    pub file: String,
+    /// The last step read, and when dtd first read it; `None` before the job wrote one.
+    pub step: Option<u64>,
+    pub advanced_at: Option<Millis>,
+    /// The step has not advanced for `stall_after_ms`: journaled as `stalled`.
+    pub stalled: bool,
+    pub stall_after_ms: u64,
+    /// Why the file cannot be read now (no stall is concluded from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The totals an earlier dtd wrote in its last status, if it can be read: counting goes on
@@ -142,8 +161,26 @@ impl StatusReport {
             hosts: f.outcome.hosts.clone(),
             workers: worker_views(&f.outcome.rows, snap, state),
             alerts: f.alerts,
+            progress: progress(cfg, snap, state),
         }
     }
+}
+
+fn progress(cfg: &Config, snap: &Snapshot, state: &State) -> Option<ProgressStatus> {
+    let stall = cfg.job.stall.as_ref()?;
+    let known = state.progress.as_ref();
+    Some(ProgressStatus {
+        file: cfg.job.progress.display().to_string(),
+        step: known.map(|k| k.step),
+        advanced_at: known.map(|k| k.advanced_at),
+        stalled: known.is_some_and(|k| k.stalled),
+        stall_after_ms: stall.after.as_millis() as u64,
+        error: snap
+            .progress
+            .as_ref()
+            .and_then(|r| r.as_ref().err())
+            .cloned(),
+    })
 }
 
 /// Every source a pass reads, whether it was read, and what it held.
@@ -272,6 +309,9 @@ impl StatusReport {
             self.generation
         );
         let _ = writeln!(o, "Totals:      {}", self.summary());
+        if let Some(p) = &self.progress {
+            p.render(&mut o, now);
+        }
         for s in &self.sources {
             let mark = if s.ok { "ok" } else { "FAILED" };
             let _ = writeln!(o, "Source:      {:<22} {mark} {}", s.name, s.detail);
@@ -348,6 +388,42 @@ impl StatusReport {
     }
 }
 
+impl ProgressStatus {
+    /// `Stalled:` while the step stands still past the limit, `Progress:` otherwise; and why
+    /// the file cannot be read, if it cannot.
+    fn render(&self, o: &mut String, now: Millis) {
+        let after = span(self.stall_after_ms);
+        match (self.step, self.advanced_at) {
+            (Some(step), Some(at)) if self.stalled => {
+                let _ = writeln!(
+                    o,
+                    "Stalled:     step {step} has not advanced for {} (since {})",
+                    span(now.saturating_sub(at)),
+                    rfc3339(at)
+                );
+            }
+            (Some(step), Some(at)) => {
+                let _ = writeln!(
+                    o,
+                    "Progress:    step {step}, last advanced {} ago (a stall after {after})",
+                    ago(now.saturating_sub(at))
+                );
+            }
+            _ if self.error.is_none() => {
+                let _ = writeln!(
+                    o,
+                    "Progress:    no step read from {} yet (a stall after {after} once there is)",
+                    self.file
+                );
+            }
+            _ => {}
+        }
+        if let Some(e) = &self.error {
+            let _ = writeln!(o, "Progress:    unreadable, no stall concluded: {e}");
+        }
+    }
+}
+
 /// EC2's instance lifecycle value as the console shows it.
 fn market_label(market: &str) -> &str {
     match market {
@@ -406,6 +482,7 @@ events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
             group: None,
             resume_requested: None,
             mount_targets: None,
+            progress: None,
         };
         let state = State {
             generation: 3,
@@ -491,9 +568,89 @@ events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
         assert!(report.alerts.is_empty());
     }
 
-    fn empty_report() -> StatusReport {
-        let cfg = Config::parse(CONFIG).expect("config");
+    fn progress_lines(p: ProgressStatus, now: Millis) -> Vec<String> {
+        let mut report = empty_report();
+        report.progress = Some(p);
+        let text = report.render(now);
+        let lines = text
+            .lines()
+            .filter(|l| l.starts_with("Stalled:") || l.starts_with("Progress:"));
+        lines.map(str::to_string).collect()
+    }
+
+    fn progress(step: Option<u64>, stalled: bool, error: Option<&str>) -> ProgressStatus {
+        ProgressStatus {
+            file: "/efs/progress".into(),
+            step,
+            advanced_at: step.map(|_| 1_795_508_201_000),
+            stalled,
+            stall_after_ms: 600_000,
+            error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_stall_gets_its_line_with_the_step_and_how_long() {
+        let now = 1_795_508_201_000 + 603_000;
+        assert_eq!(
+            progress_lines(progress(Some(1234), true, None), now),
+            ["Stalled:     step 1234 has not advanced for 10m 3s (since 2026-11-24T08:16:41Z)"]
+        );
+        assert_eq!(
+            progress_lines(progress(Some(1234), false, None), now - 600_000),
+            ["Progress:    step 1234, last advanced 3s ago (a stall after 10m)"]
+        );
+        assert_eq!(
+            progress_lines(progress(None, false, None), now),
+            ["Progress:    no step read from /efs/progress yet (a stall after 10m once there is)"]
+        );
+        assert_eq!(
+            progress_lines(
+                progress(Some(1234), true, Some("/efs/progress is a FIFO")),
+                now
+            ),
+            [
+                "Stalled:     step 1234 has not advanced for 10m 3s (since 2026-11-24T08:16:41Z)",
+                "Progress:    unreadable, no stall concluded: /efs/progress is a FIFO"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_progress_comes_from_the_state_and_the_files_error_from_the_snapshot() {
+        let cfg = Config::parse(&CONFIG.replace(
+            "job: { ack: { host_worker_log: /efs/host_worker_log } }",
+            "job: { ack: { host_worker_log: /efs/host_worker_log }, stall: { after: 10m } }",
+        ))
+        .expect("config");
         let snap = Snapshot {
+            progress: Some(Err("/efs/progress is a FIFO".into())),
+            ..empty_snapshot()
+        };
+        let state = State {
+            progress: Some(JobProgress {
+                step: 1234,
+                advanced_at: 1_795_508_201_000,
+                stalled: true,
+            }),
+            ..State::default()
+        };
+        let report = StatusReport::build(&cfg, facts(&Outcome::default(), &snap, &state));
+        let expected = progress(Some(1234), true, Some("/efs/progress is a FIFO"));
+        assert_eq!(report.progress, Some(expected));
+    }
+
+    #[test]
+    fn without_stall_detection_there_is_no_progress_line() {
+        let report = empty_report();
+        assert_eq!(report.progress, None);
+        assert!(!report.render(0).contains("Progress:"));
+        let json = serde_json::to_value(&report).expect("JSON");
+        assert!(json.get("progress").is_none());
+    }
+
+    fn empty_snapshot() -> Snapshot {
+        Snapshot {
             instances: Ok(Vec::new()),
             markers: Ok(Markers::default()),
             acks: Ok(Acks::default()),
@@ -501,21 +658,36 @@ events: { queue_url: 'https://sqs.us-east-1.amazonaws.com/1/q' }
             group: None,
             resume_requested: None,
             mount_targets: None,
-        };
-        let facts = PassFacts {
-            outcome: &Outcome::default(),
-            snap: &snap,
-            state: &State::default(),
+            progress: None,
+        }
+    }
+
+    fn facts<'a>(outcome: &'a Outcome, snap: &'a Snapshot, state: &'a State) -> PassFacts<'a> {
+        PassFacts {
+            outcome,
+            snap,
+            state,
             queue_error: None,
             mount_targets: None,
             ec2_calls: 0,
             listed_at: None,
             pass_ms: 1,
             errors: &[],
-            totals: &Totals::default(),
+            totals: &TOTALS,
             alerts: Vec::new(),
             now: 0,
-        };
-        StatusReport::build(&cfg, facts)
+        }
+    }
+
+    const TOTALS: Totals = Totals {
+        since: 0,
+        gpu_seconds_training: 0.0,
+        gpu_seconds_idle: 0.0,
+    };
+
+    fn empty_report() -> StatusReport {
+        let cfg = Config::parse(CONFIG).expect("config");
+        let snap = empty_snapshot();
+        StatusReport::build(&cfg, facts(&Outcome::default(), &snap, &State::default()))
     }
 }

@@ -25,6 +25,8 @@ pub struct Actuators {
     pub notify: Notify,
     /// What replacements of unhealthy workers are launched from (`workers.launch_template`).
     pub launch_template: Option<String>,
+    /// Run on `stalled` and `stall_cleared` (see `Job::stall_command`).
+    pub stall_command: Option<Vec<String>>,
 }
 
 impl Actuators {
@@ -42,6 +44,7 @@ impl Actuators {
             notices_file: cfg.shared_dir.join(notify::NOTICES_FILE),
             notify: cfg.job.notify.clone(),
             launch_template: cfg.workers.launch_template.clone(),
+            stall_command: cfg.job.stall_command().map(<[String]>::to_vec),
         }
     }
 }
@@ -72,6 +75,9 @@ pub async fn apply(
     done.results.push(("host files", written.err()));
     if let (true, Some(n)) = (ok, &outcome.notify) {
         deliver(a, n, state, shared_fs, failing, &mut done).await;
+    }
+    if let Some(change) = &outcome.stall {
+        tell_stall(a, change, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
     done.results.push((STATUS_TAGS, tagged.err()));
@@ -164,6 +170,24 @@ async fn deliver(
             }
             done.results.push((WHAT, Some(message)));
         }
+    }
+}
+
+/// Runs the stall command, once: the stall is journaled already, so a failure is reported
+/// (log, status) but not retried.
+async fn tell_stall(a: &Actuators, change: &StallChange, done: &mut Applied) {
+    let Some(argv) = &a.stall_command else {
+        return;
+    };
+    // A failure is logged where every step's is, as `done.results` are recorded.
+    match super::stall::run(argv, change).await {
+        Ok(how) => {
+            tracing::info!("stall command: {how}");
+            done.results.push(("stall command", None));
+        }
+        Err(e) => done
+            .results
+            .push(("stall command", Some(format!("{e} (not retried)")))),
     }
 }
 

@@ -4,8 +4,10 @@
 pub mod apply;
 pub mod asg;
 pub mod ec2;
+pub mod hook;
 pub mod hostfiles;
 pub mod job_pid;
 pub mod journal;
 pub mod notify;
 pub mod queue;
+pub mod stall;

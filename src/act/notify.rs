@@ -2,19 +2,19 @@
 //! run as an argv (never through a shell) with the change in its environment.
 
 use std::path::Path;
-use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::hook;
 use super::job_pid::job_pid;
 use crate::config::Notify;
 use crate::decide::join_ips;
 use crate::fsutil::write_atomic;
 use crate::model::{rfc3339, JobNotice, Notification};
 
-/// A hook that runs longer than this is killed and the notification retried next pass.
-const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+/// `DT_EVENT` of a membership notification, so a hook that also gets stalls tells them apart.
+pub const MEMBERSHIP_EVENT: &str = "membership";
 
 /// In the shared directory: the notices of the generation signalled (README, "The job contract").
 pub const NOTICES_FILE: &str = "notices";
@@ -85,25 +85,16 @@ fn notice_env(n: &Notification) -> Vec<(&'static str, String)> {
     env
 }
 
+/// The membership hook: `DT_EVENT=membership` (the stall command may be the same program, see
+/// `act::stall`), the change, the host file and any notices.
 async fn run_hook(argv: &[String], n: &Notification, hostfile: &Path) -> Result<String, String> {
-    let (program, args) = argv.split_first().ok_or("empty hook command")?;
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .env("DT_GENERATION", n.generation.to_string())
-        .env("DT_ADDED", join_ips(&n.added))
-        .env("DT_REMOVED", join_ips(&n.removed))
-        .env("DT_HOSTFILE", hostfile)
-        .envs(notice_env(n))
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("starting hook {program}: {e}"))?;
-    match tokio::time::timeout(HOOK_TIMEOUT, child.wait()).await {
-        Err(_) => Err(format!(
-            "hook {program} did not finish within {HOOK_TIMEOUT:?}"
-        )),
-        Ok(Err(e)) => Err(format!("waiting for hook {program}: {e}")),
-        Ok(Ok(status)) if status.success() => Ok(format!("hook {program} ran")),
-        Ok(Ok(status)) => Err(format!("hook {program} failed: {status}")),
-    }
+    let mut env = vec![
+        ("DT_EVENT", MEMBERSHIP_EVENT.to_string()),
+        ("DT_GENERATION", n.generation.to_string()),
+        ("DT_ADDED", join_ips(&n.added)),
+        ("DT_REMOVED", join_ips(&n.removed)),
+        ("DT_HOSTFILE", hostfile.display().to_string()),
+    ];
+    env.extend(notice_env(n));
+    hook::run(argv, &env).await
 }

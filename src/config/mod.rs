@@ -25,7 +25,7 @@ use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
 pub use sections::{
-    Events, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots,
+    Events, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots, Stall,
 };
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
@@ -138,6 +138,24 @@ pub struct HostfileSpec {
 pub struct Job {
     pub notify: Notify,
     pub ack: Ack,
+    /// The job's progress file (`{"step": N, "time": …}`); default `<shared_dir>/progress`.
+    /// Read only with `stall` configured.
+    pub progress: PathBuf,
+    /// Stall detection; off when absent.
+    pub stall: Option<Stall>,
+}
+
+impl Job {
+    /// The command run on `stalled` and `stall_cleared`: `stall.command`, else the notify
+    /// command; `None` when neither is configured (the stall is only journaled and shown).
+    pub fn stall_command(&self) -> Option<&[String]> {
+        let stall = self.stall.as_ref()?;
+        match (&stall.command, &self.notify) {
+            (Some(argv), _) => Some(argv),
+            (None, Notify::Command(argv)) => Some(argv),
+            (None, _) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_timeout};
-use super::{Alert, Events, HealthPolicy, MetricsConfig, Notify, Slots};
+use super::{Alert, Events, HealthPolicy, MetricsConfig, Notify, Slots, Stall};
 use crate::hostfile::Format;
 
 #[derive(Debug, Deserialize)]
@@ -193,6 +193,11 @@ pub(super) struct RawJob {
     pub notify: Notify,
     #[serde(default)]
     pub ack: RawAck,
+    /// The job's progress file; default `<shared_dir>/progress`.
+    #[serde(default)]
+    pub progress: Option<PathBuf>,
+    #[serde(default)]
+    pub stall: Option<Stall>,
 }
 
 /// A key left out takes its value from [`Default`].

@@ -12,6 +12,7 @@ use super::{
 };
 use crate::hostfile::{Format, HostTemplate};
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
+use crate::protocol::progress::PROGRESS_FILE;
 
 /// The 2018 `host_worker`, written when the file names no host file.
 const DEFAULT_HOSTFILE: &str = "host_worker";
@@ -85,6 +86,8 @@ fn job(j: RawJob, shared_dir: &Path) -> Job {
     Job {
         notify: j.notify,
         ack,
+        progress: j.progress.unwrap_or_else(|| shared_dir.join(PROGRESS_FILE)),
+        stall: j.stall,
     }
 }
 
@@ -106,6 +109,10 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
     if !raw.shared_dir.is_absolute() {
         let msg = "shared_dir must be an absolute path";
         return Err(at_key(text, "shared_dir", msg));
+    }
+    if raw.job.progress.as_ref().is_some_and(|p| !p.is_absolute()) {
+        let msg = "job.progress must be an absolute path";
+        return Err(at_key(text, "progress", msg));
     }
     for spec in &raw.hostfiles {
         if !spec.path.is_absolute() || spec.path.file_name().is_none() {

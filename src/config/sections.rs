@@ -64,6 +64,35 @@ fn listen_address<'de, D: serde::Deserializer<'de>>(
     Ok(Some(addr))
 }
 
+/// `job.stall`: when the job's step (its progress file) stops advancing for `after`, `dtd`
+/// journals `stalled` and runs `command` (or the `job.notify` command) with `DT_EVENT=stalled`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stall {
+    #[serde(deserialize_with = "stall_after")]
+    pub after: Duration,
+    /// Run as an argv (never through a shell) on `stalled` and `stall_cleared`; without it the
+    /// `job.notify` command is, if notify is one.
+    #[serde(default, deserialize_with = "argv")]
+    pub command: Option<Vec<String>>,
+}
+
+/// Inside a flow mapping serde's path ends at `job.stall`, so the message names the key itself.
+fn stall_after<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    duration(d).map_err(|e| serde::de::Error::custom(format!("after: {e}")))
+}
+
+/// A program and its arguments: at least the program, named.
+fn argv<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let argv = Vec::<String>::deserialize(d)?;
+    match argv.first() {
+        Some(program) if !program.is_empty() => Ok(Some(argv)),
+        _ => Err(serde::de::Error::custom(
+            "command must be [program, args..] with a program",
+        )),
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Rebalance {

@@ -324,6 +324,8 @@ fn every_journaled_kind_can_be_alerted_on() {
         "ack_timeout",
         "source_failed",
         "terminated",
+        "stalled",
+        "stall_cleared",
     ] {
         let cfg = Config::parse(&with_alerts(&format!(
             "  - {{ webhook: 'https://example.com/x', events: [{kind}] }}\n"
@@ -376,4 +378,71 @@ fn replace_unhealthy_needs_a_launch_template() {
         e.contains("replace_unhealthy") && e.contains("launch_template"),
         "{e}"
     );
+}
+
+/// The good file with lines added under `job:` (after its `ack`).
+fn with_job(lines: &str) -> String {
+    GOOD.replace(
+        "  ack: { host_worker_log: /efs/host_worker_log, timeout: 10m }\n",
+        &format!("  ack: {{ host_worker_log: /efs/host_worker_log, timeout: 10m }}\n{lines}"),
+    )
+}
+
+#[test]
+fn stall_detection_is_off_unless_configured_and_the_progress_file_defaults_to_the_shared_dir() {
+    let cfg = Config::parse(GOOD).unwrap();
+    assert_eq!(cfg.job.stall, None);
+    assert_eq!(cfg.job.stall_command(), None);
+    assert_eq!(cfg.job.progress, Path::new("/efs/progress"));
+    let cfg = Config::parse(&with_job(
+        "  progress: /efs/job/progress.json\n  stall: { after: 10m }\n",
+    ))
+    .unwrap();
+    let stall = cfg.job.stall.as_ref().unwrap();
+    assert_eq!(stall.after, Duration::from_secs(600));
+    assert_eq!(cfg.job.progress, Path::new("/efs/job/progress.json"));
+    // Signal mode has no command to run: the stall is journaled, shown and alerted only.
+    assert_eq!(cfg.job.stall_command(), None);
+}
+
+#[test]
+fn the_stall_command_is_its_own_or_the_notify_command() {
+    let cfg = Config::parse(&with_job(
+        "  stall: { after: 3s, command: [/usr/local/bin/page, --team, ml] }\n",
+    ))
+    .unwrap();
+    let own: &[String] = &["/usr/local/bin/page".into(), "--team".into(), "ml".into()];
+    assert_eq!(cfg.job.stall_command(), Some(own));
+    let hook = with_job("  stall: { after: 3s }\n").replace(
+        "{ signal: SIGUSR1, pidfile: /efs/job.pid }",
+        "{ command: [/bin/echo, hi] }",
+    );
+    let cfg = Config::parse(&hook).unwrap();
+    let notify: &[String] = &["/bin/echo".into(), "hi".into()];
+    assert_eq!(cfg.job.stall_command(), Some(notify));
+}
+
+#[test]
+fn a_bad_stall_is_named_with_its_line() {
+    let e = error_of(&with_job("  stall: { after: soon }\n"));
+    assert!(
+        e.contains("job.stall: after: bad duration `soon`") && e.contains("line 11"),
+        "{e}"
+    );
+    let e = error_of(&with_job("  stall: { after: 0s }\n"));
+    assert!(
+        e.contains("greater than zero") && e.contains("line 11"),
+        "{e}"
+    );
+    let e = error_of(&with_job("  stall: { command: [x] }\n"));
+    assert!(e.contains("after") && e.contains("line 11"), "{e}");
+    let e = error_of(&with_job("  stall: { after: 10m, every: 1m }\n"));
+    assert!(e.contains("every") && e.contains("line 11"), "{e}");
+    let e = error_of(&with_job("  stall: { after: 10m, command: [] }\n"));
+    assert!(
+        e.contains("command must be") && e.contains("line 11"),
+        "{e}"
+    );
+    let e = error_of(&with_job("  progress: progress\n"));
+    assert!(e.contains("job.progress") && e.contains("line 11"), "{e}");
 }

@@ -29,6 +29,7 @@ use crate::observe::acks::AckReader;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 use crate::observe::efs::MountTargetWatch;
 use crate::observe::markers::MarkerScanner;
+use crate::observe::progress::ProgressReader;
 use crate::observe::shared_changes::{self, Watched};
 use crate::status::{PassFacts, StatusReport};
 use crate::store::{load_state, save_json, Paths, StoreError};
@@ -109,6 +110,7 @@ impl Daemon {
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(&cfg.job.ack.file, cfg.job.ack.host_worker_log.as_deref()),
             resume: paths.resume(),
+            progress: (cfg.job.stall.as_ref()).map(|_| ProgressReader::new(&cfg.job.progress)),
         };
         let deadline = |what: &str, dir: &std::path::Path| {
             Deadline::new(format!("{what} {}", dir.display()), cfg.fs_timeout)
@@ -201,7 +203,8 @@ impl Daemon {
     /// whether the shared directory is stuck, and the EC2 calls made.
     async fn observe(&mut self) -> (Snapshot, bool, u32) {
         let listing_calls = self.ec2.first_listing().await;
-        let shared = shared::read(&self.readers, &mut self.shared_fs).await;
+        let reads_progress = self.cfg.job.stall.is_some();
+        let shared = shared::read(&self.readers, &mut self.shared_fs, reads_progress).await;
         let stalled = shared.markers.is_err() && self.shared_fs.is_stuck();
         let template = self.resolve_launch_template().await;
         let named = self.inbox.instances();
@@ -236,6 +239,7 @@ impl Daemon {
             group: self.group.clone(),
             resume_requested: shared.resume_requested,
             mount_targets,
+            progress: shared.progress,
         };
         (snap, stalled, listing_calls + refreshed.calls)
     }

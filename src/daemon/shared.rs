@@ -1,5 +1,5 @@
-//! The pass's reads of the shared directory: markers, acknowledgements and `dtctl resume`, all
-//! on one thread within the shared directory's deadline.
+//! The pass's reads of the shared directory: markers, acknowledgements, `dtctl resume` and the
+//! job's progress, all on one thread within the shared directory's deadline.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -8,6 +8,7 @@ use crate::deadline::Deadline;
 use crate::model::*;
 use crate::observe::acks::AckReader;
 use crate::observe::markers::MarkerScanner;
+use crate::observe::progress::ProgressReader;
 use crate::untrusted;
 
 /// What the pass reads from the shared directory, all on one thread with one deadline.
@@ -15,12 +16,15 @@ pub(super) struct SharedReaders {
     pub markers: MarkerScanner,
     pub acks: AckReader,
     pub resume: PathBuf,
+    /// With `job.stall` configured only.
+    pub progress: Option<ProgressReader>,
 }
 
 pub(super) struct SharedView {
     pub markers: Result<Markers, String>,
     pub acks: Result<Acks, String>,
     pub resume_requested: Option<Millis>,
+    pub progress: Option<Result<Progress, String>>,
 }
 
 impl SharedReaders {
@@ -29,6 +33,7 @@ impl SharedReaders {
             markers: self.markers.scan(),
             acks: self.acks.read(),
             resume_requested: resume_requested(&self.resume),
+            progress: self.progress.as_mut().and_then(ProgressReader::read),
         }
     }
 }
@@ -39,8 +44,14 @@ fn resume_requested(path: &std::path::Path) -> Option<Millis> {
     String::from_utf8_lossy(&bytes).trim().parse().ok()
 }
 
-/// Reads everything within `fs`'s deadline; a stall makes markers and acknowledgements fail.
-pub(super) async fn read(readers: &Arc<Mutex<SharedReaders>>, fs: &mut Deadline) -> SharedView {
+/// Reads everything within `fs`'s deadline; a stall makes markers and acknowledgements fail,
+/// and the progress file too when `reads_progress` (the readers' lock may be held by the
+/// stuck thread, so that is not asked of them).
+pub(super) async fn read(
+    readers: &Arc<Mutex<SharedReaders>>,
+    fs: &mut Deadline,
+    reads_progress: bool,
+) -> SharedView {
     let readers = Arc::clone(readers);
     let read = move || {
         let mut r = readers
@@ -50,7 +61,9 @@ pub(super) async fn read(readers: &Arc<Mutex<SharedReaders>>, fs: &mut Deadline)
     };
     match fs.run("reading markers and acknowledgements", read).await {
         Ok(view) => view,
+        // Not "no progress file": a stall already shown stays shown until the file is read.
         Err(stalled) => SharedView {
+            progress: reads_progress.then(|| Err(stalled.clone())),
             markers: Err(stalled.clone()),
             acks: Err(stalled),
             resume_requested: None,

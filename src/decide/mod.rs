@@ -7,7 +7,8 @@
 //! changed), changes the [`State`], and writes a [`draft::Draft`] of the [`Outcome`]. Each rule
 //! family is a file of free functions over those three: `notices`, `classify` (who stays, who
 //! joins, who leaves), `joining`, `leaving`, `group` and `launch` (the worker group and its
-//! launching hook), `removal` (the removal lifecycle), `report` (rows, tags, host files).
+//! launching hook), `removal` (the removal lifecycle), `stall` (the job's step standing still),
+//! `report` (rows, tags, host files).
 
 mod classify;
 mod draft;
@@ -23,6 +24,7 @@ mod prepare_failed;
 pub mod removal;
 mod report;
 mod rules;
+mod stall;
 
 use crate::model::*;
 
@@ -50,6 +52,8 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     group::scale_in(&p, &mut st, &mut out);
     launch::prune(&p, &mut st);
     removal::advance_all(&p, &mut st, &mut out);
+    // After joins and leaves: whether the job has workers is this pass's answer.
+    stall::watch(&p, &mut st, &mut out);
     report::finish(&p, st, out)
 }
 

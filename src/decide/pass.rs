@@ -22,6 +22,8 @@ pub(super) struct Pass<'a> {
     pub markers: Option<&'a Markers>,
     pub acks: Option<&'a Acks>,
     pub mount_targets: Option<&'a MountTargets>,
+    /// The job's progress file, when stall detection reads it and the job wrote one.
+    pub progress: Option<&'a Result<Progress, String>>,
     /// The generation this pass's changes make.
     pub next_gen: u64,
 }
@@ -56,6 +58,7 @@ impl<'a> Pass<'a> {
             markers: snap.markers.as_ref().ok(),
             acks: snap.acks.as_ref().ok(),
             mount_targets: snap.mount_targets.as_ref(),
+            progress: snap.progress.as_ref(),
             // Never reuse a generation the ack file already holds (state file lost, or a
             // `dtctl ack` ahead of the daemon): a removal numbered at or below it would count as
             // acknowledged at once, and the worker be terminated before the job saw it leave.

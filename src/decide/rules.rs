@@ -35,6 +35,8 @@ pub struct Rules {
     pub health_leave: HealthLeave,
     /// Launch a replacement from the template for an unhealthy launch-template worker.
     pub replace_unhealthy: bool,
+    /// `job.stall.after`: how long the job's step may stand still; `None`: no stall detection.
+    pub stall_after_ms: Option<u64>,
 }
 
 /// What the rules read from one instance's tags.
@@ -66,6 +68,7 @@ impl Rules {
             max_unhealthy: cfg.health.max_unhealthy,
             health_leave: cfg.health.leave,
             replace_unhealthy: cfg.workers.replace_unhealthy,
+            stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
         }
     }
 

@@ -103,6 +103,10 @@ pub enum EventKind {
     HealthResumed,
     /// A launch-template worker was launched to replace an unhealthy one.
     ReplacementLaunched,
+    /// The job's step (its progress file) has not advanced for `job.stall.after`.
+    Stalled,
+    /// The step advanced again after a stall (or the job stopped reporting, or has no workers).
+    StallCleared,
     #[serde(untagged)]
     Other(String),
 }
@@ -147,6 +151,8 @@ impl EventKind {
             EventKind::HealthStopped => "health_stopped",
             EventKind::HealthResumed => "health_resumed",
             EventKind::ReplacementLaunched => "replacement_launched",
+            EventKind::Stalled => "stalled",
+            EventKind::StallCleared => "stall_cleared",
             EventKind::Other(_) => "",
         }
     }
@@ -202,6 +208,8 @@ mod tests {
             EventKind::HealthStopped,
             EventKind::HealthResumed,
             EventKind::ReplacementLaunched,
+            EventKind::Stalled,
+            EventKind::StallCleared,
         ];
         for kind in known {
             let json = serde_json::to_string(&kind).expect("serialized");
@@ -215,11 +223,11 @@ mod tests {
 
     #[test]
     fn an_unknown_kind_is_kept_as_written() {
-        let kind: EventKind = serde_json::from_str("\"stalled\"").expect("read");
-        assert_eq!(kind, EventKind::Other("stalled".into()));
+        let kind: EventKind = serde_json::from_str("\"rebooted\"").expect("read");
+        assert_eq!(kind, EventKind::Other("rebooted".into()));
         assert_eq!(
             serde_json::to_string(&kind).expect("written"),
-            "\"stalled\""
+            "\"rebooted\""
         );
     }
 }

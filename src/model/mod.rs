@@ -11,7 +11,7 @@ mod worker;
 pub use crate::tags::Tags;
 pub use event::{Event, EventKind};
 pub use observed::*;
-pub use outcome::{Action, HookAction, HookResult, Outcome, Plan};
+pub use outcome::{Action, HookAction, HookResult, Outcome, Plan, StallChange};
 pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;
 pub use worker::*;
@@ -22,4 +22,9 @@ pub type Millis = u64;
 /// A time for people and files, to the second, in UTC: `2026-11-24T08:16:41Z`.
 pub fn rfc3339(at: Millis) -> humantime::Rfc3339Timestamp {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at))
+}
+
+/// A wait for people, to the second: `10m 3s`.
+pub fn span(ms: Millis) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(ms / 1000)).to_string()
 }

@@ -72,6 +72,14 @@ pub struct Health {
     pub when: Option<Millis>,
 }
 
+/// The job's last finished step, from its progress file (`crate::protocol::progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub step: u64,
+    /// When the job wrote it, if it said so readably (shown only: stalls are timed by dtd).
+    pub time: Option<Millis>,
+}
+
 /// What the job has said it applied, in either acknowledgement form.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Acks {
@@ -99,6 +107,9 @@ pub struct Snapshot {
     /// The zones where the shared file system has a mount target; `None` when `shared_fs_id` is
     /// not configured or the last read failed (unknown: nothing is concluded from it).
     pub mount_targets: Option<MountTargets>,
+    /// The job's progress file, read only with `job.stall` configured: `None` when it is not,
+    /// or the job has written none; `Err(why)` when it cannot be read (nothing is concluded).
+    pub progress: Option<Result<Progress, String>>,
 }
 
 /// The Availability Zones (names, as this account sees them) where an EFS file system has a

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{Event, Notification, Row, State, WorkerStatus};
+use super::{Event, EventKind, Millis, Notification, Row, State, WorkerStatus};
 use crate::hostfile::Host;
 
 /// What decide returns: the state to remember, and the outcome to apply.
@@ -30,6 +30,29 @@ pub struct Outcome {
     pub holds: Vec<String>,
     /// Notices this pass could not heed (a drain on a partial view): keep them for the next.
     pub deferred_notices: Vec<String>,
+    /// A stall journaled or cleared this pass: the stall command is run for it.
+    pub stall: Option<StallChange>,
+}
+
+/// A change of the job's stall, for its command (`DT_EVENT`, `DT_STEP`, `DT_STALLED_SINCE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallChange {
+    /// `true`: `stalled`; `false`: `stall_cleared`.
+    pub stalled: bool,
+    /// The step that stopped advancing, or the step it advanced to.
+    pub step: u64,
+    /// When dtd first read the step that stopped advancing.
+    pub since: Millis,
+}
+
+impl StallChange {
+    /// The journal's kind, which `DT_EVENT` names.
+    pub fn kind(&self) -> EventKind {
+        match self.stalled {
+            true => EventKind::Stalled,
+            false => EventKind::StallCleared,
+        }
+    }
 }
 
 /// One call to AWS.

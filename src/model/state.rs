@@ -110,6 +110,9 @@ pub struct State {
     /// Launches owed for unhealthy launch-template workers, resent until RunInstances succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replacements: Vec<Replacement>,
+    /// The job's step as last read from its progress file, with `job.stall` configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<JobProgress>,
 }
 
 /// A launch from the template owed for an unhealthy worker.
@@ -120,6 +123,18 @@ pub struct Replacement {
     /// RunInstances' ClientToken: the same launch however often it is sent.
     pub token: String,
     pub queued_at: Millis,
+}
+
+/// What stall detection remembers: a restarted dtd goes on timing the same step, and does not
+/// journal a stall twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobProgress {
+    pub step: u64,
+    /// When dtd first read this step (its own clock): the stall is timed from here.
+    pub advanced_at: Millis,
+    /// `stalled` was journaled for this step, and `stall_cleared` not yet.
+    #[serde(default)]
+    pub stalled: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

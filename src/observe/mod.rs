@@ -6,5 +6,6 @@ pub mod ec2;
 pub mod efs;
 pub mod eventbridge;
 pub mod markers;
+pub mod progress;
 pub mod queue;
 pub mod shared_changes;

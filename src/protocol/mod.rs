@@ -11,6 +11,7 @@
 //! | `host_worker_log` | the job | `dtd run` | [`host_worker_log`] |
 //! | `generation` | `dtd run`, after the host files | the job | [`generation`] |
 //! | `ack` | the job, or `dtctl ack G` | `dtd run` | [`generation`] |
+//! | `progress` | the job (optional) | `dtd run`, with `job.stall` | [`progress`] |
 //!
 //! The host files themselves are rendered by [`crate::hostfile`]: only the master writes them.
 
@@ -19,4 +20,5 @@ pub mod health;
 pub mod host_worker_log;
 pub mod interruption;
 pub mod markers;
+pub mod progress;
 pub mod report;

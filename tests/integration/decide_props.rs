@@ -76,6 +76,7 @@ fn rules(min: usize, max: usize) -> Rules {
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
+        stall_after_ms: None,
     }
 }
 
@@ -394,6 +395,7 @@ impl World {
                         .collect(),
                 }),
             },
+            progress: None,
         }
     }
 

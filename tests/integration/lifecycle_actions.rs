@@ -107,6 +107,7 @@ fn group_rules() -> Rules {
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
+        stall_after_ms: None,
     }
 }
 
@@ -155,6 +156,7 @@ fn held_worker() -> Snapshot {
         group: Some(Ok(group)),
         resume_requested: None,
         mount_targets: None,
+        progress: None,
     }
 }
 

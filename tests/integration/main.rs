@@ -24,5 +24,6 @@ mod notify;
 mod resilience;
 mod sandbox;
 mod stack;
+mod stall;
 mod story;
 mod untrusted_shared_dir;

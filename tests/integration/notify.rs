@@ -91,6 +91,8 @@ fn a_hook_command_gets_the_change_in_its_environment_and_is_retried() {
     });
     let env = std::fs::read_to_string(c.efs().join("hook-1")).unwrap();
     for line in [
+        // A hook that also gets stalls tells a membership change by it.
+        "DT_EVENT=membership".to_string(),
         "DT_GENERATION=1".to_string(),
         format!("DT_ADDED={ip}"),
         "DT_REMOVED=".to_string(),

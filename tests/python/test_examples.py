@@ -295,6 +295,44 @@ class ElasticJobTest(ScriptTest):
         self.assertEqual(state["workers"], ["10.0.0.1", "10.0.0.2"])
         self.assertEqual(job.err(), "")
 
+    def progress(self):
+        """The progress file's line, or None while there is none."""
+        try:
+            return json.loads((self.shared / "progress").read_text())
+        except FileNotFoundError:
+            return None
+
+    def test_progress_file_reports_the_step_and_is_removed_on_a_clean_stop(self):
+        self.hostfile.write_text("10.0.0.1\n")
+        job = self.start("--progress-every", "0")
+        first = self.wait_for(lambda: (p := self.progress()) and p["step"] >= 3 and p,
+                              "step 3 in the progress file", job)
+        self.assertEqual(set(first), {"step", "time", "pid"})
+        self.assertEqual(first["pid"], job.pid)
+        self.assertRegex(first["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        self.wait_for(lambda: (p := self.progress()) and p["step"] > first["step"],
+                      "the step to advance", job)
+        # Written atomically: no temp file is left beside it.
+        self.assertEqual([f.name for f in self.shared.iterdir() if "progress" in f.name],
+                         ["progress"])
+        self.assertEqual(self.terminate(job), 0)
+        self.assertIsNone(self.progress(), "a job stopped on purpose is not stalled")
+
+    def test_progress_is_written_at_most_every_so_often_from_the_resumed_step(self):
+        self.hostfile.write_text("10.0.0.1\n")
+        first = self.start("--epochs", "1")
+        self.assertEqual(self.wait_exit(first), 0)
+        self.assertIsNone(self.progress(), "removed when training ended")
+        job = self.start("--progress-every", "600")
+        self.wait_line(job, "resumed from epoch 1")
+        self.wait_epochs(job, 2)
+        # Written once at the start, where the checkpoint left off: not after every step.
+        self.assertEqual(self.progress()["step"], 5)
+        # Another job's progress is left alone at the end.
+        write_atomically(self.shared / "progress", '{"step": 9, "pid": 999999}\n')
+        self.assertEqual(self.terminate(job), 0)
+        self.assertEqual(self.progress(), {"step": 9, "pid": 999999})
+
     def test_pidfile_of_another_job_is_left_alone(self):
         self.hostfile.write_text("10.0.0.1\n")
         job = self.start()

@@ -1,0 +1,98 @@
+//! A stalled job: its step (the progress file) has not advanced for `job.stall.after` while it
+//! has workers to train on. Journaled once as `stalled`, shown, and handed to act for the stall
+//! command; `stall_cleared` when the step moves again.
+//!
+//! Only what the job wrote is evidence. No progress file means the job does not report progress
+//! (the contract makes it optional): never a stall. An unreadable file proves nothing either
+//! way: the clock keeps running on the last step read, but no stall is journaled on its strength
+//! (the status shows why it cannot be read). Without workers the job has nothing to train on, so
+//! its step standing still is no stall: the clock starts again when it has some.
+
+use super::draft::Draft;
+use super::pass::Pass;
+use crate::model::*;
+
+pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
+    let Some(after) = p.rules.stall_after_ms else {
+        // Stall detection was turned off: nothing to time, nothing to clear.
+        st.progress = None;
+        return;
+    };
+    match p.progress {
+        None => forget(p, st, out, "the job no longer writes its progress file"),
+        Some(Err(_)) => {}
+        Some(Ok(read)) if !has_workers(p, st) => {
+            forget(p, st, out, "the job has no workers to train on");
+            st.progress = Some(fresh(read.step, p.now));
+        }
+        Some(Ok(read)) => time(p, st, out, read.step, after),
+    }
+}
+
+/// Base hosts or members: a job to train.
+fn has_workers(p: &Pass, st: &State) -> bool {
+    !p.rules.base_hosts.is_empty() || !st.members.is_empty()
+}
+
+fn fresh(step: u64, now: Millis) -> JobProgress {
+    JobProgress {
+        step,
+        advanced_at: now,
+        stalled: false,
+    }
+}
+
+/// The step read this pass, against the one remembered.
+fn time(p: &Pass, st: &mut State, out: &mut Draft, step: u64, after: Millis) {
+    let Some(known) = st.progress.as_mut() else {
+        st.progress = Some(fresh(step, p.now));
+        return;
+    };
+    // Any change counts: a step lower than before is a job restarted from its checkpoint.
+    if known.step != step {
+        let was = std::mem::replace(known, fresh(step, p.now));
+        if was.stalled {
+            let why = format!("the job's step advanced to {step}");
+            clear(p, out, &was, step, &why);
+        }
+        return;
+    }
+    let still = p.now.saturating_sub(known.advanced_at);
+    if known.stalled || still < after {
+        return;
+    }
+    known.stalled = true;
+    let since = known.advanced_at;
+    let msg = format!(
+        "the job's step {step} has not advanced for {} (since {}): stalled",
+        span(still),
+        rfc3339(since)
+    );
+    out.event(p, EventKind::Stalled, None, None, msg);
+    out.outcome.stall = Some(StallChange {
+        stalled: true,
+        step,
+        since,
+    });
+}
+
+/// Nothing to time any more; a stall shown is cleared with `why`.
+fn forget(p: &Pass, st: &mut State, out: &mut Draft, why: &str) {
+    if let Some(was) = st.progress.take().filter(|k| k.stalled) {
+        clear(p, out, &was, was.step, why);
+    }
+}
+
+fn clear(p: &Pass, out: &mut Draft, was: &JobProgress, step: u64, why: &str) {
+    let stood = span(p.now.saturating_sub(was.advanced_at));
+    let msg = format!(
+        "{why}; it was stalled at step {} for {stood}: stall cleared",
+        was.step
+    );
+    out.event(p, EventKind::StallCleared, None, None, msg);
+    out.outcome.stall = Some(StallChange {
+        stalled: false,
+        step,
+        since: was.advanced_at,
+    });
+}

@@ -1,0 +1,160 @@
+//! The job's progress file (`job.progress`), read on every pass when `job.stall` is configured.
+//!
+//! The job replaces it after its steps, so it is `stat`ed first and read only when its inode,
+//! size or modification time changed: a stopped job's file is not read again at every pass.
+//! It is written by the job on the shared file system: opened without blocking, a regular file
+//! only, at most [`MAX_BYTES`]; anything else is warned about once and reported as unreadable.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::fsutil::millis_from_rfc3339;
+use crate::model::Progress;
+use crate::protocol::progress::{ProgressLine, MAX_BYTES};
+use crate::untrusted::{self, WarnOnce};
+
+/// What identifies one version of the file: a rename gives a new inode, a rewrite in place a
+/// new size or modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Version {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+pub struct ProgressReader {
+    path: PathBuf,
+    /// The version last read and what it held.
+    last: Option<(Version, Result<Progress, String>)>,
+    refused: WarnOnce,
+    /// Versions opened and read so far: what the `stat` first saves.
+    opened: u64,
+}
+
+impl ProgressReader {
+    pub fn new(path: &Path) -> Self {
+        ProgressReader {
+            path: path.to_path_buf(),
+            last: None,
+            refused: WarnOnce::default(),
+            opened: 0,
+        }
+    }
+
+    /// `None` while the job has written no progress file; `Err(why)` when it cannot be read.
+    pub fn read(&mut self) -> Option<Result<Progress, String>> {
+        let meta = match std::fs::symlink_metadata(&self.path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.last = None;
+                return None;
+            }
+            Err(e) => return Some(Err(format!("{}: {e}", self.path.display()))),
+        };
+        let version = Version {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        };
+        if let Some((known, read)) = &self.last {
+            if *known == version {
+                return Some(read.clone());
+            }
+        }
+        let read = self.read_file()?;
+        self.last = Some((version, read.clone()));
+        Some(read)
+    }
+
+    /// The file's content; `None` when it vanished between the `stat` and the open.
+    fn read_file(&mut self) -> Option<Result<Progress, String>> {
+        self.opened += 1;
+        let shown = self.path.display();
+        let parsed = match untrusted::read(&self.path, MAX_BYTES) {
+            Ok(None) => return None,
+            Ok(Some(body)) => ProgressLine::parse(&body).map(progress),
+            Err(e) => Err(e.to_string()),
+        };
+        match &parsed {
+            Ok(_) => self.refused.clear(&self.path),
+            Err(why) => {
+                self.refused.warn(&self.path, why, "no stall is concluded");
+            }
+        }
+        Some(parsed.map_err(|why| format!("{shown} {why}")))
+    }
+}
+
+fn progress(line: ProgressLine) -> Progress {
+    Progress {
+        step: line.step,
+        time: line.time.as_deref().and_then(millis_from_rfc3339),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        // As the job does: a new file renamed over the old one.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[test]
+    fn no_file_then_each_new_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("progress");
+        let mut r = ProgressReader::new(&path);
+        assert_eq!(r.read(), None);
+        write(&path, "{\"step\": 3, \"time\": \"2026-11-24T08:16:41Z\"}\n");
+        let p = r.read().unwrap().unwrap();
+        assert_eq!((p.step, p.time), (3, Some(1_795_508_201_000)));
+        write(&path, "{\"step\": 4}\n");
+        assert_eq!(r.read().unwrap().unwrap().step, 4);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(r.read(), None);
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("progress");
+        write(&path, "{\"step\": 9}\n");
+        let mut r = ProgressReader::new(&path);
+        for _ in 0..3 {
+            assert_eq!(r.read().unwrap().unwrap().step, 9);
+        }
+        assert_eq!(r.opened, 1, "a stopped job's file is read once");
+        write(&path, "{\"step\": 9}\n");
+        assert_eq!(r.read().unwrap().unwrap().step, 9);
+        assert_eq!(r.opened, 2, "a new version is read");
+    }
+
+    #[test]
+    fn garbage_a_fifo_and_a_huge_file_are_unreadable_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("progress");
+        let mut r = ProgressReader::new(&path);
+        write(&path, "step 5\n");
+        let e = r.read().unwrap().unwrap_err();
+        assert!(e.contains("does not hold the job's progress"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let e = r.read().unwrap().unwrap_err();
+        assert!(e.contains("a FIFO"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(3 << 30)
+            .unwrap();
+        let e = r.read().unwrap().unwrap_err();
+        assert!(e.contains("more than the 1024"), "{e}");
+    }
+}

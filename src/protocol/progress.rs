@@ -1,0 +1,79 @@
+//! The `progress` file: the job's last finished step, one JSON line it replaces atomically
+//! (temp file and rename) as it trains: `{"step": 1234, "time": "2026-11-24T08:16:41Z"}`.
+//!
+//! Optional for the job; `dtd run` reads it only with `job.stall` configured and journals
+//! `stalled` when the step stops advancing. `time` (when the job wrote it) is optional and only
+//! shown: how long a step has not advanced is measured by `dtd`'s own clock, never the job's.
+
+use serde::{Deserialize, Serialize};
+
+/// The progress file's default name in the shared directory.
+pub const PROGRESS_FILE: &str = "progress";
+
+/// A step number and a time take under a hundred bytes; more is not a progress line.
+pub const MAX_BYTES: u64 = 1024;
+
+/// The line as written. Unknown keys are allowed, so a job may add its own (loss, epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ProgressLine {
+    pub step: u64,
+    /// When the job wrote it (RFC 3339), if it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+}
+
+impl ProgressLine {
+    /// The line a job writes (for tests and tools; the example job writes the same).
+    pub fn render(&self) -> String {
+        // A struct of a number and a string always serializes.
+        let json = serde_json::to_string(self).unwrap_or_default();
+        format!("{json}\n")
+    }
+
+    /// Parses what was read from the shared directory (untrusted: any worker can write it).
+    pub fn parse(body: &[u8]) -> Result<ProgressLine, String> {
+        serde_json::from_slice(body).map_err(|e| {
+            format!("does not hold the job's progress ({{\"step\": N, \"time\": \"…\"}}): {e}")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_round_trips() {
+        let line = ProgressLine {
+            step: 1234,
+            time: Some("2026-11-24T08:16:41Z".into()),
+        };
+        let text = line.render();
+        assert_eq!(text, "{\"step\":1234,\"time\":\"2026-11-24T08:16:41Z\"}\n");
+        assert!(text.len() as u64 <= MAX_BYTES);
+        assert_eq!(ProgressLine::parse(text.as_bytes()).unwrap(), line);
+    }
+
+    #[test]
+    fn time_is_optional_and_extra_keys_are_allowed() {
+        let p = ProgressLine::parse(b"{\"step\": 7, \"loss\": 0.5}").unwrap();
+        assert_eq!((p.step, p.time), (7, None));
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        for bad in [
+            &b""[..],
+            b"7",
+            b"{\"step\": -1}",
+            b"{\"step\": \"7\"}",
+            b"{\"time\": \"2026-11-24T08:16:41Z\"}",
+            b"{\"step\": 1.5}",
+            b"{\"step\": 7, \"time\": 3}",
+            b"\xff",
+        ] {
+            let shown = String::from_utf8_lossy(bad);
+            assert!(ProgressLine::parse(bad).is_err(), "{shown:?}");
+        }
+    }
+}
