@@ -6,6 +6,7 @@ pub mod imds;
 pub mod notice;
 mod output;
 pub mod prepare;
+mod program;
 pub mod watch;
 
 use std::net::IpAddr;
