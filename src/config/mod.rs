@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
-pub use sections::{Events, MetricsConfig, Rebalance, Slots};
+pub use sections::{Events, Health, MetricsConfig, Rebalance, Slots};
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
 /// the pass that reads its marker: added to the agent's own limit for the default prepare timeout.
@@ -143,7 +143,8 @@ pub struct Ack {
     pub timeout: Duration,
 }
 
-/// `dtd agent`: prepare-data on boot, then watch the instance's own metadata for notices.
+/// `dtd agent`: prepare-data on boot, the health check, then watch the instance's own metadata for
+/// notices while the check runs again every interval.
 #[derive(Debug, Clone)]
 pub struct Agent {
     /// The prepare-data program (run as an argv, no shell); default `<shared_dir>/prepare-data.py`.
@@ -158,6 +159,8 @@ pub struct Agent {
     pub retry_delay: Duration,
     /// How often the instance metadata is polled for interruption notices.
     pub imds_interval: Duration,
+    /// The health check; `None`: no check, the success marker follows prepare-data at once.
+    pub health: Option<Health>,
 }
 
 impl Config {
