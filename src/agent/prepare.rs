@@ -76,8 +76,17 @@ fn foreign_owner(path: &Path, mine: &str) -> std::io::Result<Option<String>> {
     Ok(report::owner(&body).filter(|o| o != mine))
 }
 
-/// Runs the attempts and writes the marker. Returns whether the data is ready.
-pub async fn prepare(spec: &Spec) -> bool {
+/// A run of prepare-data that succeeded: what its success marker says.
+pub struct Prepared {
+    attempts: u32,
+    took: Duration,
+    tail: Vec<String>,
+}
+
+/// Runs the attempts; when all fail, writes the failure marker and returns `None`. The success
+/// marker is the caller's to write ([`write_success`]): with a health check, only once the
+/// check passed.
+pub async fn prepare(spec: &Spec) -> Option<Prepared> {
     let started = Instant::now();
     let mut last = None;
     for n in 1..=spec.attempts {
@@ -85,8 +94,11 @@ pub async fn prepare(spec: &Spec) -> bool {
         let attempt = run_attempt(spec, n).await;
         if attempt.status == Status::Exited(0) {
             tracing::info!(attempt = n, elapsed = ?started.elapsed(), "prepare-data: succeeded");
-            write_success(spec, n, started.elapsed(), attempt.tail).await;
-            return true;
+            return Some(Prepared {
+                attempts: n,
+                took: started.elapsed(),
+                tail: attempt.tail,
+            });
         }
         tracing::warn!(
             attempt = n,
@@ -103,15 +115,16 @@ pub async fn prepare(spec: &Spec) -> bool {
     if let Some(attempt) = last {
         write_failure(spec, started.elapsed(), attempt).await;
     }
-    false
+    None
 }
 
-async fn write_success(spec: &Spec, attempts: u32, took: Duration, tail: Vec<String>) {
+/// The worker is ready: the master adds it at its next pass.
+pub async fn write_success(spec: &Spec, done: Prepared) {
     let json = SuccessReport {
         instance_id: spec.identity.instance_id.clone(),
-        attempts,
-        duration_s: seconds(took),
-        output_tail: tail,
+        attempts: done.attempts,
+        duration_s: seconds(done.took),
+        output_tail: done.tail,
     }
     .render();
     super::write_marker(&spec.marker(MarkerKind::Success), &json, spec.retry_delay).await;

@@ -13,6 +13,7 @@ mod decide_props;
 mod decide_rules;
 mod doctor;
 mod groups;
+mod health_agent;
 mod hot_path;
 mod interruptions;
 mod lifecycle_actions;
