@@ -93,7 +93,9 @@ mod tests {
 
     #[test]
     fn a_long_output_keeps_the_newest_lines_within_the_limit() {
-        let tail: Vec<String> = (0..40).map(|i| format!("{i} {}", "x".repeat(1000))).collect();
+        let tail: Vec<String> = (0..40)
+            .map(|i| format!("{i} {}", "x".repeat(1000)))
+            .collect();
         let body = report(tail).render();
         assert!(body.len() <= RENDER_LIMIT + 1);
         let back = HealthReport::parse(&body).unwrap();
