@@ -255,3 +255,24 @@ fn remove_marker(path: &Path) {
         Err(e) => tracing::warn!(path = %path.display(), "cannot remove stale marker: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_ec2_names_instance_types_with_reaches_the_check() {
+        for good in ["p4d.24xlarge", "p6-b200.48xlarge", "g5.xlarge"] {
+            assert!(is_instance_type(good), "{good}");
+        }
+        for bad in [
+            "",
+            "p4d 24xlarge",
+            "$(reboot)",
+            "p4d.24xlarge\n",
+            &"x".repeat(65),
+        ] {
+            assert!(!is_instance_type(bad), "{bad:?}");
+        }
+    }
+}

@@ -249,6 +249,8 @@ fn success_marker_names_the_run_and_removes_a_stale_failure() {
     assert!(!w.marker("prepare_data_failed").exists());
     assert_eq!(w.runs(), 1);
     assert!(w.log().contains("prepare-data: succeeded"), "{}", w.log());
+    // Without agent.health there is no check, and no report of one.
+    assert!(!w.marker("health").exists());
 }
 
 #[test]

@@ -15,22 +15,29 @@ use crate::support::{repo, wait_until};
 const XID_79: &str = "[ 8123.456789] NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python3, \
                       GPU has fallen off the bus.";
 
+/// Runs close enough together for a test, with room for a loaded machine within each.
+const FAST: &[(&str, &str)] = &[("interval", "5s"), ("timeout", "4s")];
+
 struct Node {
     worker: Worker,
     description: PathBuf,
 }
 
 impl Node {
-    /// A p4d.24xlarge (8 GPUs) whose agent runs the default check with `args`, every `interval`.
-    fn new(node: Value, health: &str) -> Node {
+    /// A p4d.24xlarge (8 GPUs) whose agent runs the default check with `args`, and `keys` of
+    /// `agent.health` (`interval`, `timeout`).
+    fn new(node: Value, args: &[&str], keys: &[(&str, &str)]) -> Node {
         let worker = Worker::new(RECORD_RUN);
         worker.imds.set("instance-type", "p4d.24xlarge");
         let check = repo().join("templates/health/gpu_health.py");
+        let mut command = vec![check.display().to_string()];
+        command.extend(args.iter().map(|a| a.to_string()));
+        // A JSON list of strings is a YAML flow sequence.
         let mut config = std::fs::read_to_string(worker.config()).unwrap();
-        config.push_str(&format!(
-            "  health:\n    command: [{}{health}\n",
-            check.display()
-        ));
+        config.push_str(&format!("  health:\n    command: {}\n", json!(command)));
+        for (key, value) in keys {
+            config.push_str(&format!("    {key}: {value}\n"));
+        }
         std::fs::write(worker.config(), config).unwrap();
         let description = worker.dir.path().join("node.json");
         let n = Node {
@@ -87,7 +94,7 @@ fn reason(v: &Value) -> &str {
 
 #[test]
 fn a_healthy_node_joins_and_reports_ok_with_its_instance_type() {
-    let mut n = Node::new(json!({"gpus": 8}), "]");
+    let mut n = Node::new(json!({"gpus": 8}), &[], &[]);
     n.start();
     let success = n.worker.wait_json("prepare_data_success");
     assert_eq!(success["instance_id"], ID);
@@ -108,7 +115,7 @@ fn a_healthy_node_joins_and_reports_ok_with_its_instance_type() {
 
 #[test]
 fn seven_of_eight_gpus_never_joins_even_once_healthy_again() {
-    let mut n = Node::new(json!({"gpus": 7}), "]\n    interval: 5s\n    timeout: 4s");
+    let mut n = Node::new(json!({"gpus": 7}), &[], FAST);
     n.start();
     let v = n.wait_health("an unhealthy report", |v| v["ok"] == false);
     assert_eq!(v["gpus_lost"], true, "{v}");
@@ -127,7 +134,7 @@ fn seven_of_eight_gpus_never_joins_even_once_healthy_again() {
 #[test]
 fn an_xid_79_in_the_kernel_log_is_named_and_the_gpus_are_lost() {
     let log = json!(["[    0.000000] Linux version 6.1.0", XID_79]);
-    let mut n = Node::new(json!({"gpus": 8, "kernel_log": log}), "]");
+    let mut n = Node::new(json!({"gpus": 8, "kernel_log": log}), &[], &[]);
     n.start();
     let v = n.wait_health("an unhealthy report", |v| v["ok"] == false);
     assert_eq!(v["gpus_lost"], true, "{v}");
@@ -142,8 +149,8 @@ fn an_xid_79_in_the_kernel_log_is_named_and_the_gpus_are_lost() {
 #[test]
 fn a_hanging_check_is_killed_with_its_process_group_and_counts_as_failed() {
     // The check's own per-call limit is longer than the agent's: the agent's kill is what ends it.
-    let health = ", --call-timeout, '60']\n    interval: 1m\n    timeout: 2s";
-    let mut n = Node::new(json!({"hang": true}), health);
+    let keys = [("interval", "1m"), ("timeout", "2s")];
+    let mut n = Node::new(json!({"hang": true}), &["--call-timeout", "60"], &keys);
     n.start();
     let v = n.wait_health("an unhealthy report", |v| v["ok"] == false);
     assert_eq!(reason(&v), "timed out after 2s, killed");
@@ -162,7 +169,7 @@ fn a_hanging_check_is_killed_with_its_process_group_and_counts_as_failed() {
 
 #[test]
 fn the_check_runs_again_every_interval_and_a_restart_does_not_prepare_again() {
-    let mut n = Node::new(json!({"gpus": 8}), "]\n    interval: 5s\n    timeout: 4s");
+    let mut n = Node::new(json!({"gpus": 8}), &[], FAST);
     n.start();
     n.wait_health("a healthy report", |v| v["ok"] == true);
     assert!(n.success());
