@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::config::Config;
+use crate::config::{Config, Health};
 use imds::Imds;
 use watch::FailureLog;
 
@@ -74,26 +74,39 @@ async fn work(cfg: &Config, overrides: Overrides) {
     tokio::join!(watcher.run(), prepare_then_check(cfg, &spec));
 }
 
+/// Where prepare-data left this instance.
+enum Readiness {
+    /// An earlier run of the agent wrote the success marker.
+    AlreadyPrepared,
+    /// Just prepared: the success marker is still to write.
+    Prepared(prepare::Prepared),
+    /// The failure marker is written: the master replaces the worker, nothing more to do.
+    Failed,
+}
+
 /// Prepares the data (unless an earlier run of the agent did), then, with a health check, runs it
-/// before the success marker and every interval after. A worker whose first check fails never
-/// joins (the master replaces it); its checks go on, so that the report stays current.
+/// before the success marker and every interval after.
 async fn prepare_then_check(cfg: &Config, spec: &prepare::Spec) {
-    let prepared = if prepare::already_prepared(spec) {
+    let readiness = if prepare::already_prepared(spec) {
         tracing::info!("prepare-data: the success marker is already there; not running it again");
-        None
+        Readiness::AlreadyPrepared
     } else {
         match prepare::prepare(spec).await {
-            Some(done) => Some(done),
-            // The failure marker is written: the master replaces the worker, nothing to check.
-            None => return,
+            Some(done) => Readiness::Prepared(done),
+            None => Readiness::Failed,
         }
     };
-    let Some(health) = &cfg.agent.health else {
-        if let Some(done) = prepared {
-            prepare::write_success(spec, done).await;
-        }
-        return;
-    };
+    match (readiness, &cfg.agent.health) {
+        (Readiness::Failed, _) | (Readiness::AlreadyPrepared, None) => {}
+        (Readiness::Prepared(done), None) => prepare::write_success(spec, done).await,
+        (readiness, Some(health)) => check_forever(cfg, spec, health, readiness).await,
+    }
+}
+
+/// Runs the check at once and then every interval. A worker just prepared joins only if the
+/// first check passes; one that fails it never joins (the master replaces it), and its checks go
+/// on so that the report stays current.
+async fn check_forever(cfg: &Config, spec: &prepare::Spec, health: &Health, readiness: Readiness) {
     // Its own client: the watch owns the other, and must not wait for this one.
     let instance_type = read_instance_type(&Imds::new()).await;
     let mut checker = health::Checker::new(cfg, health, &spec.identity, instance_type);
@@ -103,12 +116,14 @@ async fn prepare_then_check(cfg: &Config, spec: &prepare::Spec) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     let healthy = checker.check().await;
-    match prepared {
-        Some(done) if healthy => prepare::write_success(spec, done).await,
-        Some(_) => tracing::warn!(
-            "health check failed before the worker joined: no success marker; it will not join"
-        ),
-        None => {}
+    if let Readiness::Prepared(done) = readiness {
+        if healthy {
+            prepare::write_success(spec, done).await;
+        } else {
+            tracing::warn!(
+                "health check failed before the worker joined: no success marker; it will not join"
+            );
+        }
     }
     loop {
         ticks.tick().await;
