@@ -1,11 +1,14 @@
 //! `dtd agent`, the worker side: learns the instance's identity from its metadata, runs the
-//! prepare-data program and writes its marker, and meanwhile watches the metadata for
-//! interruption notices (a Spot warning can come while data is still being prepared).
+//! prepare-data program, then the health check when one is configured, and writes the marker;
+//! meanwhile it watches the metadata for interruption notices (a Spot warning can come while data
+//! is still being prepared), and once ready runs the health check every interval.
 
+pub mod health;
 pub mod imds;
 pub mod notice;
 mod output;
 pub mod prepare;
+mod program;
 pub mod watch;
 
 use std::net::IpAddr;
@@ -14,9 +17,12 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::config::Config;
+use crate::config::{Config, Health};
 use imds::Imds;
 use watch::FailureLog;
+
+/// Reads of `instance-type` before the health check goes without it.
+const INSTANCE_TYPE_TRIES: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -65,16 +71,94 @@ async fn work(cfg: &Config, overrides: Overrides) {
         cfg.agent.imds_interval,
     );
     let spec = prepare::Spec::from_config(cfg, identity);
-    let prepare = async {
-        if prepare::already_prepared(&spec) {
-            tracing::info!(
-                "prepare-data: the success marker is already there; not running it again"
-            );
-        } else {
-            prepare::prepare(&spec).await;
+    tokio::join!(watcher.run(), prepare_then_check(cfg, &spec));
+}
+
+/// Where prepare-data left this instance.
+enum Readiness {
+    /// An earlier run of the agent wrote the success marker.
+    AlreadyPrepared,
+    /// Just prepared: the success marker is still to write.
+    Prepared(prepare::Prepared),
+    /// The failure marker is written: the master replaces the worker, nothing more to do.
+    Failed,
+}
+
+/// Prepares the data (unless an earlier run of the agent did), then, with a health check, runs it
+/// before the success marker and every interval after.
+async fn prepare_then_check(cfg: &Config, spec: &prepare::Spec) {
+    let readiness = if prepare::already_prepared(spec) {
+        tracing::info!("prepare-data: the success marker is already there; not running it again");
+        Readiness::AlreadyPrepared
+    } else {
+        match prepare::prepare(spec).await {
+            Some(done) => Readiness::Prepared(done),
+            None => Readiness::Failed,
         }
     };
-    tokio::join!(watcher.run(), prepare);
+    match (readiness, &cfg.agent.health) {
+        (Readiness::Failed, _) | (Readiness::AlreadyPrepared, None) => {}
+        (Readiness::Prepared(done), None) => prepare::write_success(spec, done).await,
+        (readiness, Some(health)) => check_forever(cfg, spec, health, readiness).await,
+    }
+}
+
+/// Runs the check at once and then every interval. A worker just prepared joins only if the
+/// first check passes; one that fails it never joins (the master replaces it), and its checks go
+/// on so that the report stays current.
+async fn check_forever(cfg: &Config, spec: &prepare::Spec, health: &Health, readiness: Readiness) {
+    // Its own client: the watch owns the other, and must not wait for this one.
+    let instance_type = read_instance_type(&Imds::new()).await;
+    let mut checker = health::Checker::new(cfg, health, &spec.identity, instance_type);
+    // Runs start every interval (the config keeps the timeout shorter), so a report is never
+    // older than the interval plus one run.
+    let mut ticks = tokio::time::interval(health.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    let healthy = checker.check().await;
+    if let Readiness::Prepared(done) = readiness {
+        if healthy {
+            prepare::write_success(spec, done).await;
+        } else {
+            tracing::warn!(
+                "health check failed before the worker joined: no success marker; it will not join"
+            );
+        }
+    }
+    loop {
+        ticks.tick().await;
+        checker.check().await;
+    }
+}
+
+/// The instance type, for the check's expected GPU count: a few tries, then the check runs
+/// without it (the default check then says it skipped the count).
+async fn read_instance_type(imds: &Imds) -> Option<String> {
+    let mut failures = FailureLog::default();
+    for _ in 0..INSTANCE_TYPE_TRIES {
+        if let Some(text) = read(imds, "instance-type", &mut failures).await {
+            let t = text.trim();
+            if is_instance_type(t) {
+                return Some(t.to_string());
+            }
+            failures.failed(
+                "instance-type",
+                &invalid("instance-type", "is not an instance type"),
+            );
+            return None;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tracing::warn!("the health check runs without DT_INSTANCE_TYPE: the metadata did not say the instance type");
+    None
+}
+
+/// It reaches the check's environment: keep it to what EC2 names types with (`p4d.24xlarge`).
+fn is_instance_type(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 64
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
 }
 
 /// Waits until both the IP and the instance id are known; the metadata is retried for ever.
@@ -156,15 +240,18 @@ fn check_instance_id(id: &str) -> Result<(), AgentError> {
 }
 
 /// Writes a marker atomically, retrying until it is on the shared directory (EFS may be briefly
-/// unavailable; the master must eventually see the outcome). Logged when the error changes.
+/// unavailable; the master must eventually see the outcome).
 async fn write_marker(path: &Path, body: &[u8], delay: Duration) {
+    write_retrying(path, body, delay).await;
+    tracing::info!(path = %path.display(), "wrote marker");
+}
+
+/// Writes a file atomically, retrying until it is written; logged when the error changes.
+async fn write_retrying(path: &Path, body: &[u8], delay: Duration) {
     let mut last: Option<std::io::ErrorKind> = None;
     loop {
         match crate::fsutil::write_atomic(path, body) {
-            Ok(()) => {
-                tracing::info!(path = %path.display(), "wrote marker");
-                return;
-            }
+            Ok(()) => return,
             Err(e) => {
                 if last != Some(e.kind()) {
                     tracing::error!(path = %path.display(), "cannot write the marker, retrying: {e}");
@@ -181,5 +268,26 @@ fn remove_marker(path: &Path) {
         Ok(()) => tracing::info!(path = %path.display(), "removed stale marker"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(path = %path.display(), "cannot remove stale marker: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_ec2_names_instance_types_with_reaches_the_check() {
+        for good in ["p4d.24xlarge", "p6-b200.48xlarge", "g5.xlarge"] {
+            assert!(is_instance_type(good), "{good}");
+        }
+        for bad in [
+            "",
+            "p4d 24xlarge",
+            "$(reboot)",
+            "p4d.24xlarge\n",
+            &"x".repeat(65),
+        ] {
+            assert!(!is_instance_type(bad), "{bad:?}");
+        }
     }
 }

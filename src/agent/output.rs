@@ -1,4 +1,4 @@
-//! The last lines of a program's output, kept for its prepare-data marker.
+//! The last lines of a program's output, kept for the marker the agent writes about it.
 //!
 //! Bounded in every direction: a program that prints gigabytes, or one endless line, costs a few
 //! kilobytes here, and the marker stays small enough for the master's reader.

@@ -1,21 +1,14 @@
 //! Runs the prepare-data program with a time limit and a bounded number of attempts, then writes
 //! `prepare_data_success_<ip>` or `prepare_data_failed_<ip>` for the master.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::output::Tail;
+use super::program::{self, Outcome, Program, Status};
 use super::Identity;
 use crate::config::Config;
 use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
 use crate::protocol::report::{self, FailureReport, SuccessReport};
-
-/// After the program exits, how long its output may still take to drain (a leftover background
-/// process can hold the pipe open for ever; its output is not waited for).
-const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 pub struct Spec {
     pub program: PathBuf,
@@ -46,34 +39,6 @@ impl Spec {
     fn marker(&self, kind: MarkerKind) -> PathBuf {
         MarkerName::new(kind, self.identity.ip).path_in(&self.shared_dir)
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Status {
-    Exited(i32),
-    Signalled(i32),
-    TimedOut,
-    /// It could not be started (or waited for): the reason, for people.
-    NotStarted(String),
-}
-
-impl Status {
-    fn describe(&self, timeout: Duration) -> String {
-        match self {
-            Status::Exited(c) => format!("exit code {c}"),
-            Status::Signalled(s) => format!("killed by signal {s}"),
-            Status::TimedOut => format!(
-                "timed out after {}, killed",
-                humantime::format_duration(timeout)
-            ),
-            Status::NotStarted(why) => why.clone(),
-        }
-    }
-}
-
-struct Attempt {
-    status: Status,
-    tail: Vec<String>,
 }
 
 /// Whether this instance already prepared its data (the agent restarted). Markers that name
@@ -111,8 +76,17 @@ fn foreign_owner(path: &Path, mine: &str) -> std::io::Result<Option<String>> {
     Ok(report::owner(&body).filter(|o| o != mine))
 }
 
-/// Runs the attempts and writes the marker. Returns whether the data is ready.
-pub async fn prepare(spec: &Spec) -> bool {
+/// A run of prepare-data that succeeded: what its success marker says.
+pub struct Prepared {
+    attempts: u32,
+    took: Duration,
+    tail: Vec<String>,
+}
+
+/// Runs the attempts; when all fail, writes the failure marker and returns `None`. The success
+/// marker is the caller's to write ([`write_success`]): with a health check, only once the
+/// check passed.
+pub async fn prepare(spec: &Spec) -> Option<Prepared> {
     let started = Instant::now();
     let mut last = None;
     for n in 1..=spec.attempts {
@@ -120,8 +94,11 @@ pub async fn prepare(spec: &Spec) -> bool {
         let attempt = run_attempt(spec, n).await;
         if attempt.status == Status::Exited(0) {
             tracing::info!(attempt = n, elapsed = ?started.elapsed(), "prepare-data: succeeded");
-            write_success(spec, n, started.elapsed(), attempt.tail).await;
-            return true;
+            return Some(Prepared {
+                attempts: n,
+                took: started.elapsed(),
+                tail: attempt.tail,
+            });
         }
         tracing::warn!(
             attempt = n,
@@ -138,22 +115,23 @@ pub async fn prepare(spec: &Spec) -> bool {
     if let Some(attempt) = last {
         write_failure(spec, started.elapsed(), attempt).await;
     }
-    false
+    None
 }
 
-async fn write_success(spec: &Spec, attempts: u32, took: Duration, tail: Vec<String>) {
+/// The worker is ready: the master adds it at its next pass.
+pub async fn write_success(spec: &Spec, done: Prepared) {
     let json = SuccessReport {
         instance_id: spec.identity.instance_id.clone(),
-        attempts,
-        duration_s: seconds(took),
-        output_tail: tail,
+        attempts: done.attempts,
+        duration_s: seconds(done.took),
+        output_tail: done.tail,
     }
     .render();
     super::write_marker(&spec.marker(MarkerKind::Success), &json, spec.retry_delay).await;
     super::remove_marker(&spec.marker(MarkerKind::Failed));
 }
 
-async fn write_failure(spec: &Spec, took: Duration, attempt: Attempt) {
+async fn write_failure(spec: &Spec, took: Duration, attempt: Outcome) {
     let status = attempt.status;
     let json = FailureReport {
         instance_id: spec.identity.instance_id.clone(),
@@ -184,138 +162,15 @@ fn seconds(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-async fn run_attempt(spec: &Spec, n: u32) -> Attempt {
-    let tail = Arc::new(Mutex::new(Tail::default()));
-    let (mut child, drained) = match spawn(spec, n, tail.clone()) {
-        Ok(started) => started,
-        Err(why) => {
-            return Attempt {
-                status: Status::NotStarted(why),
-                tail: Vec::new(),
-            }
-        }
-    };
-    let mut group = GroupKill::new(child.id());
-    let status = match tokio::time::timeout(spec.timeout, child.wait()).await {
-        Ok(Ok(st)) => from_exit(st),
-        Ok(Err(e)) => Status::NotStarted(format!("waiting for the program failed: {e}")),
-        Err(_) => {
-            group.kill();
-            let _ = child.wait().await;
-            Status::TimedOut
-        }
-    };
-    // Background processes it left behind are its business; only a timeout kills the group.
-    group.disarm();
-    let _ = tokio::time::timeout(OUTPUT_GRACE, drained).await;
-    let lines = tail.lock().map(|mut t| t.lines()).unwrap_or_default();
-    Attempt {
-        status,
-        tail: lines,
-    }
-}
-
-/// Starts the program in its own process group, stdout and stderr into one pipe (so the tail
-/// keeps their order), and a thread that reads it. The receiver fires when the output ends.
-fn spawn(
-    spec: &Spec,
-    n: u32,
-    tail: Arc<Mutex<Tail>>,
-) -> Result<(tokio::process::Child, tokio::sync::oneshot::Receiver<()>), String> {
-    let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let writer2 = writer
-        .try_clone()
-        .map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let id = &spec.identity;
-    let mut cmd = tokio::process::Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .env("DT_AGENT", "1")
-        .env("DT_IP", id.ip.to_string())
-        .env("DT_INSTANCE_ID", &id.instance_id)
-        .env("DT_SHARED_DIR", &spec.shared_dir)
-        .env("DT_CLUSTER", &spec.cluster)
-        .env("DT_ATTEMPT", n.to_string())
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(writer2)
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = cmd.spawn();
-    // Our copies of the write end must close, or the reader never sees the end of the output.
-    drop(cmd);
-    let child = child.map_err(|e| spawn_error(&spec.program, &e))?;
-    let (done, drained) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        read_output(reader, &tail);
-        let _ = done.send(());
-    });
-    Ok((child, drained))
-}
-
-fn read_output(mut reader: std::io::PipeReader, tail: &Mutex<Tail>) {
-    let mut buf = [0u8; 8192];
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(k) => {
-                let Ok(mut t) = tail.lock() else { return };
-                for line in t.feed(&buf[..k]) {
-                    tracing::debug!(target: "dt::agent::prepare_output", "{line}");
-                }
-            }
-        }
-    }
-}
-
-fn spawn_error(program: &Path, e: &std::io::Error) -> String {
-    let what = match e.kind() {
-        std::io::ErrorKind::NotFound => "program not found".to_string(),
-        std::io::ErrorKind::PermissionDenied => "permission denied (is it executable?)".to_string(),
-        _ => format!("cannot start it: {e}"),
-    };
-    format!("{what}: {}", program.display())
-}
-
-fn from_exit(st: ExitStatus) -> Status {
-    use std::os::unix::process::ExitStatusExt;
-    match (st.code(), st.signal()) {
-        (Some(c), _) => Status::Exited(c),
-        (None, Some(s)) => Status::Signalled(s),
-        (None, None) => Status::NotStarted(format!("unknown exit status {st}")),
-    }
-}
-
-/// Kills the program's whole process group when dropped while armed: on a timeout, and when the
-/// agent is stopped (its future dropped) in the middle of an attempt.
-struct GroupKill {
-    pgid: Option<i32>,
-}
-
-impl GroupKill {
-    fn new(pid: Option<u32>) -> GroupKill {
-        GroupKill {
-            pgid: pid.and_then(|p| i32::try_from(p).ok()),
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            let pg = nix::unistd::Pid::from_raw(pgid);
-            if let Err(e) = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL) {
-                if e != nix::errno::Errno::ESRCH {
-                    tracing::warn!(pgid, "cannot kill the prepare-data process group: {e}");
-                }
-            }
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.pgid = None;
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        self.kill();
-    }
+async fn run_attempt(spec: &Spec, n: u32) -> Outcome {
+    let mut env = program::agent_env(&spec.identity, &spec.shared_dir, &spec.cluster);
+    env.push(("DT_ATTEMPT", n.to_string().into()));
+    program::run(&Program {
+        path: &spec.program,
+        args: &spec.args,
+        env,
+        timeout: spec.timeout,
+        what: "prepare-data",
+    })
+    .await
 }

@@ -25,7 +25,7 @@ use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
 pub use sections::{
-    Events, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots, Stall,
+    Events, Health, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots, Stall,
 };
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
@@ -167,7 +167,8 @@ pub struct Ack {
     pub timeout: Duration,
 }
 
-/// `dtd agent`: prepare-data on boot, then watch the instance's own metadata for notices.
+/// `dtd agent`: prepare-data on boot, the health check, then watch the instance's own metadata for
+/// notices while the check runs again every interval.
 #[derive(Debug, Clone)]
 pub struct Agent {
     /// The prepare-data program (run as an argv, no shell); default `<shared_dir>/prepare-data.py`.
@@ -182,6 +183,8 @@ pub struct Agent {
     pub retry_delay: Duration,
     /// How often the instance metadata is polled for interruption notices.
     pub imds_interval: Duration,
+    /// The health check; `None`: no check, the success marker follows prepare-data at once.
+    pub health: Option<Health>,
 }
 
 impl Config {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_timeout};
-use super::{Alert, Events, HealthPolicy, MetricsConfig, Notify, Slots, Stall};
+use super::{Alert, Events, Health, HealthPolicy, MetricsConfig, Notify, Slots, Stall};
 use crate::hostfile::Format;
 
 #[derive(Debug, Deserialize)]
@@ -233,6 +233,7 @@ pub(super) struct RawAgent {
     pub retry_delay: Duration,
     #[serde(deserialize_with = "duration")]
     pub imds_interval: Duration,
+    pub health: Option<Health>,
 }
 
 impl Default for RawAgent {
@@ -244,16 +245,21 @@ impl Default for RawAgent {
             attempts: 3,
             retry_delay: Duration::from_secs(10),
             imds_interval: Duration::from_secs(1),
+            health: None,
         }
     }
 }
 
 impl RawAgent {
     /// The longest `dtd agent` takes before it writes a marker: every attempt running into its
-    /// timeout, with the pauses between them.
+    /// timeout, with the pauses between them, then the health check running into its own (the
+    /// success marker waits for the first check to pass).
     pub fn limit(&self) -> Duration {
         let pauses = (self.retry_delay).saturating_mul(self.attempts.saturating_sub(1));
-        (self.timeout.saturating_mul(self.attempts)).saturating_add(pauses)
+        let check = self.health.as_ref().map_or(Duration::ZERO, |h| h.timeout);
+        (self.timeout.saturating_mul(self.attempts))
+            .saturating_add(pauses)
+            .saturating_add(check)
     }
 }
 

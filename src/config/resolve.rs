@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::position::at_key;
+use super::position::{at_key, at_path};
 use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
 use super::{
-    Ack, Agent, Config, HostfileSpec, Job, Workers, ELASTIC_TAG_SUFFIX, HOOK_GLOBAL_TIMEOUT_MAX,
-    PREPARE_MARGIN,
+    Ack, Agent, Config, Health, HostfileSpec, Job, Workers, ELASTIC_TAG_SUFFIX,
+    HOOK_GLOBAL_TIMEOUT_MAX, PREPARE_MARGIN,
 };
 use crate::hostfile::{Format, HostTemplate};
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
@@ -101,6 +101,7 @@ fn agent(a: RawAgent, shared_dir: &Path) -> Agent {
         attempts: a.attempts,
         retry_delay: a.retry_delay,
         imds_interval: a.imds_interval,
+        health: a.health,
     }
 }
 
@@ -144,6 +145,9 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
         let msg = "shared_fs_refresh must be at least 1s";
         return Err(at_key(text, "shared_fs_refresh", msg));
     }
+    if let Some(health) = &raw.agent.health {
+        validate_health(health, text)?;
+    }
     validate_prepare_timeout(raw, text)?;
     match raw.master {
         Some(master) if raw.workers.base_hosts.contains(&master) => Err(at_key(
@@ -153,6 +157,26 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
         )),
         _ => Ok(()),
     }
+}
+
+/// A check needs a program; and one that may run as long as the interval could not report once
+/// every interval, which is what the master relies on to see a report that is out of date.
+fn validate_health(h: &Health, text: &str) -> Result<(), String> {
+    if h.command.first().is_none_or(|p| p.is_empty()) {
+        let msg = "agent.health.command must name a program (an argv like [/path/check, --flag])";
+        return Err(at_path(text, &["agent", "health", "command"], msg));
+    }
+    if h.timeout >= h.interval {
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        let msg = format!(
+            "agent.health.timeout ({}) must be shorter than agent.health.interval ({}): a check \
+             that may run the whole interval cannot report once every interval",
+            show(h.timeout),
+            show(h.interval)
+        );
+        return Err(at_path(text, &["agent", "health", "timeout"], &msg));
+    }
+    Ok(())
 }
 
 /// A prepare timeout shorter than the agent's own limit would abandon a worker whose agent is
@@ -166,7 +190,8 @@ fn validate_prepare_timeout(raw: &RawConfig, text: &str) -> Result<(), String> {
     if t < agent {
         let msg = format!(
             "workers.prepare_timeout ({}) is shorter than the agent's own limit ({}: agent.timeout \
-             × agent.attempts plus the retry delays); a worker still preparing would be abandoned",
+             × agent.attempts plus the retry delays and agent.health.timeout); a worker still \
+             preparing would be abandoned",
             show(t),
             show(agent)
         );

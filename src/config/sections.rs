@@ -43,6 +43,49 @@ fn default_scheduled_change_lead() -> Duration {
     Duration::from_secs(3600)
 }
 
+/// `agent.health`: the check `dtd agent` runs before the worker joins and every `interval` after.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    /// The check as an argv (never a shell); the first element is the program, looked up on
+    /// `PATH` when it has no `/`. Checked non-empty when the file is resolved.
+    pub command: Vec<String>,
+    /// How often the check runs once the worker is up (a report at least this often).
+    #[serde(
+        default = "default_health_interval",
+        deserialize_with = "health_interval"
+    )]
+    pub interval: Duration,
+    /// One run's limit: past it the check's process group is killed and the worker is unhealthy.
+    #[serde(
+        default = "default_health_timeout",
+        deserialize_with = "health_timeout"
+    )]
+    pub timeout: Duration,
+}
+
+// Inside `health` serde loses the key's path (the error names `agent.health` only), so these
+// name the key themselves.
+fn health_interval<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    named("agent.health.interval", duration(d))
+}
+
+fn health_timeout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    named("agent.health.timeout", duration(d))
+}
+
+fn named<E: serde::de::Error>(key: &str, r: Result<Duration, E>) -> Result<Duration, E> {
+    r.map_err(|e| E::custom(format!("{key}: {e}")))
+}
+
+fn default_health_interval() -> Duration {
+    Duration::from_secs(300)
+}
+
+fn default_health_timeout() -> Duration {
+    Duration::from_secs(120)
+}
+
 /// The Prometheus endpoint: off unless `listen` names an address (an IP and a port; a host name
 /// is refused so that what is exposed is never decided by a resolver).
 #[derive(Debug, Clone, Default, Deserialize)]

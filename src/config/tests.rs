@@ -446,3 +446,49 @@ fn a_bad_stall_is_named_with_its_line() {
     let e = error_of(&with_job("  progress: progress\n"));
     assert!(e.contains("job.progress") && e.contains("line 11"), "{e}");
 }
+
+#[test]
+fn health_is_off_unless_configured_and_takes_defaults() {
+    assert!(Config::parse(GOOD).unwrap().agent.health.is_none());
+    let cfg = Config::parse(&format!(
+        "{GOOD}agent:\n  health:\n    command: [/opt/dt/gpu_health.py, --no-xid]\n"
+    ))
+    .unwrap();
+    let h = cfg.agent.health.unwrap();
+    assert_eq!(h.command, ["/opt/dt/gpu_health.py", "--no-xid"]);
+    assert_eq!(h.interval, Duration::from_secs(300));
+    assert_eq!(h.timeout, Duration::from_secs(120));
+    // The success marker waits for the first check: its timeout is part of the agent's limit.
+    let expected = Duration::from_secs(3 * 3600 + 2 * 10 + 120 + 600);
+    assert_eq!(cfg.workers.prepare_timeout, expected);
+}
+
+#[test]
+fn a_bad_health_check_is_named_with_its_key_and_line() {
+    let with = |body: &str| format!("{GOOD}agent:\n  timeout: 5m\n  health:\n{body}");
+    let e = error_of(&with("    command: []\n"));
+    assert!(
+        e.contains("agent.health.command must name a program") && e.contains("line 15"),
+        "{e}"
+    );
+    let e = error_of(&with("    command: ['']\n"));
+    assert!(e.contains("agent.health.command"), "{e}");
+    let e = error_of(&with("    interval: 1m\n"));
+    assert!(e.contains("command"), "{e}");
+    let e = error_of(&with(
+        "    command: [check]\n    interval: 1m\n    timeout: 1m\n",
+    ));
+    assert!(
+        e.contains("agent.health.timeout (1m) must be shorter than agent.health.interval (1m)")
+            && e.contains("line 17"),
+        "{e}"
+    );
+    // `timeout` is also a key of `agent`: the message names the one inside `health`.
+    let e = error_of(&with("    command: [check]\n    timeout: soon\n"));
+    assert!(
+        e.contains("agent.health.timeout: bad duration `soon`") && e.contains("line 15"),
+        "{e}"
+    );
+    let e = error_of(&with("    command: [check]\n    every: 1m\n"));
+    assert!(e.contains("every") && e.contains("line 16"), "{e}");
+}

@@ -13,24 +13,24 @@ use crate::support::{signal, wait_until};
 use dt::protocol::interruption::{InterruptionMarker, NoticeKind};
 use serde_json::Value;
 
-const IP: &str = "10.0.3.7";
-const ID: &str = "i-0agenttest0000001";
+pub(crate) const IP: &str = "10.0.3.7";
+pub(crate) const ID: &str = "i-0agenttest0000001";
 const SPOT: &str = "spot/instance-action";
 const REBALANCE: &str = "events/recommendations/rebalance";
 const LIFECYCLE: &str = "autoscaling/target-lifecycle-state";
 const SCHEDULED: &str = "events/maintenance/scheduled";
-const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
-struct Worker {
-    dir: tempfile::TempDir,
-    imds: ImdsStandIn,
+pub(crate) struct Worker {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) imds: ImdsStandIn,
     agent: Option<Child>,
     starts: usize,
 }
 
 impl Worker {
     /// A worker whose prepare-data program is `script` (a shell script body).
-    fn new(script: &str) -> Worker {
+    pub(crate) fn new(script: &str) -> Worker {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("efs")).unwrap();
         let prog = dir.path().join("prepare.sh");
@@ -55,7 +55,7 @@ impl Worker {
     }
 
     /// Sets a key of the config's `agent:` section.
-    fn configure(&self, key: &str, value: &str) {
+    pub(crate) fn configure(&self, key: &str, value: &str) {
         let text = std::fs::read_to_string(self.config()).unwrap();
         let prefix = format!("  {key}:");
         assert!(text.contains(&prefix), "no agent key {key}");
@@ -72,11 +72,11 @@ impl Worker {
         std::fs::write(self.config(), lines.join("\n") + "\n").unwrap();
     }
 
-    fn efs(&self) -> PathBuf {
+    pub(crate) fn efs(&self) -> PathBuf {
         self.dir.path().join("efs")
     }
 
-    fn config(&self) -> PathBuf {
+    pub(crate) fn config(&self) -> PathBuf {
         self.dir.path().join("dtd.yaml")
     }
 
@@ -85,7 +85,7 @@ impl Worker {
         self.dir.path().join("runs")
     }
 
-    fn runs(&self) -> usize {
+    pub(crate) fn runs(&self) -> usize {
         std::fs::read_to_string(self.runs_file())
             .map(|s| s.lines().count())
             .unwrap_or(0)
@@ -96,11 +96,16 @@ impl Worker {
     }
 
     /// The log of the latest start.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.log_path(self.starts)).unwrap_or_default()
     }
 
-    fn start(&mut self, extra: &[&str]) {
+    pub(crate) fn start(&mut self, extra: &[&str]) {
+        self.start_with(extra, &[]);
+    }
+
+    /// With more in the agent's environment (a `PATH` with stand-ins first).
+    pub(crate) fn start_with(&mut self, extra: &[&str], env: &[(&str, String)]) {
         self.starts += 1;
         let log = std::fs::File::create(self.log_path(self.starts)).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_dtd"))
@@ -108,6 +113,7 @@ impl Worker {
             .arg(self.config())
             .args(extra)
             .envs(self.imds.env())
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -116,12 +122,12 @@ impl Worker {
         self.agent = Some(child);
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.agent.as_ref().expect("agent running").id() as i32
     }
 
     /// SIGKILL, as a crash or a reboot would.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.agent.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -140,11 +146,11 @@ impl Worker {
         }
     }
 
-    fn marker(&self, name: &str) -> PathBuf {
+    pub(crate) fn marker(&self, name: &str) -> PathBuf {
         self.efs().join(format!("{name}_{IP}"))
     }
 
-    fn wait_json(&self, name: &str) -> Value {
+    pub(crate) fn wait_json(&self, name: &str) -> Value {
         let path = self.marker(name);
         wait_until(&format!("{name} marker"), WAIT, || path.exists());
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
@@ -174,7 +180,7 @@ impl Worker {
         });
     }
 
-    fn wait_log(&self, text: &str) {
+    pub(crate) fn wait_log(&self, text: &str) {
         wait_until(&format!("`{text}` in the agent's log"), WAIT, || {
             self.log().contains(text)
         });
@@ -191,7 +197,7 @@ fn inode(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().ino()
 }
 
-fn tail(v: &Value) -> Vec<String> {
+pub(crate) fn tail(v: &Value) -> Vec<String> {
     v["output_tail"]
         .as_array()
         .expect("output_tail is a list")
@@ -201,7 +207,7 @@ fn tail(v: &Value) -> Vec<String> {
 }
 
 /// Gone, or a zombie waiting for a reaper (the container's init may not reap).
-fn process_gone(pid: i32) -> bool {
+pub(crate) fn process_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -219,7 +225,7 @@ fn master_summary(w: &Worker) -> String {
     markers.failed[&IP.parse().unwrap()].clone()
 }
 
-const RECORD_RUN: &str = "echo \"run $DT_ATTEMPT\" >> \"$1\"\n";
+pub(crate) const RECORD_RUN: &str = "echo \"run $DT_ATTEMPT\" >> \"$1\"\n";
 
 #[test]
 fn success_marker_names_the_run_and_removes_a_stale_failure() {
@@ -243,6 +249,8 @@ fn success_marker_names_the_run_and_removes_a_stale_failure() {
     assert!(!w.marker("prepare_data_failed").exists());
     assert_eq!(w.runs(), 1);
     assert!(w.log().contains("prepare-data: succeeded"), "{}", w.log());
+    // Without agent.health there is no check, and no report of one.
+    assert!(!w.marker("health").exists());
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod decide_rules;
 mod doctor;
 mod groups;
 mod health;
+mod health_agent;
 mod hot_path;
 mod interruptions;
 mod lifecycle_actions;
