@@ -1,12 +1,15 @@
-//! Unhealthy workers, end to end against moto with the real `dtd`: a worker whose health report
-//! (`health_<ip>`, in the agent's own format) fails leaves the job and is replaced, from the
-//! launch template or by its Auto Scaling group, and too many unhealthy at once stop it all.
+//! Unhealthy workers, end to end against moto with the real `dtd`: a worker whose own `dtd agent`
+//! finds 7 of 8 GPUs (the default check over stand-ins) never joins and is replaced; a worker
+//! whose health report (`health_<ip>`, in the agent's own format) fails leaves the job and is
+//! replaced, from the launch template or by its Auto Scaling group; and too many unhealthy at
+//! once stop it all until health returns.
 
 use std::time::Duration;
 
 use dt::protocol::health::HealthReport;
 
 use crate::groups::{create_group, group_instances, prepare_new, GROUP};
+use crate::support::imds::ImdsStandIn;
 use crate::support::webhook::WebhookReceiver;
 use crate::support::*;
 
@@ -52,6 +55,98 @@ fn running_from_template(c: &Cluster, but: &[&str]) -> Vec<(String, String)> {
         })
         .filter(|(id, _)| !but.contains(&id.as_str()))
         .collect()
+}
+
+/// A worker's real `dtd agent` on this machine for an instance moto launched: prepare-data is
+/// `true`, the health check is the default one (templates/health/gpu_health.py) over the
+/// STAND-IN `nvidia-smi` and `dmesg` of tests/standins/bin, which describe the node from a JSON
+/// file; the instance metadata is the IMDS stand-in.
+struct Agent {
+    child: std::process::Child,
+    _imds: ImdsStandIn,
+}
+
+impl Agent {
+    fn start(c: &Cluster, id: &str, ip: &str, node: serde_json::Value) -> Agent {
+        let imds = ImdsStandIn::with_identity(ip, id);
+        imds.set("instance-type", "p4d.24xlarge");
+        let dir = c.dir.path();
+        let description = dir.join(format!("node-{id}.json"));
+        std::fs::write(&description, node.to_string()).expect("node description");
+        let check = repo().join("templates/health/gpu_health.py");
+        let config = dir.join(format!("agent-{id}.yaml"));
+        let body = format!(
+            "cluster: {CLUSTER}\nworkers: {{ launch_template: itest-worker-template, max: 4 }}\n\
+             shared_dir: {}\nagent:\n  prepare_data: /bin/true\n  imds_interval: 200ms\n  \
+             health: {{ command: [{}], interval: 5s, timeout: 4s }}\n",
+            c.efs().display(),
+            check.display()
+        );
+        std::fs::write(&config, body).expect("agent config");
+        let path = format!(
+            "{}:{}",
+            repo().join("tests/standins/bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let log = std::fs::File::create(dir.join(format!("agent-{id}.log"))).expect("log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
+            .args(["agent", "--config"])
+            .arg(&config)
+            .envs(imds.env())
+            .env("PATH", path)
+            .env("DT_STANDIN_NODE", &description)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("dtd agent");
+        Agent { child, _imds: imds }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_worker_whose_own_check_finds_7_of_8_gpus_never_joins_and_is_replaced() {
+    let mut c = Cluster::new();
+    c.worker_extra = "  replace_unhealthy: true\n".into();
+    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
+    c.start_dtd();
+    let (id, ip) = c.launch(1).remove(0);
+    let _agent = Agent::start(&c, &id, &ip, serde_json::json!({ "gpus": 7 }));
+    c.wait_events("unhealthy", &id, 1);
+    let unhealthy = c.journal_of(&id);
+    let line = unhealthy.iter().find(|e| e["kind"] == "unhealthy").unwrap();
+    let msg = line["message"].as_str().unwrap();
+    assert!(
+        msg.contains("its GPUs are gone") && msg.contains("7 of 8"),
+        "{msg}"
+    );
+    assert!(
+        !c.efs().join(format!("prepare_data_success_{ip}")).exists(),
+        "a worker that fails its check never writes its success marker"
+    );
+    wait_for(
+        "the worker terminated",
+        Duration::from_secs(30),
+        || c.state_of(&id),
+        |s| s == "terminated" || s == "shutting-down",
+    );
+    assert_eq!(c.events_of("joined", &id), 0, "it never joined");
+    let fresh = wait_for(
+        "its replacement launched from the template",
+        Duration::from_secs(30),
+        || running_from_template(&c, &[&id]),
+        |r| r.len() == 1,
+    );
+    // The replacement's own agent finds 8 of 8: it joins.
+    let (new_id, new_ip) = fresh[0].clone();
+    let _healthy = Agent::start(&c, &new_id, &new_ip, serde_json::json!({ "gpus": 8 }));
+    c.wait_hosts("the healthy replacement to join", |h| h == [new_ip.clone()]);
 }
 
 #[test]
