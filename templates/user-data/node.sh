@@ -41,12 +41,13 @@ fi
 retry mount /myEFSvolume
 hook after_mount
 
-# dtd and dtctl from the release archive, checked against the stack's SHA-256 before use.
+# dtd, dtctl and the default health check from the release archive, checked against the
+# stack's SHA-256 before use.
 workdir=$(mktemp -d)
 retry curl -fsSL --proto '=https' -o "$workdir/dt.tar.gz" "${DtdReleaseUrl}"
 echo "${DtdReleaseSha256}  $workdir/dt.tar.gz" | sha256sum -c -
-tar -xzf "$workdir/dt.tar.gz" -C "$workdir" dtd dtctl
-install -m 0755 "$workdir/dtd" "$workdir/dtctl" /usr/local/bin/
+tar -xzf "$workdir/dt.tar.gz" -C "$workdir" dtd dtctl gpu_health.py
+install -m 0755 "$workdir/dtd" "$workdir/dtctl" "$workdir/gpu_health.py" /usr/local/bin/
 rm -rf "$workdir"
 
 mkdir -p /etc/dt

@@ -218,6 +218,31 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
         "the config in the user data is the output"
     );
     assert!(!user_data.contains("${"), "every variable is substituted");
+    // GpuHealthCheck defaults to true: the release's default check is installed and configured.
+    assert!(user_data.contains("\"$workdir/gpu_health.py\" /usr/local/bin/"));
+    assert!(
+        out["DtdConfig"].contains("\n  health: { command: [/usr/local/bin/gpu_health.py] }\n"),
+        "{}",
+        out["DtdConfig"]
+    );
+    // With GpuHealthCheck=false the line is the template's other branch, a YAML comment.
+    let without = out["DtdConfig"].replace(
+        "health: { command: [/usr/local/bin/gpu_health.py] }",
+        "# no GpuHealthCheck",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dtd.yaml");
+    std::fs::write(&path, without).unwrap();
+    let check = dtctl(
+        moto,
+        &path,
+        &["config", "check", &path.display().to_string()],
+    );
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
     bash_syntax_ok(&user_data);
 }
 
