@@ -231,6 +231,9 @@ async fn apply_group(
         .push(("group actions", errors.into_iter().next()));
 }
 
+/// How long a refused replacement launch waits before it is sent again.
+const LAUNCH_RETRY_MS: Millis = 60_000;
+
 /// Replacements of unhealthy launch-template workers, before any termination: the new worker
 /// prepares while the old one leaves. A launch that succeeded is not owed any more.
 async fn launch_replacements(
@@ -265,7 +268,14 @@ async fn launch_replacements(
                     ..e
                 });
             }
-            Err(e) => error = Some(format!("{e} (retried next pass)")),
+            Err(e) => {
+                let retry_at = now_millis() + LAUNCH_RETRY_MS;
+                for r in state.replacements.iter_mut().filter(|r| r.token == token) {
+                    r.retry_at = retry_at;
+                    r.last_error = Some(e.clone());
+                }
+                error = Some(format!("{e} (retried in a minute)"));
+            }
         }
     }
     done.results.push(("replacement launches", error));

@@ -32,7 +32,7 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft) {
         .filter(|&at| p.facts[at].cluster && unhealthy(p, at).is_some())
         .collect();
     journal(p, st, out, &bad);
-    resend_launches(st, out);
+    resend_launches(p, st, out);
     if (bad.is_empty() && st.health_stopped.is_none()) || !within_limit(p, st, out, bad.len()) {
         return;
     }
@@ -219,6 +219,8 @@ fn ending(p: &Pass, st: &mut State, out: &mut Draft, at: usize) -> Ending {
                 replaces: id.clone(),
                 token: token.clone(),
                 queued_at: p.now,
+                retry_at: p.now,
+                last_error: None,
             });
             out.act(Action::Launch {
                 replaces: id.clone(),
@@ -236,9 +238,22 @@ fn then_text(end: &Ending) -> &'static str {
     }
 }
 
-/// Launches not yet confirmed are sent again, with the same token (the same launch).
-fn resend_launches(st: &State, out: &mut Draft) {
+/// Launches not yet confirmed are sent again, with the same token (the same launch), once their
+/// retry time has come.
+fn resend_launches(p: &Pass, st: &State, out: &mut Draft) {
     for r in &st.replacements {
+        if let Some(e) = &r.last_error {
+            let e: String = e.chars().take(300).collect();
+            let next = rfc3339(r.retry_at.max(p.now));
+            let msg = format!(
+                "replacement launch for unhealthy {}: {e} (sent again from {next})",
+                r.replaces
+            );
+            out.outcome.holds.push(msg);
+        }
+        if p.now < r.retry_at {
+            continue;
+        }
         let a = Action::Launch {
             replaces: r.replaces.clone(),
             token: r.token.clone(),

@@ -123,6 +123,13 @@ pub struct Replacement {
     /// RunInstances' ClientToken: the same launch however often it is sent.
     pub token: String,
     pub queued_at: Millis,
+    /// Not sent again before this: a launch AWS refused (no capacity, a limit) is retried once a
+    /// minute, not at every pass.
+    #[serde(default)]
+    pub retry_at: Millis,
+    /// Why AWS refused it last, for `dtctl status` until it is launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// What stall detection remembers: a restarted dtd goes on timing the same step, and does not

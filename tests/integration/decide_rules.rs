@@ -2163,10 +2163,17 @@ fn a_member_whose_gpus_are_gone_leaves_at_once_and_is_replaced_from_the_template
     );
     // Not confirmed by act: the launch is sent again, with the same token.
     let plan = pass(&r, &mut w, &plan.state, 11_000);
+    assert_eq!(launches(&plan), [("i-1".to_string(), token.clone())]);
+    // AWS refused it: act put it off for a minute.
+    let mut state = plan.state;
+    state.replacements[0].retry_at = 71_000;
+    let plan = pass(&r, &mut w, &state, 12_000);
+    assert!(launches(&plan).is_empty(), "not before its retry time");
+    let plan = pass(&r, &mut w, &plan.state, 71_000);
     assert_eq!(launches(&plan), [("i-1".to_string(), token)]);
     let mut state = plan.state;
     state.replacements.clear();
-    let plan = pass(&r, &mut w, &state, 12_000);
+    let plan = pass(&r, &mut w, &state, 72_000);
     assert!(launches(&plan).is_empty(), "launched: not owed any more");
 }
 

@@ -408,3 +408,56 @@ fn too_many_unhealthy_at_once_stop_everything_alert_and_resume_when_health_retur
         |text| !text.contains("workers unhealthy"),
     );
 }
+
+#[test]
+fn a_refused_replacement_launch_is_shown_and_sent_again_only_once_a_minute() {
+    let mut c = Cluster::new();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    c.worker_extra = "  replace_unhealthy: true\n".into();
+    c.extra = format!("metrics: {{ listen: '{addr}' }}\n");
+    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
+    c.start_dtd();
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the worker to join", |h| h == [ip.clone()]);
+    // The template is gone (deleted by a person): RunInstances from it fails.
+    c.aws(&[
+        "ec2",
+        "delete-launch-template",
+        "--launch-template-name",
+        "itest-worker-template",
+    ]);
+    report(&c, &id, &ip, false, true, "7 of 8 GPUs visible");
+    c.wait_events("terminated", &id, 1);
+    // Shown for as long as it is owed, not only on the pass that sent it.
+    let text = c.wait_status_text(&format!("replacement launch for unhealthy {id}"));
+    assert!(
+        text.contains("RunInstances") && text.contains("sent again from"),
+        "{text}"
+    );
+    let launches = || {
+        let (_, body) = crate::support::prometheus::get(addr, "/metrics").expect("scrape");
+        let line = body
+            .lines()
+            .find(|l| {
+                l.starts_with("dt_aws_calls_total") && l.contains("operation=\"RunInstances\"")
+            })
+            .map(str::to_string);
+        line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(launches(), 1);
+    c.wait_passes(5);
+    assert_eq!(launches(), 1, "not sent again at every pass");
+    let text = stdout(&c.dtctl(&["status"]));
+    assert!(text.contains("InvalidLaunchTemplateName"), "{text}");
+    let journal = c.journal();
+    assert!(!journal.iter().any(|e| e["kind"] == "replacement_launched"));
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(c.state_dir().join("state.json")).unwrap()).unwrap();
+    assert_eq!(
+        state["replacements"][0]["token"],
+        format!("dt-replace-{id}"),
+        "still owed"
+    );
+}
