@@ -12,9 +12,6 @@ use serde::{Deserialize, Serialize};
 /// driver cannot reach them): no graceful drain can help, the job loses the worker now.
 pub const GPUS_LOST_EXIT: i32 = 3;
 
-/// The master reads at most `MAX_REPORT_BYTES`; the agent drops the oldest output lines to stay
-/// well under it.
-const RENDER_LIMIT: usize = 12 * 1024;
 /// A reason is one line for `dtctl status` and the journal.
 pub const MAX_REASON_CHARS: usize = 300;
 
@@ -38,15 +35,7 @@ impl HealthReport {
     /// One line of JSON that fits the master's reader, dropping the oldest output lines first.
     pub fn render(mut self) -> Vec<u8> {
         self.reason = one_line(&self.reason);
-        loop {
-            // Serializing this plain struct cannot fail.
-            let mut json = serde_json::to_vec(&self).unwrap_or_default();
-            if json.len() <= RENDER_LIMIT || self.output_tail.is_empty() {
-                json.push(b'\n');
-                return json;
-            }
-            self.output_tail.remove(0);
-        }
+        super::report::bounded(self, |r| &mut r.output_tail)
     }
 
     /// Parses a body read from the shared directory (untrusted: any worker can write it); the
@@ -97,7 +86,7 @@ mod tests {
             .map(|i| format!("{i} {}", "x".repeat(1000)))
             .collect();
         let body = report(tail).render();
-        assert!(body.len() <= RENDER_LIMIT + 1);
+        assert!(body.len() <= super::super::report::RENDER_LIMIT + 1);
         let back = HealthReport::parse(&body).unwrap();
         assert!(back.output_tail.last().unwrap().starts_with("39 "));
     }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The master reads at most [`MAX_REPORT_BYTES`](super::markers::MAX_REPORT_BYTES) of a report;
 /// the agent drops the oldest output lines to stay well under it.
-const RENDER_LIMIT: usize = 12 * 1024;
+pub(super) const RENDER_LIMIT: usize = 12 * 1024;
 
 /// The body of `prepare_data_success_<ip>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,7 +51,10 @@ impl FailureReport {
 
 /// The report's JSON and a newline, dropping the oldest output lines until it fits; the last
 /// line, usually the one that says what went wrong, is the one kept longest.
-fn bounded<T: Serialize>(mut report: T, tail: fn(&mut T) -> &mut Vec<String>) -> Vec<u8> {
+pub(super) fn bounded<T: Serialize>(
+    mut report: T,
+    tail: fn(&mut T) -> &mut Vec<String>,
+) -> Vec<u8> {
     loop {
         // Serializing these plain structs cannot fail.
         let mut json = serde_json::to_vec(&report).unwrap_or_default();
