@@ -520,3 +520,40 @@ fn a_stalled_shared_file_system_is_reported_and_held_and_the_queue_waits() {
     let s = c.status_json();
     assert!(!s["errors"].to_string().contains("event queue"), "{s}");
 }
+
+#[test]
+fn bad_health_reports_and_a_fifo_progress_file_are_refused_and_passes_go_on() {
+    let (mut c, _job) = with_job();
+    let efs = c.efs();
+    mkfifo(&efs.join("health_10.0.9.1"));
+    std::os::unix::fs::symlink("/dev/zero", efs.join("health_10.0.9.2")).unwrap();
+    let huge = std::fs::File::create(efs.join("health_10.0.9.3")).unwrap();
+    huge.set_len(3 << 30).unwrap();
+    mkfifo(&efs.join("progress"));
+    let job = format!("{}\n  stall: {{ after: 1s }}", job_config(&efs));
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    join_one(&c);
+    assert_survived(&mut c, "bad health reports", "health_10.0.9.1");
+    let log = c.dtd_log();
+    for (name, why) in [
+        ("health_10.0.9.1", "not a regular file"),
+        ("health_10.0.9.2", "not a regular file"),
+        ("health_10.0.9.3", "not the agent's JSON"),
+    ] {
+        let lines = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") && l.contains(name));
+        let lines: Vec<&str> = lines.collect();
+        assert_eq!(lines.len(), 1, "{name} warned once: {lines:?}");
+        assert!(lines[0].contains(why), "{name}: {}", lines[0]);
+    }
+    let progress = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") && l.contains("progress") && l.contains("FIFO"));
+    assert_eq!(progress.count(), 1, "{log}");
+    // An unreadable progress file proves nothing: no stall, and the status says why.
+    assert!(!c.journal().iter().any(|e| e["kind"] == "stalled"));
+    let text = stdout(&c.dtctl(&["status"]));
+    assert!(text.contains("FIFO"), "{text}");
+}
