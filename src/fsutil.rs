@@ -5,7 +5,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::untrusted::{self, libc_flags};
@@ -13,6 +13,12 @@ use crate::untrusted::{self, libc_flags};
 /// Writes to a temp file in the same directory, fsyncs it, renames it over `path`, fsyncs the dir.
 /// The rename replaces whatever was at `path` (a FIFO, a link) without opening it.
 pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
+    write_atomic_owned(path, content, None)
+}
+
+/// [`write_atomic`], the new file given to `owner` (a uid) before it takes the name, so that no
+/// reader ever sees it owned by anyone else (`dtctl ack` run as root writes the job's file).
+pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -30,6 +36,9 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
         remove_if_present(&tmp)?;
         let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(content)?;
+        if let Some(uid) = owner {
+            std::os::unix::fs::fchown(&f, Some(uid), None)?;
+        }
         f.sync_all()?;
         fs::rename(&tmp, path)?;
         sync_dir(dir)
@@ -55,20 +64,33 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
         .sync_all()
 }
 
-/// Writes only when the content differs; returns whether it wrote. The old content is read with
-/// the bound of the new: anything longer, or not a regular file, differs and is replaced unread.
+/// Writes only when the content differs, or the file is not dtd's own; returns whether it wrote.
+/// A file someone else owns (a worker created it first, and could rewrite it in place later) is
+/// replaced by dtd's own even when it already holds the right content. Nothing longer than the
+/// new content is read, and anything that is not a regular file is replaced unread.
 pub fn write_if_changed(path: &Path, content: &[u8]) -> io::Result<bool> {
-    match untrusted::read(path, content.len() as u64) {
-        Ok(Some(old)) if old == content => Ok(false),
-        Ok(_) => write_atomic(path, content).map(|_| true),
-        Err(untrusted::ReadError::Io(e)) => Err(e),
+    let want = content.len() as u64;
+    match untrusted::open(path) {
+        Ok(Some((file, meta))) if meta.len() == want && meta.uid() == own_uid() => {
+            if untrusted::read_at_most(file, want + 1)? == content {
+                return Ok(false);
+            }
+        }
+        Ok(Some((_, meta))) if meta.uid() != own_uid() => {
+            tracing::warn!(file = %path.display(), uid = meta.uid(), "owned by another user: replaced by dtd's own");
+        }
+        Ok(_) => {}
+        Err(untrusted::ReadError::Io(e)) => return Err(e),
+        // Logged once it is gone: a directory that cannot be replaced fails the write instead.
         Err(refused) => {
-            write_atomic(path, content)?;
-            // Logged once it is gone: a directory that cannot be replaced fails the write instead.
-            tracing::warn!(file = %path.display(), "{refused}: replaced by the new content");
-            Ok(true)
+            tracing::warn!(file = %path.display(), "{refused}: replaced by the new content")
         }
     }
+    write_atomic(path, content).map(|_| true)
+}
+
+fn own_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Appends lines and fsyncs, for the journal: one `write` per batch so lines are never interleaved.
@@ -179,6 +201,26 @@ mod tests {
         assert!(write_if_changed(&link, b"3\n").unwrap());
         assert!(!fs::symlink_metadata(&link).unwrap().is_symlink());
         assert_eq!(fs::read(&target).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn a_file_of_another_owner_is_replaced_by_dtds_own_even_with_the_right_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("generation");
+        fs::write(&p, "3\n").unwrap();
+        // What a worker's user code does: create the file first, and keep it.
+        let other = own_uid().wrapping_add(1000);
+        let chowned = nix::unistd::chown(&p, Some(nix::unistd::Uid::from_raw(other)), None);
+        if chowned.is_err() {
+            // Only root can give a file away; the tests run as root in CI.
+            assert_ne!(own_uid(), 0, "root could not chown: {chowned:?}");
+            return;
+        }
+        assert!(write_if_changed(&p, b"3\n").unwrap());
+        assert_eq!(fs::metadata(&p).unwrap().uid(), own_uid());
+        assert!(!write_if_changed(&p, b"3\n").unwrap());
+        // Shrinking (a worker leaving) is a plain rewrite, not a refusal.
+        assert!(write_if_changed(&p, b"\n").unwrap());
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct StatusReport {
     pub totals: Totals,
     pub sources: Vec<SourceStatus>,
     pub holds: Vec<String>,
+    /// What workers wrote that dtd did not believe (README, "What a worker can put there").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
     pub errors: Vec<String>,
     pub hosts: Vec<Host>,
     pub workers: Vec<WorkerView>,
@@ -157,6 +160,7 @@ impl StatusReport {
             totals: f.totals.clone(),
             sources: sources(cfg, &f),
             holds: f.outcome.holds.clone(),
+            refused: f.outcome.refused.clone(),
             errors: f.errors.to_vec(),
             hosts: f.outcome.hosts.clone(),
             workers: worker_views(&f.outcome.rows, snap, state),
@@ -257,7 +261,9 @@ fn acknowledged(state: &State, snap: &Snapshot, log_form: bool) -> Option<u64> {
         let oldest_unconfirmed = unconfirmed_joins.chain(waiting.map(|r| r.generation)).min();
         oldest_unconfirmed.map_or(state.generation, |g| g.saturating_sub(1))
     });
-    acks.generation.max(from_log.filter(|g| *g > 0))
+    // An ack above what dtd wrote is refused (shown under `refused`), not acknowledged.
+    let by_file = acks.generation.filter(|g| *g <= state.generation);
+    by_file.max(from_log.filter(|g| *g > 0))
 }
 
 impl StatusReport {
@@ -321,6 +327,9 @@ impl StatusReport {
                 o,
                 "HOLDING:     {h} (no removal or termination until it recovers)"
             );
+        }
+        for r in &self.refused {
+            let _ = writeln!(o, "Refused:     {r}");
         }
         for e in &self.errors {
             let _ = writeln!(o, "Error:       {e}");

@@ -114,6 +114,26 @@ pub fn load_state(path: &Path) -> Result<State, StoreError> {
     }
 }
 
+/// The state; with none yet (a first start, or a state moved aside), a fresh one that numbers on
+/// from the `generation` file dtd last wrote, if dtd's own user still owns it: a job that applied
+/// generation 57 is never handed a second generation 1, and a number a worker wrote is not taken.
+pub fn load_state_resuming(path: &Path, generation_file: &Path) -> Result<State, StoreError> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return load_state(path);
+    }
+    let own = Some(nix::unistd::geteuid().as_raw());
+    let written =
+        untrusted::read_owned(generation_file, crate::protocol::generation::MAX_BYTES, own);
+    let generation = match written {
+        Ok(Some(bytes)) => crate::protocol::generation::parse(&String::from_utf8_lossy(&bytes)),
+        _ => None,
+    };
+    Ok(State {
+        generation: generation.unwrap_or(0),
+        ..State::default()
+    })
+}
+
 pub fn save_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Write {
         path: path.to_path_buf(),

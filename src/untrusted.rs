@@ -18,6 +18,9 @@ pub enum ReadError {
     NotRegular(&'static str),
     #[error("holds {size} bytes, more than the {limit} it can hold")]
     TooLarge { size: u64, limit: u64 },
+    /// A job file created by someone other than the job (`job.owner`): a worker got there first.
+    #[error("is owned by uid {uid}, not the job's user (uid {owner})")]
+    NotOwned { uid: u32, owner: u32 },
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -50,9 +53,30 @@ pub fn open(path: &Path) -> Result<Option<(File, Metadata)>, ReadError> {
     Ok(Some((file, meta)))
 }
 
+/// [`open`], and refused unless `owner` (when given) owns the file.
+pub fn open_owned(path: &Path, owner: Option<u32>) -> Result<Option<(File, Metadata)>, ReadError> {
+    let opened = open(path)?;
+    if let (Some((_, meta)), Some(owner)) = (&opened, owner) {
+        let uid = std::os::unix::fs::MetadataExt::uid(meta);
+        if uid != owner {
+            return Err(ReadError::NotOwned { uid, owner });
+        }
+    }
+    Ok(opened)
+}
+
 /// A whole small file (a PID, a generation): larger than `limit` bytes is refused unread.
 pub fn read(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
-    let Some((file, meta)) = open(path)? else {
+    read_owned(path, limit, None)
+}
+
+/// [`read`] of a file `owner` (when given) must own.
+pub fn read_owned(
+    path: &Path,
+    limit: u64,
+    owner: Option<u32>,
+) -> Result<Option<Vec<u8>>, ReadError> {
+    let Some((file, meta)) = open_owned(path, owner)? else {
         return Ok(None);
     };
     if meta.len() > limit {
@@ -200,6 +224,29 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(read_prefix(&p, 100).unwrap().unwrap().len(), 100);
+    }
+
+    #[test]
+    fn a_file_of_another_owner_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ack");
+        std::fs::write(&p, "7\n").unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(read_owned(&p, 64, Some(me)).unwrap().unwrap(), b"7\n");
+        let other = me.wrapping_add(1);
+        match read_owned(&p, 64, Some(other)) {
+            Err(e @ ReadError::NotOwned { .. }) => {
+                assert!(e.is_refused());
+                assert_eq!(
+                    e.to_string(),
+                    format!("is owned by uid {me}, not the job's user (uid {other})")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(read_owned(&dir.path().join("none"), 64, Some(other))
+            .unwrap()
+            .is_none());
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub struct Actuators {
     pub launch_template: Option<String>,
     /// Run on `stalled` and `stall_cleared` (see `Job::stall_command`).
     pub stall_command: Option<Vec<String>>,
+    /// The job's uid (`Job::owner_uid`): only a pidfile and a process of this user are signalled.
+    pub job_owner: Option<u32>,
 }
 
 impl Actuators {
@@ -45,6 +47,7 @@ impl Actuators {
             notify: cfg.job.notify.clone(),
             launch_template: cfg.workers.launch_template.clone(),
             stall_command: cfg.job.stall_command().map(<[String]>::to_vec),
+            job_owner: None,
         }
     }
 }
@@ -139,10 +142,10 @@ async fn deliver(
             pidfile,
             expect,
         } => {
-            let (notices, file) = (n.clone(), a.notices_file.clone());
+            let (notices, file, owner) = (n.clone(), a.notices_file.clone(), a.job_owner);
             let send = move || {
                 notify::write_notices(&file, &notices).map_err(notify::NotifyError::Failed)?;
-                notify::signal_job(signal, &pidfile, expect.as_deref())
+                notify::signal_job(signal, &pidfile, expect.as_deref(), owner)
             };
             let sent = shared_fs.run("signalling the job", send).await;
             sent.unwrap_or_else(|e| Err(notify::NotifyError::Failed(e)))

@@ -18,11 +18,22 @@ const START_SLACK: Duration = Duration::from_secs(2);
 /// A command line is read only this far.
 const CMDLINE_LIMIT: u64 = 64 * 1024;
 
-/// The PID the pidfile names, checked to be the job's: `Err` says why it is not.
-pub fn job_pid(pidfile: &Path, expect: Option<&str>) -> Result<i32, String> {
-    let (pid, written) = read_pidfile(pidfile)?;
+/// The PID the pidfile names, checked to be the job's: `Err` says why it is not. With `owner`
+/// (the job's uid) the pidfile must be the job user's, and so must the process.
+pub fn job_pid(pidfile: &Path, expect: Option<&str>, owner: Option<u32>) -> Result<i32, String> {
+    let (pid, written) = read_pidfile(pidfile, owner)?;
     refuse_special(pid)?;
     let proc_dir = format!("/proc/{pid}");
+    if let Some(owner) = owner {
+        let uid = std::fs::metadata(&proc_dir)
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .map_err(|e| format!("PID {pid} from {}: {e}", pidfile.display()))?;
+        if uid != owner {
+            return Err(format!(
+                "PID {pid} runs as uid {uid}, not the job's user (uid {owner})"
+            ));
+        }
+    }
     let stat = read_proc(&proc_dir, "stat", 4096)
         .map_err(|e| format!("PID {pid} from {}: {e}", pidfile.display()))?;
     let started = started_at(&stat)?;
@@ -46,8 +57,8 @@ pub fn job_pid(pidfile: &Path, expect: Option<&str>) -> Result<i32, String> {
 }
 
 /// The PID, and when the pidfile was last written.
-fn read_pidfile(pidfile: &Path) -> Result<(i32, SystemTime), String> {
-    let (file, meta) = match untrusted::open(pidfile) {
+fn read_pidfile(pidfile: &Path, owner: Option<u32>) -> Result<(i32, SystemTime), String> {
+    let (file, meta) = match untrusted::open_owned(pidfile, owner) {
         Ok(Some(opened)) => opened,
         Ok(None) => return Err(format!("pidfile {} does not exist", pidfile.display())),
         Err(e) => return Err(format!("pidfile {} {e}", pidfile.display())),
@@ -149,13 +160,13 @@ mod tests {
     fn dtd_itself_its_parent_and_init_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id();
-        let e = job_pid(&pidfile(dir.path(), me), None).unwrap_err();
+        let e = job_pid(&pidfile(dir.path(), me), None, None).unwrap_err();
         assert!(e.contains("dtd itself"), "{e}");
         let parent = nix::unistd::getppid();
-        let e = job_pid(&pidfile(dir.path(), parent), None).unwrap_err();
+        let e = job_pid(&pidfile(dir.path(), parent), None, None).unwrap_err();
         assert!(e.contains("ancestor"), "{e}");
         for pid in ["1", "0", "-1"] {
-            let e = job_pid(&pidfile(dir.path(), pid), None).unwrap_err();
+            let e = job_pid(&pidfile(dir.path(), pid), None, None).unwrap_err();
             assert!(e.contains("not a job"), "{e}");
         }
     }
@@ -170,9 +181,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let p = pidfile(dir.path(), child.id());
-        assert_eq!(job_pid(&p, None).unwrap(), child.id() as i32);
-        assert_eq!(job_pid(&p, Some("sleep")).unwrap(), child.id() as i32);
-        let e = job_pid(&p, Some("train.py")).unwrap_err();
+        assert_eq!(job_pid(&p, None, None).unwrap(), child.id() as i32);
+        assert_eq!(job_pid(&p, Some("sleep"), None).unwrap(), child.id() as i32);
+        let e = job_pid(&p, Some("train.py"), None).unwrap_err();
         assert!(e.contains("does not contain"), "{e}");
         let old = SystemTime::now() - Duration::from_secs(600);
         std::fs::File::options()
@@ -181,7 +192,7 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        let e = job_pid(&p, None).unwrap_err();
+        let e = job_pid(&p, None, None).unwrap_err();
         assert!(e.contains("stale"), "{e}");
         child.kill().unwrap();
         child.wait().unwrap();

@@ -35,7 +35,7 @@ pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<Str
             signal,
             pidfile,
             expect,
-        } => signal_job(*signal, pidfile, expect.as_deref()),
+        } => signal_job(*signal, pidfile, expect.as_deref(), None),
         Notify::Command(argv) => run_hook(argv, n, hostfile)
             .await
             .map_err(NotifyError::Failed),
@@ -47,8 +47,9 @@ pub fn signal_job(
     signal: Signal,
     pidfile: &Path,
     expect: Option<&str>,
+    owner: Option<u32>,
 ) -> Result<String, NotifyError> {
-    let pid = job_pid(pidfile, expect).map_err(NotifyError::Refused)?;
+    let pid = job_pid(pidfile, expect, owner).map_err(NotifyError::Refused)?;
     kill(Pid::from_raw(pid), signal)
         .map_err(|e| NotifyError::Failed(format!("sending {signal} to PID {pid}: {e}")))?;
     Ok(format!("sent {signal} to PID {pid}"))

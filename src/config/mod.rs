@@ -9,6 +9,7 @@
 mod alerts;
 mod de;
 mod notify;
+mod owner;
 mod position;
 mod raw;
 mod resolve;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
+pub use owner::JobOwner;
 pub use sections::{
     Events, Health, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots, Stall,
 };
@@ -143,6 +145,8 @@ pub struct Job {
     pub progress: PathBuf,
     /// Stall detection; off when absent.
     pub stall: Option<Stall>,
+    /// Whose files the job's are (see [`Job::owner_uid`]); `None`: their directory's owner.
+    pub owner: Option<JobOwner>,
 }
 
 impl Job {

@@ -198,6 +198,9 @@ pub(super) struct RawJob {
     pub progress: Option<PathBuf>,
     #[serde(default)]
     pub stall: Option<Stall>,
+    /// Whose files the job's are; default: the owner of their directory.
+    #[serde(default)]
+    pub owner: Option<super::owner::JobOwner>,
 }
 
 /// A key left out takes its value from [`Default`].

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 
 use crate::act::journal;
 use crate::config::Config;
-use crate::fsutil::{now_millis, write_atomic};
+use crate::fsutil::{now_millis, write_atomic_owned};
 use crate::hostfile::{render, Format};
 use crate::model::Event;
 use crate::protocol;
@@ -97,9 +97,21 @@ pub fn event_line(e: &Event, json: bool) -> anyhow::Result<String> {
 }
 
 pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
+    // dtd ignores an acknowledgement of a generation it never wrote: say so now, not later.
+    let written = load_status(cfg)?.generation;
+    if generation > written {
+        bail!("generation {generation} does not exist yet: dtd has written up to {written}");
+    }
     let path = &cfg.job.ack.file;
-    write_atomic(path, protocol::generation::render(generation).as_bytes())
-        .with_context(|| format!("writing {}", path.display()))?;
+    let owner = cfg.job.owner_uid().map_err(anyhow::Error::msg)?;
+    // dtd reads the ack file only when the job's user owns it: root hands it over.
+    let owner = (nix::unistd::geteuid().is_root()).then_some(owner);
+    write_atomic_owned(
+        path,
+        protocol::generation::render(generation).as_bytes(),
+        owner,
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
     println!("acknowledged generation {generation} in {}", path.display());
     Ok(())
 }

@@ -32,7 +32,7 @@ use crate::observe::markers::MarkerScanner;
 use crate::observe::progress::ProgressReader;
 use crate::observe::shared_changes::{self, Watched};
 use crate::status::{PassFacts, StatusReport};
-use crate::store::{load_state, save_json, Paths, StoreError};
+use crate::store::{load_state_resuming, save_json, Paths, StoreError};
 use ec2_view::Ec2View;
 use inbox::Inbox;
 pub use lock::{lock_state_dir, Lock};
@@ -55,6 +55,8 @@ pub enum DaemonError {
     Signal(std::io::Error),
     #[error(transparent)]
     Metrics(#[from] ServeError),
+    #[error("{0}")]
+    JobOwner(String),
 }
 
 pub struct Daemon {
@@ -95,7 +97,7 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(&cfg.state_dir);
-        let state = load_state(&paths.state())?;
+        let state = load_state_resuming(&paths.state(), &cfg.generation_file)?;
         let mut metrics = Metrics::new(
             &clients.calls,
             crate::status::read_totals(&paths.status()),
@@ -106,12 +108,24 @@ impl Daemon {
             let bound = crate::metrics::server::spawn(addr, registry, metrics.health())?;
             tracing::info!("serving http://{bound}/metrics and /healthz");
         }
+        let owner = Some(cfg.job.owner_uid().map_err(DaemonError::JobOwner)?);
+        tracing::info!(
+            uid = owner,
+            "the job's files are believed when this user owns them"
+        );
         let readers = SharedReaders {
             markers: MarkerScanner::new(&cfg.shared_dir),
-            acks: AckReader::new(&cfg.job.ack.file, cfg.job.ack.host_worker_log.as_deref()),
+            acks: AckReader::new(
+                &cfg.job.ack.file,
+                cfg.job.ack.host_worker_log.as_deref(),
+                owner,
+            ),
             resume: paths.resume(),
-            progress: (cfg.job.stall.as_ref()).map(|_| ProgressReader::new(&cfg.job.progress)),
+            progress: (cfg.job.stall.as_ref())
+                .map(|_| ProgressReader::new(&cfg.job.progress, owner)),
         };
+        let mut actuators = Actuators::new(&cfg, clients.ec2.clone(), clients.autoscaling.clone());
+        actuators.job_owner = owner;
         let deadline = |what: &str, dir: &std::path::Path| {
             Deadline::new(format!("{what} {}", dir.display()), cfg.fs_timeout)
         };
@@ -133,7 +147,7 @@ impl Daemon {
             group_due: true,
             mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
                 .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
-            actuators: Actuators::new(&cfg, clients.ec2.clone(), clients.autoscaling.clone()),
+            actuators,
             clients,
             inbox: Inbox::default(),
             launch_template_id: None,
@@ -418,7 +432,11 @@ impl Daemon {
     fn record(&mut self, events: &[Event]) {
         self.metrics.note_events(events);
         for e in events {
-            tracing::info!(kind = %e.kind, instance = e.instance.as_deref().unwrap_or("-"), "{}", e.message);
+            let instance = e.instance.as_deref().unwrap_or("-");
+            match e.kind.is_refusal() {
+                true => tracing::warn!(kind = %e.kind, instance, "{}", e.message),
+                false => tracing::info!(kind = %e.kind, instance, "{}", e.message),
+            }
         }
         self.alerts.offer(events);
         self.unjournaled.extend_from_slice(events);

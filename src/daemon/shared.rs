@@ -29,11 +29,18 @@ pub(super) struct SharedView {
 
 impl SharedReaders {
     fn read(&mut self) -> SharedView {
+        let progress = self.progress.as_mut().and_then(ProgressReader::read);
+        let mut acks = self.acks.read();
+        // The job's files refused for their owner are reported together (`Acks::refused`).
+        let not_owned = self.progress.as_ref().and_then(|p| p.not_owned());
+        if let (Ok(a), Some(why)) = (&mut acks, not_owned) {
+            a.refused.push(why.to_string());
+        }
         SharedView {
             markers: self.markers.scan(),
-            acks: self.acks.read(),
+            acks,
             resume_requested: resume_requested(&self.resume),
-            progress: self.progress.as_mut().and_then(ProgressReader::read),
+            progress,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The outcome of a pass while the rules write it, with what each instance shows.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::pass::Pass;
@@ -17,6 +18,8 @@ pub(super) struct Draft {
     pub removed: Vec<IpAddr>,
     /// Why some of `removed` left, for the job (see `Notification::notices`).
     pub notices: Vec<JobNotice>,
+    /// The refusals this pass saw (keys of `State::refused`): the others are forgotten.
+    pub refused_keys: HashSet<String>,
 }
 
 impl Draft {
@@ -42,6 +45,7 @@ impl Draft {
             added: Vec::new(),
             removed: Vec::new(),
             notices: Vec::new(),
+            refused_keys: HashSet::new(),
         }
     }
 

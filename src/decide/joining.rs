@@ -3,7 +3,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, health, launch, mount_targets, prepare_failed, worker_count};
+use super::{group, health, launch, mount_targets, prepare_failed, trust, worker_count};
 use crate::model::*;
 
 /// A cluster instance that is not a member and carries the elastic tag.
@@ -15,8 +15,11 @@ pub(super) fn candidate(
     joins: &mut Vec<usize>,
 ) {
     let ip = p.list[at].ip;
-    let success = p.markers.is_some_and(|m| m.success.contains(&ip));
-    let failed = p.markers.and_then(|m| m.failed.get(&ip));
+    // A marker naming another instance is not this one's (see `trust`): as if absent.
+    let success = p.markers.is_some_and(|m| m.success.contains(&ip))
+        && !trust::foreign_marker(p, st, out, at, false);
+    let failed = (p.markers.and_then(|m| m.failed.get(&ip)))
+        .filter(|_| !trust::foreign_marker(p, st, out, at, true));
     let sick = health::unhealthy(p, at);
     if !group::serving(p, at) {
         let why = failed.map(|f| format!("prepare-data failed ({f})"));
@@ -96,7 +99,7 @@ pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>)
 pub(super) fn member_view(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
     let m = &mut st.members[pos];
     if let Some(a) = p.acks.filter(|_| !m.acked) {
-        let by_file = a.generation.is_some_and(|g| g >= m.joined_generation);
+        let by_file = p.ack.is_some_and(|g| g >= m.joined_generation);
         let by_log = (a.log_added.get(&m.ip)).is_some_and(|line| *line > m.log_mark);
         if by_file || by_log {
             m.acked = true;

@@ -8,6 +8,7 @@
 //! family is a file of free functions over those three: `notices`, `classify` (who stays, who
 //! joins, who leaves), `joining`, `leaving`, `group` and `launch` (the worker group and its
 //! launching hook), `removal` (the removal lifecycle), `stall` (the job's step standing still),
+//! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
 //! `report` (rows, tags, host files).
 
 mod classify;
@@ -25,6 +26,7 @@ pub mod removal;
 mod report;
 mod rules;
 mod stall;
+mod trust;
 
 use crate::model::*;
 
@@ -41,6 +43,10 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     let p = pass::Pass::new(rules, snap, &prev, now);
     let mut st = prev;
     let mut out = draft::Draft::new(snap, p.list.len());
+    trust::refuse_files(&p, &mut st, &mut out);
+    if let Some(claimed) = p.ack_refused {
+        trust::refuse_ack(&p, &mut st, &mut out, claimed);
+    }
     // Before members are located: a notice can take a member out of the job.
     notices::heed(&p, &mut st, &mut out, &snap.notices);
     health::heed(&p, &mut st, &mut out);
@@ -54,6 +60,7 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     removal::advance_all(&p, &mut st, &mut out);
     // After joins and leaves: whether the job has workers is this pass's answer.
     stall::watch(&p, &mut st, &mut out);
+    trust::forget_stale(&p, &mut st, &out);
     report::finish(&p, st, out)
 }
 

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::removal;
+use super::{removal, trust};
 use crate::config::Rebalance;
 use crate::model::*;
 
@@ -30,6 +30,11 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]
             n.kind,
             NoticeKind::Rebalance | NoticeKind::CapacityBlockExpiring | NoticeKind::ScheduledChange
         );
+        if let NoticeTarget::Agent { instance, ip } = &n.target {
+            if !believe_agent(p, st, out, n, instance, *ip, drain) {
+                continue;
+            }
+        }
         if drain && !p.can_remove() {
             // A drain is voluntary: never on a partial view. The daemon keeps the notice.
             out.outcome.deferred_notices.push(n.id.clone());
@@ -57,6 +62,51 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]
             heed_one(p, st, out, n, t);
         }
     }
+}
+
+/// Whether an agent's notice goes on to be heeded: only for the instance EC2 lists at its IP
+/// (else refused), and only an interruption: a drain terminates the worker once the job lets it
+/// go, which a worker's word alone never decides (AWS's own event, from the queue, does).
+fn believe_agent(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    n: &Notice,
+    instance: &str,
+    ip: IpAddr,
+    drain: bool,
+) -> bool {
+    let who = |id: &str| Some(id.to_string());
+    let (key, kind, id, msg) = match trust::agent_target(p, st, n, instance, ip) {
+        Ok(None) => return false,
+        Ok(Some(_)) if !drain => return true,
+        Ok(Some((id, _))) => {
+            let msg = format!(
+                "{} from the agent of {ip} ({id}): reported only; a drain needs AWS's own event \
+                 (events.queue_url), a worker's word is not enough",
+                describe(n.kind)
+            );
+            (
+                format!("agent-drain:{}", n.id),
+                EventKind::Notice,
+                who(&id),
+                msg,
+            )
+        }
+        Err(why) => {
+            let msg = format!("{} in interruption_{ip} {why}: refused", describe(n.kind));
+            let id = (p.at(instance).is_some()).then(|| instance.to_string());
+            (
+                format!("notice:{}", n.id),
+                EventKind::NoticeRefused,
+                id,
+                msg,
+            )
+        }
+    };
+    let subject = id.as_deref().map(|id| (id, ip));
+    trust::refuse(p, st, out, key, kind, subject, msg);
+    false
 }
 
 /// When a scheduled change's worker starts to drain: `scheduled_change_lead` before it starts.
@@ -111,7 +161,11 @@ fn heed_one(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
 /// never terminated by us (AWS does it).
 fn interrupt(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
     let reason = format!("{} from the {}", describe(n.kind), n.source);
-    removal::interrupt(p, st, out, &t.id, t.ip, &reason);
+    let unconfirmed = trust::unconfirmed_until(p, n);
+    if unconfirmed.is_some() {
+        trust::heeded_from_agent(p, st, t.ip);
+    }
+    removal::interrupt(p, st, out, &t.id, t.ip, &reason, unconfirmed);
 }
 
 /// Leaves gracefully, like a deleted elastic tag: terminated once the job acknowledges.
@@ -159,7 +213,7 @@ fn targets(p: &Pass, st: &State, target: &NoticeTarget) -> Vec<Target> {
         ip: p.list[at].ip,
     };
     match target {
-        NoticeTarget::Instance(id) => {
+        NoticeTarget::Instance(id) | NoticeTarget::Agent { instance: id, .. } => {
             if let Some(at) = p.at(id) {
                 return vec![listed(at)];
             }
@@ -215,5 +269,6 @@ fn target_text(t: &NoticeTarget) -> String {
         NoticeTarget::Instance(id) => id.clone(),
         NoticeTarget::Ip(ip) => ip.to_string(),
         NoticeTarget::CapacityReservation(cr) => cr.clone(),
+        NoticeTarget::Agent { instance, .. } => instance.clone(),
     }
 }

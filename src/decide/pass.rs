@@ -24,6 +24,10 @@ pub(super) struct Pass<'a> {
     pub mount_targets: Option<&'a MountTargets>,
     /// The job's progress file, when stall detection reads it and the job wrote one.
     pub progress: Option<&'a Result<Progress, String>>,
+    /// The generation the `ack` file acknowledges, when dtd wrote it (see `trust`).
+    pub ack: Option<u64>,
+    /// An `ack` file naming a generation dtd never wrote: ignored, and shown.
+    pub ack_refused: Option<u64>,
     /// The generation this pass's changes make.
     pub next_gen: u64,
 }
@@ -44,7 +48,11 @@ impl<'a> Pass<'a> {
                 facts[at].cluster = false;
             }
         }
-        let acked = snap.acks.as_ref().ok().and_then(|a| a.generation);
+        let acks = snap.acks.as_ref().ok();
+        let (ack, ack_refused) = match super::trust::ack_generation(prev, acks) {
+            Ok(g) => (g, None),
+            Err(claimed) => (None, Some(claimed)),
+        };
         Pass {
             rules,
             now,
@@ -59,10 +67,12 @@ impl<'a> Pass<'a> {
             acks: snap.acks.as_ref().ok(),
             mount_targets: snap.mount_targets.as_ref(),
             progress: snap.progress.as_ref(),
-            // Never reuse a generation the ack file already holds (state file lost, or a
-            // `dtctl ack` ahead of the daemon): a removal numbered at or below it would count as
-            // acknowledged at once, and the worker be terminated before the job saw it leave.
-            next_gen: prev.generation.max(acked.unwrap_or(0)) + 1,
+            ack,
+            ack_refused,
+            // An ack above what dtd wrote is refused (see `trust`), so it cannot push the count.
+            // Saturating: at u64::MAX `report` refuses to bump rather than wrap to 0, which would
+            // count every later removal as acknowledged.
+            next_gen: prev.generation.saturating_add(1),
         }
     }
 

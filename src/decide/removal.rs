@@ -4,7 +4,8 @@
 //!   AwaitingAck --(acknowledged, or the ack timeout)--> Ending --(call confirmed)--> Ended
 //!        |                 \--(ends with `then: None`: kept running)--> forgotten
 //!        |--(elastic tag back, cause ElasticTag)--> cancelled
-//!   any --(interruption)--> Reclaiming
+//!   any --(interruption)--> Reclaiming --(only an agent said so, and EC2 still runs it past
+//!                                          the notice's time)--> forgotten (may join again)
 //!   any --(instance stopped running, on a complete view)--> forgotten
 //! ```
 //!
@@ -57,7 +58,7 @@ pub(super) fn new_for(
 pub(super) fn queue<'d>(p: &Pass, st: &mut State, out: &'d mut Draft, r: Removal) -> &'d mut Event {
     let (ip, generation, reason) = (r.ip, r.generation, &r.reason);
     let (kind, msg) = match r.stage {
-        Stage::Reclaiming => (
+        Stage::Reclaiming { .. } => (
             EventKind::Interrupted,
             format!("{reason}: {ip} left the job at once; the job keeps training without it"),
         ),
@@ -103,43 +104,51 @@ pub(super) fn interrupt(
     id: &str,
     ip: IpAddr,
     reason: &str,
+    unconfirmed_until: Option<Millis>,
 ) {
     if let Some(pos) = st.members.iter().position(|m| m.id == id) {
         st.members.remove(pos);
         out.removed.push(ip);
         st.interruptions += 1;
     } else if let Some(r) = st.removals.iter_mut().find(|r| r.id == id) {
-        if r.is_interrupted() {
-            // The same interruption from its other source (agent and queue both report).
+        if let Stage::Reclaiming {
+            unconfirmed_until: until,
+        } = &mut r.stage
+        {
+            // The same interruption from its other source (agent and queue both report); AWS's
+            // own event confirms what the agent said.
+            if unconfirmed_until.is_none() {
+                *until = None;
+            }
             return;
         }
-        r.stage = Stage::Reclaiming;
+        r.stage = Stage::Reclaiming { unconfirmed_until };
         let msg = format!("{reason}: {ip} was already leaving; AWS takes it back");
         out.event(p, EventKind::Interrupted, Some((id, ip)), None, msg);
         return;
     }
     let mut r = new_for(p, id, ip, Cause::ElasticTag, None, reason);
-    r.stage = Stage::Reclaiming;
+    r.stage = Stage::Reclaiming { unconfirmed_until };
     queue(p, st, out, r);
 }
 
 pub(super) fn advance_all(p: &Pass, st: &mut State, out: &mut Draft) {
     let removals = std::mem::take(&mut st.removals);
     for mut r in removals {
-        if advance(p, out, &mut r) {
+        if advance(p, st, out, &mut r) {
             st.removals.push(r);
         }
     }
 }
 
 /// Moves one removal forward; returns false when it is finished and can be forgotten.
-fn advance(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
+fn advance(p: &Pass, st: &mut State, out: &mut Draft, r: &mut Removal) -> bool {
     if p.rules.is_protected(r.ip) {
         // Made a base host (or the master) since it was queued: never terminated.
         return false;
     }
-    if r.stage == Stage::Reclaiming {
-        return await_reclaim(p, out, r);
+    if r.is_interrupted() {
+        return await_reclaim(p, st, out, r);
     }
     if !p.can_remove() {
         let status = match r.stage {
@@ -164,7 +173,7 @@ fn advance(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
             send(out, &r.id, e);
             out.view_id(p, &r.id, WorkerStatus::Removed, None);
         }
-        Stage::Ended | Stage::Reclaiming => {
+        Stage::Ended | Stage::Reclaiming { .. } => {
             let why = Some("the instance to shut down".to_string());
             out.view_id(p, &r.id, WorkerStatus::Removed, why);
         }
@@ -174,7 +183,7 @@ fn advance(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
 
 /// Returns false when the removal is finished and can be forgotten.
 fn await_ack(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
-    let by_file = (p.acks.and_then(|a| a.generation)).is_some_and(|g| g >= r.generation);
+    let by_file = p.ack.is_some_and(|g| g >= r.generation);
     let by_log = (p.acks.and_then(|a| a.log_removed.get(&r.ip))).is_some_and(|l| *l > r.log_mark);
     let (kind, msg) = if by_file || by_log {
         let how = if by_file {
@@ -262,9 +271,18 @@ fn heartbeat(p: &Pass, out: &mut Draft, r: &mut Removal) {
 
 /// Interrupted workers stay shown as INTERRUPTED until AWS has taken them. Forgotten once a
 /// complete view no longer shows it: like every removal, it is not dropped on a partial one.
-fn await_reclaim(p: &Pass, out: &mut Draft, r: &Removal) -> bool {
+fn await_reclaim(p: &Pass, st: &mut State, out: &mut Draft, r: &Removal) -> bool {
     if p.can_remove() && !p.is_running(&r.id) {
         return false;
+    }
+    if let Stage::Reclaiming {
+        unconfirmed_until: Some(until),
+    } = r.stage
+    {
+        if p.can_remove() && p.now >= until {
+            super::trust::release_unconfirmed(p, st, out, r);
+            return false;
+        }
     }
     let why = Some("AWS to reclaim it".to_string());
     out.view_id(p, &r.id, WorkerStatus::Interrupted, why);

@@ -38,6 +38,12 @@ pub(super) fn finish(p: &Pass, mut st: State, mut out: Draft) -> Plan {
 
 /// Folds this pass's changes into any notification the job has not received yet.
 fn bump_generation(p: &Pass, st: &mut State, out: &mut Draft) {
+    if p.next_gen <= st.generation {
+        // Only a state file edited by hand gets here: a wrapped number would be acknowledged.
+        let why = format!("the generation counter is at its limit ({}): no new generation can be numbered; move state.json aside", st.generation);
+        out.outcome.holds.push(why);
+        return;
+    }
     st.generation = p.next_gen;
     let mut n = st.pending_notification.take().unwrap_or_default();
     n.generation = p.next_gen;

@@ -107,11 +107,36 @@ pub enum EventKind {
     Stalled,
     /// The step advanced again after a stall (or the job stopped reporting, or has no workers).
     StallCleared,
+    /// A worker's agent notice that EC2's view does not confirm (another instance at that IP,
+    /// a Spot warning for an on-demand instance, too many from one IP): not heeded.
+    NoticeRefused,
+    /// A worker's agent said its instance was being interrupted, yet EC2 still runs it well
+    /// past the notice's time: it may join again.
+    NoticeUnconfirmed,
+    /// The `ack` file names a generation dtd never wrote: ignored.
+    AckRefused,
+    /// A marker or report names an instance other than the one EC2 lists at its IP: ignored.
+    MarkerRefused,
+    /// A job file (`ack`, `host_worker_log`, `progress`, `job.pid`) owned by someone other than
+    /// the job's user: ignored.
+    FileRefused,
     #[serde(untagged)]
     Other(String),
 }
 
 impl EventKind {
+    /// Something a worker wrote that dtd did not believe: logged as a warning, not as news.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            EventKind::NoticeRefused
+                | EventKind::NoticeUnconfirmed
+                | EventKind::AckRefused
+                | EventKind::MarkerRefused
+                | EventKind::FileRefused
+        )
+    }
+
     pub fn as_str(&self) -> &str {
         match self {
             EventKind::Other(kind) => kind,
@@ -153,6 +178,11 @@ impl EventKind {
             EventKind::ReplacementLaunched => "replacement_launched",
             EventKind::Stalled => "stalled",
             EventKind::StallCleared => "stall_cleared",
+            EventKind::NoticeRefused => "notice_refused",
+            EventKind::NoticeUnconfirmed => "notice_unconfirmed",
+            EventKind::AckRefused => "ack_refused",
+            EventKind::MarkerRefused => "marker_refused",
+            EventKind::FileRefused => "file_refused",
             EventKind::Other(_) => "",
         }
     }
@@ -210,6 +240,11 @@ mod tests {
             EventKind::ReplacementLaunched,
             EventKind::Stalled,
             EventKind::StallCleared,
+            EventKind::NoticeRefused,
+            EventKind::NoticeUnconfirmed,
+            EventKind::AckRefused,
+            EventKind::MarkerRefused,
+            EventKind::FileRefused,
         ];
         for kind in known {
             let json = serde_json::to_string(&kind).expect("serialized");

@@ -56,6 +56,10 @@ pub struct Markers {
     pub ready_at: BTreeMap<IpAddr, Millis>,
     /// What each worker's health check last said (`health_<ip>`), for the instance it names.
     pub health: BTreeMap<IpAddr, Health>,
+    /// The instance each success or failure marker names in its body (`instance_id`), when it
+    /// names one: believed only for the instance EC2 lists at that IP (a 2018 marker names none).
+    pub success_named: BTreeMap<IpAddr, String>,
+    pub failed_named: BTreeMap<IpAddr, String>,
 }
 
 /// A worker's last health check, as its agent wrote it.
@@ -90,6 +94,9 @@ pub struct Acks {
     /// For each IP, the line number (1-based) of its latest `ADDED` / `REMOVED` line.
     pub log_added: BTreeMap<IpAddr, u64>,
     pub log_removed: BTreeMap<IpAddr, u64>,
+    /// The job's files not read because someone other than the job's user owns them (a worker
+    /// created them first), one line each: journaled once and shown.
+    pub refused: Vec<String>,
 }
 
 /// One pass's view of the world. A source that could not be read completely is `Err(why)`.
@@ -195,6 +202,13 @@ pub enum NoticeTarget {
     Instance(String),
     Ip(IpAddr),
     CapacityReservation(String),
+    /// What a worker's agent wrote in `interruption_<ip>`: the instance it names and the IP of
+    /// the marker. Any worker can write any marker, so this is believed only for the instance
+    /// EC2 lists at that IP (see `decide::trust`).
+    Agent {
+        instance: String,
+        ip: IpAddr,
+    },
 }
 
 /// A lifecycle state as AWS names it (`InService`, `Pending:Wait`, ...).

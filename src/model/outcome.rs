@@ -28,6 +28,9 @@ pub struct Outcome {
     pub rows: Vec<Row>,
     /// Why this pass held its ground (a source failed), empty when it did not.
     pub holds: Vec<String>,
+    /// What a worker wrote that this pass did not believe, one line each for `dtctl status`
+    /// (each is journaled once, when first refused).
+    pub refused: Vec<String>,
     /// Notices this pass could not heed (a drain on a partial view): keep them for the next.
     pub deferred_notices: Vec<String>,
     /// A stall journaled or cleared this pass: the stall command is run for it.

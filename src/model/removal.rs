@@ -45,7 +45,9 @@ pub enum Stage {
     /// The ending was confirmed: never sent again; shown until the instance stops running.
     Ended,
     /// AWS takes it back (an interruption): out at once, never terminated by us.
-    Reclaiming,
+    /// `unconfirmed_until`: only a worker's agent said so (no AWS event), so if EC2 still shows
+    /// it running at this time the notice was false and the worker may join again.
+    Reclaiming { unconfirmed_until: Option<Millis> },
 }
 
 /// Why a worker leaves. Only a deleted elastic tag can be taken back by restoring the tag.
@@ -91,7 +93,7 @@ impl Removal {
     }
 
     pub fn is_interrupted(&self) -> bool {
-        self.stage == Stage::Reclaiming
+        matches!(self.stage, Stage::Reclaiming { .. })
     }
 
     /// Why it left, while that still decides anything (until it is let go).
@@ -114,6 +116,9 @@ struct Record {
     end: End,
     #[serde(default)]
     heartbeat_at: Option<Millis>,
+    /// An interruption only a worker's agent reported: released when still running past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unconfirmed_until: Option<Millis>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,7 +154,9 @@ impl From<Record> for Stage {
             End::Keep => None,
         };
         match (r.cause, r.termination, ending) {
-            (None, _, _) => Stage::Reclaiming,
+            (None, _, _) => Stage::Reclaiming {
+                unconfirmed_until: r.unconfirmed_until,
+            },
             (Some(cause), Termination::Waiting, then) => Stage::AwaitingAck {
                 cause,
                 then,
@@ -172,6 +179,7 @@ impl From<Stage> for Record {
             None => End::Keep,
         };
         // Past the acknowledgement the cause decides nothing, and is not kept.
+        let mut unconfirmed = None;
         let (termination, cause, end, heartbeat_at) = match stage {
             Stage::AwaitingAck {
                 cause,
@@ -180,13 +188,17 @@ impl From<Stage> for Record {
             } => (Termination::Waiting, Some(cause), end(then), heartbeat_at),
             Stage::Ending(e) => (Termination::Requested, elastic_tag(), end(Some(e)), None),
             Stage::Ended => (Termination::Sent, elastic_tag(), End::Keep, None),
-            Stage::Reclaiming => (Termination::Sent, None, End::Keep, None),
+            Stage::Reclaiming { unconfirmed_until } => {
+                unconfirmed = unconfirmed_until;
+                (Termination::Sent, None, End::Keep, None)
+            }
         };
         Record {
             termination,
             cause,
             end,
             heartbeat_at,
+            unconfirmed_until: unconfirmed,
         }
     }
 }
@@ -258,7 +270,12 @@ mod tests {
                 heartbeat_at: None,
             },
             Stage::Ended,
-            Stage::Reclaiming,
+            Stage::Reclaiming {
+                unconfirmed_until: None,
+            },
+            Stage::Reclaiming {
+                unconfirmed_until: Some(120_000),
+            },
         ];
         for stage in stages {
             let r = removal(stage);
@@ -284,7 +301,10 @@ mod tests {
             r#""termination":"sent","cause":"interrupted""#,
         );
         let r: Removal = serde_json::from_str(&interrupted).expect("read");
-        assert_eq!(r.stage, Stage::Reclaiming);
+        let want = Stage::Reclaiming {
+            unconfirmed_until: None,
+        };
+        assert_eq!(r.stage, want);
     }
 
     #[test]

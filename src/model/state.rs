@@ -110,6 +110,15 @@ pub struct State {
     /// Launches owed for unhealthy launch-template workers, resent until RunInstances succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replacements: Vec<Replacement>,
+    /// What a worker wrote that dtd refused to believe, already journaled (`notice_refused`,
+    /// `ack_refused`, ...), each under a key naming the file and the lie; forgotten once the
+    /// file no longer says it, so it is journaled again if it comes back.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub refused: BTreeSet<String>,
+    /// When each worker IP's agent last took a worker out with an interruption notice: agent
+    /// notices are heeded at most once an hour per IP (see `decide::trust`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_notices: BTreeMap<IpAddr, Millis>,
     /// The job's step as last read from its progress file, with `job.stall` configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,

@@ -18,6 +18,8 @@ const LOG_CHUNK: u64 = 256 * 1024;
 
 pub struct AckReader {
     ack_file: PathBuf,
+    /// The job's uid (`job.owner`): a file someone else owns is not the job's word.
+    owner: Option<u32>,
     log: Option<LogReader>,
     acks: Acks,
     warned_ack: Option<String>,
@@ -33,9 +35,10 @@ struct LogReader {
 }
 
 impl AckReader {
-    pub fn new(ack_file: &Path, host_worker_log: Option<&Path>) -> Self {
+    pub fn new(ack_file: &Path, host_worker_log: Option<&Path>, owner: Option<u32>) -> Self {
         AckReader {
             ack_file: ack_file.to_path_buf(),
+            owner,
             log: host_worker_log.map(|p| LogReader {
                 path: p.to_path_buf(),
                 offset: 0,
@@ -49,16 +52,21 @@ impl AckReader {
     }
 
     pub fn read(&mut self) -> Result<Acks, String> {
+        self.acks.refused.clear();
         self.acks.generation = self.read_ack_file()?;
         if let Some(log) = self.log.as_mut() {
-            match log.read_new(&mut self.acks) {
+            match log.read_new(&mut self.acks, self.owner) {
                 Ok(()) => self.refused.clear(&log.path),
                 Err(e) if e.is_refused() => {
                     self.refused.warn(
                         &log.path,
                         &e.to_string(),
-                        "ignored until it is a plain file again",
+                        "ignored until it is a plain file of the job's again",
                     );
+                    if matches!(e, ReadError::NotOwned { .. }) {
+                        let why = format!("{} {e}: ignored", log.path.display());
+                        self.acks.refused.push(why);
+                    }
                 }
                 Err(e) => return Err(format!("reading {}: {e}", log.path.display())),
             }
@@ -67,7 +75,7 @@ impl AckReader {
     }
 
     fn read_ack_file(&mut self) -> Result<Option<u64>, String> {
-        let bytes = match untrusted::read(&self.ack_file, generation::MAX_BYTES) {
+        let bytes = match untrusted::read_owned(&self.ack_file, generation::MAX_BYTES, self.owner) {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(None),
             Err(ReadError::Io(e)) => {
@@ -78,6 +86,10 @@ impl AckReader {
                 let why = refused.to_string();
                 self.refused
                     .warn(&self.ack_file, &why, "acknowledgement ignored");
+                if matches!(refused, ReadError::NotOwned { .. }) {
+                    let shown = format!("{} {why}: ignored", self.ack_file.display());
+                    self.acks.refused.push(shown);
+                }
                 return Ok(None);
             }
         };
@@ -98,8 +110,8 @@ impl AckReader {
 }
 
 impl LogReader {
-    fn read_new(&mut self, acks: &mut Acks) -> Result<(), ReadError> {
-        let Some((mut f, meta)) = untrusted::open(&self.path)? else {
+    fn read_new(&mut self, acks: &mut Acks, owner: Option<u32>) -> Result<(), ReadError> {
+        let Some((mut f, meta)) = untrusted::open_owned(&self.path, owner)? else {
             return Ok(());
         };
         if meta.len() < self.offset {
@@ -109,6 +121,7 @@ impl LogReader {
             self.skipping = false;
             *acks = Acks {
                 generation: acks.generation,
+                refused: std::mem::take(&mut acks.refused),
                 ..Acks::default()
             };
         }
@@ -179,7 +192,7 @@ mod tests {
     fn log_is_read_incrementally_and_partial_lines_wait() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("host_worker_log");
-        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log));
+        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log), None);
         assert_eq!(r.read().unwrap(), Acks::default());
         let mut f = File::create(&log).unwrap();
         write!(f, "1 ADDED 10.0.0.5 2018-11-16 22:46:47\n2 REMOVED 10.0").unwrap();
@@ -202,7 +215,7 @@ mod tests {
     fn ack_file_generation_and_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let ack = dir.path().join("ack");
-        let mut r = AckReader::new(&ack, None);
+        let mut r = AckReader::new(&ack, None, None);
         std::fs::write(&ack, "7\n").unwrap();
         assert_eq!(r.read().unwrap().generation, Some(7));
         std::fs::write(&ack, "seven").unwrap();
@@ -223,7 +236,7 @@ mod tests {
         for _ in 0..lines {
             f.write_all(line).unwrap();
         }
-        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log));
+        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log), None);
         let first = r.read().unwrap();
         assert_eq!(first.log_added[&ip("10.0.0.5")], 2);
         assert!(
@@ -245,7 +258,7 @@ mod tests {
         let log = dir.path().join("host_worker_log");
         nix::unistd::mkfifo(&ack, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         std::os::unix::fs::symlink("/dev/zero", &log).unwrap();
-        let mut r = AckReader::new(&ack, Some(&log));
+        let mut r = AckReader::new(&ack, Some(&log), None);
         assert_eq!(r.read().unwrap(), Acks::default());
         std::fs::remove_file(&ack).unwrap();
         File::create(&ack).unwrap().set_len(3 << 30).unwrap();

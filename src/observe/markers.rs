@@ -19,6 +19,9 @@ use crate::protocol::markers::{
 use crate::protocol::report;
 use crate::untrusted;
 
+/// Longer than any notice id the agent writes (`imds:<kind>:<time or event id>`).
+const MAX_NOTICE_ID: usize = 128;
+
 pub struct MarkerScanner {
     dir: PathBuf,
     /// Names already warned about, so a bad file is reported once, not every pass.
@@ -31,6 +34,9 @@ pub struct MarkerScanner {
     health: BTreeMap<IpAddr, (u64, Option<Health>)>,
     /// The IPs with a health report in the directory on this scan.
     health_seen: HashSet<IpAddr>,
+    /// Success markers by IP with the inode they were read from and the instance they name:
+    /// read once per file, as health reports are.
+    success_named: BTreeMap<IpAddr, (u64, Option<String>)>,
 }
 
 impl MarkerScanner {
@@ -41,6 +47,7 @@ impl MarkerScanner {
             ready_at: BTreeMap::new(),
             health: BTreeMap::new(),
             health_seen: HashSet::new(),
+            success_named: BTreeMap::new(),
         }
     }
 
@@ -54,6 +61,11 @@ impl MarkerScanner {
         }
         self.ready_at.retain(|ip, _| markers.success.contains(ip));
         markers.ready_at = self.ready_at.clone();
+        self.success_named
+            .retain(|ip, _| markers.success.contains(ip));
+        markers.success_named = (self.success_named.iter())
+            .filter_map(|(ip, (_, named))| Some((*ip, named.clone()?)))
+            .collect();
         // Forgets the reports whose file is gone (an unreadable one stays, so it is warned
         // about once and read again only when replaced).
         let seen = std::mem::take(&mut self.health_seen);
@@ -90,10 +102,14 @@ impl MarkerScanner {
                         v.insert(at);
                     }
                 }
+                self.name_success(entry, ip);
             }
             MarkerKind::Failed => {
-                let summary = self.failure_summary(&entry.path(), &name);
+                let (summary, named) = self.failure_summary(&entry.path(), &name);
                 markers.failed.insert(ip, summary);
+                if let Some(id) = named {
+                    markers.failed_named.insert(ip, id);
+                }
             }
             MarkerKind::Interruption => match read_notice(&entry.path(), ip) {
                 Ok(n) => markers.notices.push(n),
@@ -132,12 +148,29 @@ impl MarkerScanner {
         }
     }
 
-    fn failure_summary(&mut self, path: &Path, name: &OsString) -> String {
-        match read_report(path) {
-            Ok(s) => s,
+    /// Which instance a success marker names, read once per file (a new inode is a new
+    /// marker); an unreadable body names none, like a 2018 marker.
+    fn name_success(&mut self, entry: &fs::DirEntry, ip: IpAddr) {
+        use std::os::unix::fs::DirEntryExt;
+        let ino = entry.ino();
+        if matches!(self.success_named.get(&ip), Some((known, _)) if *known == ino) {
+            return;
+        }
+        let named = read_small(&entry.path(), "success marker")
+            .ok()
+            .and_then(|body| report::owner(body.as_bytes()));
+        self.success_named.insert(ip, (ino, named));
+    }
+
+    /// The failure in one line for people, and the instance the report names.
+    fn failure_summary(&mut self, path: &Path, name: &OsString) -> (String, Option<String>) {
+        let read = read_small(path, "failure report")
+            .and_then(|body| Ok((report::summary(&body)?, report::owner(body.as_bytes()))));
+        match read {
+            Ok(read) => read,
             Err(e) => {
                 self.warn(name, &e);
-                "no readable failure report".to_string()
+                ("no readable failure report".to_string(), None)
             }
         }
     }
@@ -166,8 +199,9 @@ fn modified_millis(entry: &fs::DirEntry) -> Option<Millis> {
     Some(since.as_millis() as Millis)
 }
 
-/// An agent's notice targets its instance id: an IP can be reused by a new instance while an
-/// old marker is still on disk.
+/// An agent's notice names its instance and its IP: decide believes it only for the instance EC2
+/// lists at that IP (an IP can be reused while an old marker is still on disk, and any worker
+/// can write any marker).
 fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
     let body = read_small(path, "interruption marker")?;
     let m = InterruptionMarker::parse(body.as_bytes())
@@ -175,17 +209,21 @@ fn read_notice(path: &Path, ip: IpAddr) -> Result<Notice, String> {
     if m.ip != ip {
         return Err(format!("names {} in a file for {ip}", m.ip));
     }
+    // Kept in the state as the notice's id: no room for a worker to fill it.
+    if m.id.len() > MAX_NOTICE_ID || m.instance_id.len() > MAX_NOTICE_ID {
+        return Err(format!(
+            "notice or instance id longer than {MAX_NOTICE_ID} bytes"
+        ));
+    }
     let kind = match m.kind {
         AgentKind::SpotInterruption => NoticeKind::Interruption,
         AgentKind::LifecycleTerminate => NoticeKind::GroupTerminating,
         AgentKind::RebalanceRecommendation => NoticeKind::Rebalance,
         AgentKind::ScheduledMaintenance => NoticeKind::ScheduledChange,
     };
-    let valid_id = m.instance_id.starts_with("i-")
-        && (m.instance_id.chars()).all(|c| c.is_ascii_alphanumeric() || c == '-');
-    let target = match valid_id {
-        true => NoticeTarget::Instance(m.instance_id.clone()),
-        false => NoticeTarget::Ip(ip),
+    let target = NoticeTarget::Agent {
+        instance: m.instance_id.clone(),
+        ip,
     };
     let deadline = m.action_time.as_deref().and_then(millis_from_rfc3339);
     Ok(Notice {
@@ -205,11 +243,6 @@ fn read_small(path: &Path, what: &str) -> Result<String, String> {
         Ok(None) => Err(format!("{what} vanished while read")),
         Err(e) => Err(format!("cannot read {what}: {e}")),
     }
-}
-
-/// `prepare_data_failed_<ip>`: the agent's report, in one line for people.
-fn read_report(path: &Path) -> Result<String, String> {
-    report::summary(&read_small(path, "failure report")?)
 }
 
 #[cfg(test)]

@@ -26,6 +26,10 @@ struct Version {
 
 pub struct ProgressReader {
     path: PathBuf,
+    /// The job's uid (`job.owner`): a file someone else owns is not the job's word.
+    owner: Option<u32>,
+    /// Set while the file is refused for its owner, for the journal and status.
+    not_owned: Option<String>,
     /// The version last read and what it held.
     last: Option<(Version, Result<Progress, String>)>,
     refused: WarnOnce,
@@ -34,9 +38,11 @@ pub struct ProgressReader {
 }
 
 impl ProgressReader {
-    pub fn new(path: &Path) -> Self {
+    pub fn new(path: &Path, owner: Option<u32>) -> Self {
         ProgressReader {
             path: path.to_path_buf(),
+            owner,
+            not_owned: None,
             last: None,
             refused: WarnOnce::default(),
             opened: 0,
@@ -49,6 +55,7 @@ impl ProgressReader {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.last = None;
+                self.not_owned = None;
                 return None;
             }
             Err(e) => return Some(Err(format!("{}: {e}", self.path.display()))),
@@ -74,7 +81,12 @@ impl ProgressReader {
     fn read_file(&mut self) -> Option<Result<Progress, String>> {
         self.opened += 1;
         let shown = self.path.display();
-        let parsed = match untrusted::read(&self.path, MAX_BYTES) {
+        let read = untrusted::read_owned(&self.path, MAX_BYTES, self.owner);
+        self.not_owned = match &read {
+            Err(e @ untrusted::ReadError::NotOwned { .. }) => Some(format!("{shown} {e}: ignored")),
+            _ => None,
+        };
+        let parsed = match read {
             Ok(None) => return None,
             Ok(Some(body)) => ProgressLine::parse(&body).map(progress),
             Err(e) => Err(e.to_string()),
@@ -86,6 +98,13 @@ impl ProgressReader {
             }
         }
         Some(parsed.map_err(|why| format!("{shown} {why}")))
+    }
+}
+
+impl ProgressReader {
+    /// Why the file is not read, when it is refused for its owner.
+    pub fn not_owned(&self) -> Option<&str> {
+        self.not_owned.as_deref()
     }
 }
 
@@ -111,7 +130,7 @@ mod tests {
     fn no_file_then_each_new_version() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("progress");
-        let mut r = ProgressReader::new(&path);
+        let mut r = ProgressReader::new(&path, None);
         assert_eq!(r.read(), None);
         write(&path, "{\"step\": 3, \"time\": \"2026-11-24T08:16:41Z\"}\n");
         let p = r.read().unwrap().unwrap();
@@ -127,7 +146,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("progress");
         write(&path, "{\"step\": 9}\n");
-        let mut r = ProgressReader::new(&path);
+        let mut r = ProgressReader::new(&path, None);
         for _ in 0..3 {
             assert_eq!(r.read().unwrap().unwrap().step, 9);
         }
@@ -141,7 +160,7 @@ mod tests {
     fn garbage_a_fifo_and_a_huge_file_are_unreadable_not_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("progress");
-        let mut r = ProgressReader::new(&path);
+        let mut r = ProgressReader::new(&path, None);
         write(&path, "step 5\n");
         let e = r.read().unwrap().unwrap_err();
         assert!(e.contains("does not hold the job's progress"), "{e}");

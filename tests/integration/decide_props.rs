@@ -164,6 +164,9 @@ enum Op {
     /// The ack file now holds the current generation plus this offset (the job applies a
     /// generation; a person may also type `dtctl ack G` with any G).
     AckFile(i64),
+    /// The ack file holds any number at all: what a worker or a typo can put there, u64::MAX
+    /// included (a `max(..) + 1` on it once wrapped to 0).
+    AckFileRaw(u64),
     LogAdded(usize),
     LogRemoved(usize),
     Vanish(usize),
@@ -269,6 +272,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => slot.clone().prop_map(Op::Ready),
         1 => slot.clone().prop_map(Op::Failed),
         3 => (-2i64..=1).prop_map(Op::AckFile),
+        1 => prop_oneof![Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()].prop_map(Op::AckFileRaw),
         1 => slot.clone().prop_map(Op::LogAdded),
         2 => slot.clone().prop_map(Op::LogRemoved),
         2 => slot.clone().prop_map(Op::Vanish),
@@ -426,6 +430,7 @@ impl World {
             Op::AckFile(off) => {
                 self.acks.generation = Some((generation as i64 + off).max(0) as u64)
             }
+            Op::AckFileRaw(g) => self.acks.generation = Some(g),
             Op::LogAdded(s) => self.log(true, slot_ip(s)),
             Op::LogRemoved(s) => self.log(false, slot_ip(s)),
             Op::Vanish(s) => drop(self.instances.remove(&s)),
@@ -768,8 +773,10 @@ fn interrupted_ids(st: &State) -> BTreeSet<String> {
     interrupted.map(|r| r.id.clone()).collect()
 }
 
-fn acknowledged(r: &Removal, acks: &Acks) -> bool {
-    acks.generation.is_some_and(|g| g >= r.generation)
+/// Acknowledged by the job: a generation dtd wrote (at most `written`) that no longer lists it.
+fn acknowledged(r: &Removal, acks: &Acks, written: u64) -> bool {
+    acks.generation
+        .is_some_and(|g| g >= r.generation && g <= written)
         || acks
             .log_removed
             .get(&r.ip)
@@ -867,7 +874,7 @@ proptest! {
                     return p.fail(format!("terminated {id}, listed in the host file the job runs"));
                 }
                 if let Some(r) = p.prev.removals.iter().find(|r| &r.id == id) {
-                    if r.awaits_ack() && !acknowledged(r, acks) && p.now < r.deadline {
+                    if r.awaits_ack() && !acknowledged(r, acks, p.prev.generation) && p.now < r.deadline {
                         return p.fail(format!(
                             "terminated {id} (removal generation {}, mark {}, deadline {}) without ack {acks:?}",
                             r.generation, r.log_mark, r.deadline
@@ -878,7 +885,8 @@ proptest! {
                     // applied the current generation (which does not list it).
                     let tag = p.observed(id).and_then(|i| i.status_tag());
                     let may_train = matches!(tag, Some("ADDED") | Some("REMOVAL_QUEUED"));
-                    if may_train && acks.generation.is_none_or(|g| g < p.prev.generation) {
+                    let applied = acks.generation.filter(|g| *g <= p.prev.generation);
+                    if may_train && applied.is_none_or(|g| g < p.prev.generation) {
                         return p.fail(format!("terminated {id} (tag {tag:?}) the job may still use"));
                     }
                 }
@@ -988,6 +996,28 @@ proptest! {
                 if !p.prev.removals.iter().any(|q| q.id == r.id) {
                     return p.fail(format!("removal of {} queued on a partial view", r.id));
                 }
+            }
+            Ok(())
+        })?;
+    }
+
+    /// Whatever the ack file holds, the generation only ever grows by one per pass that changes
+    /// the membership (never wraps, never jumps to what a worker wrote), and the ack file counts
+    /// only up to what dtd wrote.
+    #[test]
+    fn the_generation_grows_by_one_whatever_the_ack_file_says(sc in scenario()) {
+        run(&sc, |p| {
+            let (before, after) = (p.prev.generation, p.plan.state.generation);
+            if after != before && after != before + 1 {
+                return p.fail(format!("generation {before} became {after}"));
+            }
+            let claimed = p.snap.acks.as_ref().ok().and_then(|a| a.generation);
+            let refused = p.plan.outcome.events.iter().any(|e| e.kind == EventKind::AckRefused);
+            if claimed.is_some_and(|g| g > before) && p.plan.outcome.refused.is_empty() {
+                return p.fail(format!("ack {claimed:?} above generation {before} not shown as refused"));
+            }
+            if refused && claimed.is_none_or(|g| g <= before) {
+                return p.fail(format!("ack {claimed:?} refused at generation {before}"));
             }
             Ok(())
         })?;

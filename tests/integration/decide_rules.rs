@@ -8,20 +8,20 @@ use dt::config::Slots;
 use dt::decide::{decide, worker_views, Rules};
 use dt::model::*;
 
-const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
-const TIMEOUT: u64 = 600_000;
+pub(crate) const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
+pub(crate) const TIMEOUT: u64 = 600_000;
 /// How long a worker held by the launching hook may go without a marker.
 const PREPARE_TIMEOUT: u64 = 3_600_000;
 /// Base hosts, deliberately not in sorted order: the host file keeps the config's order.
 const BASE: [&str; 2] = ["10.0.0.5", "10.0.0.4"];
 const MASTER: &str = "10.0.0.2";
 
-fn ip(s: &str) -> IpAddr {
+pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
 /// min 2 (the two base hosts), max 6.
-fn rules() -> Rules {
+pub(crate) fn rules() -> Rules {
     Rules {
         elastic_tag: ELASTIC.into(),
         worker_tags: BTreeMap::from([("NodeType".into(), "Worker".into())]),
@@ -45,7 +45,7 @@ fn rules() -> Rules {
 }
 
 /// A worker launched from the cluster's template, carrying the elastic tag.
-fn instance(id: &str, addr: &str, launched_at: Millis) -> Instance {
+pub(crate) fn instance(id: &str, addr: &str, launched_at: Millis) -> Instance {
     let tags = [
         ("NodeType", "Worker"),
         ("aws:ec2launchtemplate:id", "lt-1"),
@@ -68,26 +68,26 @@ fn instance(id: &str, addr: &str, launched_at: Millis) -> Instance {
 
 /// The observed world, mutated between passes the way people and the job would.
 #[derive(Default)]
-struct World {
-    instances: Vec<Instance>,
-    markers: Markers,
-    acks: Acks,
-    notices: Vec<Notice>,
-    group: Option<Result<Group, String>>,
-    resume: Option<Millis>,
-    mount_targets: Option<MountTargets>,
-    progress: Option<Result<Progress, String>>,
+pub(crate) struct World {
+    pub(crate) instances: Vec<Instance>,
+    pub(crate) markers: Markers,
+    pub(crate) acks: Acks,
+    pub(crate) notices: Vec<Notice>,
+    pub(crate) group: Option<Result<Group, String>>,
+    pub(crate) resume: Option<Millis>,
+    pub(crate) mount_targets: Option<MountTargets>,
+    pub(crate) progress: Option<Result<Progress, String>>,
 }
 
 impl World {
-    fn with(instances: Vec<Instance>) -> World {
+    pub(crate) fn with(instances: Vec<Instance>) -> World {
         World {
             instances,
             ..World::default()
         }
     }
 
-    fn snap(&self) -> Snapshot {
+    pub(crate) fn snap(&self) -> Snapshot {
         Snapshot {
             instances: Ok(self.instances.clone()),
             markers: Ok(self.markers.clone()),
@@ -100,25 +100,25 @@ impl World {
         }
     }
 
-    fn ready(&mut self, addr: &str) {
+    pub(crate) fn ready(&mut self, addr: &str) {
         self.markers.success.insert(ip(addr));
     }
 
-    fn inst(&mut self, id: &str) -> &mut Instance {
+    pub(crate) fn inst(&mut self, id: &str) -> &mut Instance {
         self.instances.iter_mut().find(|i| i.id == id).unwrap()
     }
 
     /// What a person does in the EC2 console to ask for a worker's removal.
-    fn delete_elastic_tag(&mut self, id: &str) {
+    pub(crate) fn delete_elastic_tag(&mut self, id: &str) {
         self.inst(id).tags.remove(ELASTIC);
     }
 
-    fn vanish(&mut self, id: &str) {
+    pub(crate) fn vanish(&mut self, id: &str) {
         self.instances.retain(|i| i.id != id);
     }
 
     /// The job appends a `host_worker_log` line; returns its line number.
-    fn log(&mut self, added: bool, addr: &str) -> u64 {
+    pub(crate) fn log(&mut self, added: bool, addr: &str) -> u64 {
         self.acks.log_lines += 1;
         let map = if added {
             &mut self.acks.log_added
@@ -130,7 +130,7 @@ impl World {
     }
 
     /// What `act` does with the plan's tags, so the next pass sees them.
-    fn apply_tags(&mut self, plan: &Plan) {
+    pub(crate) fn apply_tags(&mut self, plan: &Plan) {
         for (status, ids) in &plan.outcome.tags() {
             for id in ids {
                 self.inst(id)
@@ -142,13 +142,13 @@ impl World {
 }
 
 /// One pass of the daemon: decide, then the tags are written. The caller keeps `plan.state`.
-fn pass(rules: &Rules, world: &mut World, state: &State, now: Millis) -> Plan {
+pub(crate) fn pass(rules: &Rules, world: &mut World, state: &State, now: Millis) -> Plan {
     let plan = decide(rules, &world.snap(), state, now);
     world.apply_tags(&plan);
     plan
 }
 
-fn hosts(plan: &Plan) -> Vec<String> {
+pub(crate) fn hosts(plan: &Plan) -> Vec<String> {
     plan.outcome
         .hosts
         .iter()
@@ -156,15 +156,15 @@ fn hosts(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-fn with_base(extra: &[&str]) -> Vec<String> {
+pub(crate) fn with_base(extra: &[&str]) -> Vec<String> {
     BASE.iter().chain(extra).map(|s| s.to_string()).collect()
 }
 
-fn tagged(plan: &Plan, status: WorkerStatus) -> Vec<String> {
+pub(crate) fn tagged(plan: &Plan, status: WorkerStatus) -> Vec<String> {
     plan.outcome.tags().remove(&status).unwrap_or_default()
 }
 
-fn kinds(plan: &Plan) -> Vec<&str> {
+pub(crate) fn kinds(plan: &Plan) -> Vec<&str> {
     plan.outcome
         .events
         .iter()
@@ -173,7 +173,7 @@ fn kinds(plan: &Plan) -> Vec<&str> {
 }
 
 /// The status row of instance `id`; rows point into the snapshot `w` gave this pass.
-fn worker<'p>(plan: &'p Plan, w: &World, id: &str) -> &'p Row {
+pub(crate) fn worker<'p>(plan: &'p Plan, w: &World, id: &str) -> &'p Row {
     let row_id = |row: &Row| match row.source {
         RowSource::Instance(at) => w.instances[at].id.clone(),
         RowSource::Member(i) => plan.state.members[i].id.clone(),
@@ -185,13 +185,13 @@ fn worker<'p>(plan: &'p Plan, w: &World, id: &str) -> &'p Row {
         .unwrap_or_else(|| panic!("{id} not in the status rows: {:?}", plan.outcome.rows))
 }
 
-fn waiting_for(plan: &Plan, w: &World, id: &str) -> String {
+pub(crate) fn waiting_for(plan: &Plan, w: &World, id: &str) -> String {
     worker(plan, w, id).waiting_for.clone().unwrap_or_default()
 }
 
 /// A world where i-1 (10.0.1.1) has joined (generation 1) and the job acknowledged it,
 /// with one more member i-2 (10.0.1.2) so that a removal does not hit min.
-fn two_members() -> (Rules, World, State) {
+pub(crate) fn two_members() -> (Rules, World, State) {
     let r = rules();
     let mut w = World::with(vec![
         instance("i-1", "10.0.1.1", 100),
@@ -403,7 +403,8 @@ fn join_is_acknowledged_by_the_ack_file() {
         e.message,
         "job acknowledged generation 1, which lists 10.0.1.1 (ack file): it trains"
     );
-    w.acks.generation = Some(2);
+    // The job goes on acknowledging it (the ack file read again at every pass).
+    w.acks.generation = Some(1);
     let later = pass(&r, &mut w, &plan.state, 4_000);
     let restarted = pass(&r, &mut w, &reloaded(&later.state), 5_000);
     for plan in [&later, &restarted] {
@@ -605,7 +606,11 @@ fn base_hosts_and_master_are_never_removed_or_terminated() {
     );
     assert!(plan.outcome.terminate().is_empty());
     assert!(plan.outcome.tags().is_empty(), "{:?}", plan.outcome.tags());
-    assert_eq!(kinds(&plan), ["removal_refused", "removal_refused"]);
+    // 99 is no generation this (new) dtd wrote: refused, and changes nothing.
+    assert_eq!(
+        kinds(&plan),
+        ["ack_refused", "removal_refused", "removal_refused"]
+    );
     assert_eq!(worker(&plan, &w, "i-base").label(), "BASE");
     assert_eq!(worker(&plan, &w, "i-master").label(), "BASE");
 
@@ -931,7 +936,7 @@ fn same_inputs_give_the_same_plan() {
 #[test]
 fn an_ack_file_ahead_of_the_daemon_does_not_acknowledge_an_unseen_removal() {
     let (r, mut w, state) = two_members();
-    // The state file was lost, or someone typed `dtctl ack 7`: the job never ran generation 2..7.
+    // A worker wrote it, or someone typed `dtctl ack 7`: dtd never wrote generations 2..7.
     w.acks.generation = Some(7);
     w.delete_elastic_tag("i-1");
     let plan = pass(&r, &mut w, &state, 10_000);
@@ -941,15 +946,68 @@ fn an_ack_file_ahead_of_the_daemon_does_not_acknowledge_an_unseen_removal() {
     );
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
     assert_eq!(
-        plan.state.generation, 8,
-        "numbered above what the job acknowledged"
+        plan.state.generation, 2,
+        "numbered from what dtd wrote, not from what the ack file claims"
     );
-    assert_eq!(plan.outcome.notify.as_ref().unwrap().generation, 8);
+    assert_eq!(plan.outcome.notify.as_ref().unwrap().generation, 2);
     assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+    assert_eq!(
+        kinds(&plan),
+        ["ack_refused", "removal_queued", "generation"]
+    );
+    assert!(
+        plan.outcome.refused[0].contains("holds generation 7, but dtd has written only up to 1"),
+        "{:?}",
+        plan.outcome.refused
+    );
 
+    // Still above what dtd wrote: refused, and journaled only once.
     w.acks.generation = Some(8);
     let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert!(plan.outcome.terminate().is_empty());
+    assert_eq!(kinds(&plan), ["ack_refused"]);
+    let plan = pass(&r, &mut w, &plan.state, 21_000);
+    assert!(kinds(&plan).is_empty(), "{:?}", kinds(&plan));
+    assert_eq!(plan.outcome.refused.len(), 1, "shown on every pass");
+
+    w.acks.generation = Some(2);
+    let plan = pass(&r, &mut w, &plan.state, 22_000);
     assert_eq!(plan.outcome.terminate(), ["i-1"]);
+    assert!(plan.outcome.refused.is_empty());
+}
+
+#[test]
+fn an_ack_of_the_largest_number_wraps_nothing() {
+    let (r, mut w, state) = two_members();
+    w.acks.generation = Some(u64::MAX);
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(plan.state.generation, 2);
+    let mut st = plan.state;
+    for now in [20_000, 30_000, 10_000 + TIMEOUT - 1] {
+        let plan = pass(&r, &mut w, &st, now);
+        assert!(
+            plan.outcome.terminate().is_empty(),
+            "acknowledged by a wrapped number"
+        );
+        st = plan.state;
+    }
+    // A state file at the limit (edited by hand) holds the membership rather than wrap to 0.
+    let mut full = st.clone();
+    full.generation = u64::MAX;
+    w.acks.generation = Some(u64::MAX);
+    w.instances.push(instance("i-3", "10.0.1.3", 300));
+    w.ready("10.0.1.3");
+    let plan = pass(&r, &mut w, &full, 40_000);
+    assert_eq!(plan.state.generation, u64::MAX);
+    assert!(
+        plan.outcome
+            .holds
+            .iter()
+            .any(|h| h.contains("at its limit")),
+        "{:?}",
+        plan.outcome.holds
+    );
 }
 
 #[test]
@@ -993,7 +1051,12 @@ fn with_the_state_lost_an_added_worker_leaving_waits_for_a_new_acknowledgement()
     w.delete_elastic_tag("i-1");
     w.acks.generation = Some(5);
     // A new master with an empty state directory: i-1 still says ADDED and may be training.
-    let plan = pass(&r, &mut w, &State::default(), 10_000);
+    // dtd numbers on from the `generation` file it wrote (`store::load_state_resuming`).
+    let lost = State {
+        generation: 5,
+        ..State::default()
+    };
+    let plan = pass(&r, &mut w, &lost, 10_000);
     assert!(
         plan.outcome.terminate().is_empty(),
         "{:?}",
@@ -1025,7 +1088,7 @@ fn a_held_removal_is_journaled_again_after_the_tag_came_back() {
 
 // ---- notices: interruptions, rebalance recommendations, Capacity Blocks ----
 
-fn notice(id: &str, kind: NoticeKind, target: NoticeTarget) -> Notice {
+pub(crate) fn notice(id: &str, kind: NoticeKind, target: NoticeTarget) -> Notice {
     Notice {
         id: id.into(),
         kind,
@@ -1035,7 +1098,7 @@ fn notice(id: &str, kind: NoticeKind, target: NoticeTarget) -> Notice {
     }
 }
 
-fn spot(event: &str, instance: &str) -> Notice {
+pub(crate) fn spot(event: &str, instance: &str) -> Notice {
     let target = NoticeTarget::Instance(instance.into());
     notice(event, NoticeKind::Interruption, target)
 }

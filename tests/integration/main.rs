@@ -11,6 +11,7 @@ mod apply;
 mod aws_events;
 mod decide_props;
 mod decide_rules;
+mod decide_trust;
 mod doctor;
 mod groups;
 mod health;

@@ -287,6 +287,25 @@ impl Cluster {
 
     /// Launches `count` instances from a template in one reservation: (id, private IP) pairs.
     pub fn launch_from(&self, template_id: &str, count: i32) -> Vec<(String, String)> {
+        self.run(template_id, count, None)
+    }
+
+    /// Spot workers (moto marks them `InstanceLifecycle: spot`, as EC2 does): the instances a
+    /// Spot interruption warning can be about.
+    pub fn launch_spot(&self, count: i32) -> Vec<(String, String)> {
+        let spot = aws_sdk_ec2::types::InstanceMarketOptionsRequest::builder()
+            .market_type(aws_sdk_ec2::types::MarketType::Spot)
+            .build();
+        let t = self.template_id.clone();
+        self.run(&t, count, Some(spot))
+    }
+
+    fn run(
+        &self,
+        template_id: &str,
+        count: i32,
+        market: Option<aws_sdk_ec2::types::InstanceMarketOptionsRequest>,
+    ) -> Vec<(String, String)> {
         let spec = LaunchTemplateSpecification::builder()
             .launch_template_id(template_id)
             .build();
@@ -296,6 +315,7 @@ impl Cluster {
                 self.ec2
                     .run_instances()
                     .launch_template(spec)
+                    .set_instance_market_options(market)
                     .min_count(count)
                     .max_count(count)
                     .send(),

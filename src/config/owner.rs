@@ -1,0 +1,72 @@
+//! `job.owner`: the user whose files the job's are (`ack`, `host_worker_log`, `job.pid`,
+//! `progress`). Any worker can create those files before the job does and keep them; `dtd`
+//! believes one only when this user owns it (README, "What a worker can put there").
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use serde::{Deserialize, Deserializer};
+
+use super::{Job, Notify};
+
+/// A uid, or a user name looked up when `dtd` starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOwner {
+    Uid(u32),
+    Name(String),
+}
+
+impl<'de> Deserialize<'de> for JobOwner {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Uid(u32),
+            Name(String),
+        }
+        match Either::deserialize(d)? {
+            Either::Uid(uid) => Ok(JobOwner::Uid(uid)),
+            Either::Name(n) if is_user_name(&n) => Ok(JobOwner::Name(n)),
+            Either::Name(n) => Err(D::Error::custom(format!(
+                "`{n}` is neither a uid nor a user name (letters, digits, `_`, `-`, `.`)"
+            ))),
+        }
+    }
+}
+
+fn is_user_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 32
+        && !n.starts_with('-')
+        && (n.bytes()).all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl Job {
+    /// The job's uid: `job.owner`, else the owner of the directory that holds the pidfile
+    /// (signal mode) or else the ack file: the job's user created it (the stack's bootstrap
+    /// does), and workers cannot create files in it.
+    pub fn owner_uid(&self) -> Result<u32, String> {
+        match &self.owner {
+            Some(JobOwner::Uid(uid)) => Ok(*uid),
+            Some(JobOwner::Name(name)) => match nix::unistd::User::from_name(name) {
+                Ok(Some(user)) => Ok(user.uid.as_raw()),
+                Ok(None) => Err(format!("job.owner: no user named `{name}` on this machine")),
+                Err(e) => Err(format!("job.owner: looking up user `{name}`: {e}")),
+            },
+            None => {
+                let file = match &self.notify {
+                    Notify::Signal { pidfile, .. } => pidfile,
+                    _ => &self.ack.file,
+                };
+                let dir = file.parent().unwrap_or(Path::new("/"));
+                std::fs::metadata(dir).map(|m| m.uid()).map_err(|e| {
+                    format!(
+                        "job.owner is not set and the owner of {} (the job's files' directory) cannot be read: {e}",
+                        dir.display()
+                    )
+                })
+            }
+        }
+    }
+}

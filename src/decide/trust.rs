@@ -1,0 +1,235 @@
+//! What a worker says is believed only as far as EC2's view or dtd's own state confirms it
+//! (DESIGN.md, "Trust boundaries"). Every worker runs user code that can write any file in the
+//! shared directory, with valid JSON and plausible numbers: these rules decide which of those
+//! claims a pass acts on. Each refusal is shown in `dtctl status` on every pass that sees it and
+//! journaled once, when first seen.
+
+use std::net::IpAddr;
+
+use super::draft::{Draft, Who};
+use super::pass::Pass;
+use super::rules::GROUP_TAG;
+use crate::model::*;
+
+/// One agent notice per worker IP is heeded in this long: a worker that lies about another's
+/// interruption (with fresh notice ids) takes it out at most once an hour.
+const AGENT_NOTICE_EVERY_MS: Millis = 3_600_000;
+/// After an agent's interruption notice proved false, that IP's agent is not believed for a day.
+const AGENT_NOTICE_DISTRUST_MS: Millis = 24 * 3_600_000;
+/// A Spot interruption warning comes two minutes before AWS acts ("Spot Instance interruption
+/// notices", Amazon EC2 User Guide); a notice claiming a later time is held to this.
+const SPOT_WARNING_MS: Millis = 2 * 60_000;
+/// How long past the notice's time an interrupted instance may still show as running in EC2
+/// (shutting down, a listing taken just before) before the notice is judged false.
+const RECLAIM_GRACE_MS: Millis = 2 * 60_000;
+
+/// Shows a refusal in status every pass it is seen, journals it the first time (by `key`).
+pub(super) fn refuse(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    key: String,
+    kind: EventKind,
+    who: Who,
+    msg: String,
+) {
+    if st.refused.insert(key.clone()) {
+        out.event(p, kind, who, None, msg.clone());
+    }
+    out.outcome.refused.push(msg);
+    out.refused_keys.insert(key);
+}
+
+/// Forgets refusals no longer seen, so one that comes back is journaled again. Only on a pass
+/// that read every source: a partial view did not look for them.
+pub(super) fn forget_stale(p: &Pass, st: &mut State, out: &Draft) {
+    if p.can_remove() {
+        st.refused.retain(|k| out.refused_keys.contains(k));
+    }
+    st.agent_notices.retain(|_, until| p.now < *until);
+}
+
+/// The `ack` file's generation, if dtd wrote that generation: a job acknowledges only what it
+/// was given, so a higher number (`18446744073709551615`, or one a worker typed) is a lie that
+/// would count every later removal as acknowledged.
+pub(super) fn ack_generation(prev: &State, acks: Option<&Acks>) -> Result<Option<u64>, u64> {
+    match acks.and_then(|a| a.generation) {
+        Some(g) if g > prev.generation => Err(g),
+        g => Ok(g),
+    }
+}
+
+/// The job's files someone other than the job's user owns (a worker created them first): not
+/// read at all by observe; journaled once and shown here.
+pub(super) fn refuse_files(p: &Pass, st: &mut State, out: &mut Draft) {
+    for why in p.acks.map(|a| a.refused.as_slice()).unwrap_or_default() {
+        let key = format!("file:{why}");
+        refuse(p, st, out, key, EventKind::FileRefused, None, why.clone());
+    }
+}
+
+pub(super) fn refuse_ack(p: &Pass, st: &mut State, out: &mut Draft, claimed: u64) {
+    let msg = format!(
+        "the ack file holds generation {claimed}, but dtd has written only up to {}: ignored \
+         (leaving workers wait for an acknowledgement dtd wrote, or the ack timeout)",
+        st.generation
+    );
+    let key = format!("ack:{claimed}");
+    refuse(p, st, out, key, EventKind::AckRefused, None, msg);
+}
+
+/// An agent's notice names an instance and comes from the marker of an IP. It is believed only
+/// when EC2 lists that instance at that IP (or, when EC2 could not be read, the state remembers
+/// it there), and only for what EC2 says the instance is. `Ok(None)`: not this cluster's.
+pub(super) fn agent_target(
+    p: &Pass,
+    st: &State,
+    n: &Notice,
+    claimed: &str,
+    ip: IpAddr,
+) -> Result<Option<(String, IpAddr)>, String> {
+    if !is_ec2_instance_id(claimed) {
+        let shown: String = claimed.chars().take(40).collect();
+        return Err(format!("names {shown:?}, which is not an instance id"));
+    }
+    if let Some(at) = p.at(claimed) {
+        let inst = &p.list[at];
+        if inst.ip != ip {
+            return Err(format!("names {claimed}, which EC2 lists at {}", inst.ip));
+        }
+        kind_fits(p, n.kind, inst)?;
+    } else if let Some(at) = listed_at_ip(p, ip) {
+        let holder = &p.list[at].id;
+        return Err(format!("names {claimed}, but EC2 lists {holder} at {ip}"));
+    } else {
+        let remembered = (st.members.iter().map(|m| (&m.id, m.ip)))
+            .chain(st.removals.iter().map(|r| (&r.id, r.ip)))
+            .find(|(id, _)| *id == claimed);
+        match remembered {
+            Some((_, known)) if known != ip => {
+                return Err(format!("names {claimed}, which is at {known}"));
+            }
+            Some(_) => {}
+            None => return Ok(None),
+        }
+    }
+    if let Some(until) = st.agent_notices.get(&ip).filter(|u| p.now < **u) {
+        if !already_reclaimed(st, claimed) {
+            return Err(format!(
+                "comes too soon after the last notice from {ip}'s agent (next believed from {})",
+                rfc3339(*until)
+            ));
+        }
+    }
+    Ok(Some((claimed.to_string(), ip)))
+}
+
+/// What EC2 says of the instance must fit the notice: a Spot warning is for a Spot instance (or
+/// one in a Capacity Reservation, whose interruptible kind warns the same way), a group's
+/// termination for one of the group's instances.
+fn kind_fits(p: &Pass, kind: NoticeKind, inst: &Instance) -> Result<(), String> {
+    match kind {
+        NoticeKind::Interruption
+            if inst.market != "spot" && inst.capacity_reservation.is_none() =>
+        {
+            Err(format!(
+                "is a Spot interruption warning, but EC2 says {} is {}",
+                inst.id, inst.market
+            ))
+        }
+        NoticeKind::GroupTerminating
+            if p.rules.auto_scaling_group.is_none()
+                || inst.tags.get(GROUP_TAG) != p.rules.auto_scaling_group.as_deref() =>
+        {
+            Err(format!(
+                "says its Auto Scaling group is terminating it, but EC2 says {} is in no worker group",
+                inst.id
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn listed_at_ip(p: &Pass, ip: IpAddr) -> Option<usize> {
+    (0..p.list.len()).find(|&at| p.list[at].ip == ip && p.at(&p.list[at].id) == Some(at))
+}
+
+fn already_reclaimed(st: &State, id: &str) -> bool {
+    (st.removals.iter()).any(|r| r.id == id && r.is_interrupted())
+}
+
+/// An agent's notice that took a worker out: the next one from that IP waits an hour.
+pub(super) fn heeded_from_agent(p: &Pass, st: &mut State, ip: IpAddr) {
+    st.agent_notices.insert(ip, p.now + AGENT_NOTICE_EVERY_MS);
+}
+
+/// Until when an interruption only an agent reported may leave its instance running before the
+/// notice is judged false: the notice's time, at most two minutes away, plus a grace.
+pub(super) fn unconfirmed_until(p: &Pass, n: &Notice) -> Option<Millis> {
+    if n.source != "agent" {
+        return None;
+    }
+    let latest = p.now.saturating_add(SPOT_WARNING_MS);
+    let at = n.deadline.unwrap_or(latest).clamp(p.now, latest);
+    Some(at.saturating_add(RECLAIM_GRACE_MS))
+}
+
+/// An interruption only a worker's agent reported, and its instance still runs past the time
+/// AWS would have taken it: the notice was false. The worker may join again; its IP's agent is
+/// not believed for a day.
+pub(super) fn release_unconfirmed(p: &Pass, st: &mut State, out: &mut Draft, r: &Removal) {
+    let msg = format!(
+        "{} ({}) is still running after its agent's interruption notice ({}): EC2 never took \
+         it; it may join again, and agent notices from {} are not believed until {}",
+        r.ip,
+        r.id,
+        r.reason,
+        r.ip,
+        rfc3339(p.now + AGENT_NOTICE_DISTRUST_MS)
+    );
+    st.agent_notices
+        .insert(r.ip, p.now + AGENT_NOTICE_DISTRUST_MS);
+    let who = Some((r.id.as_str(), r.ip));
+    out.event(p, EventKind::NoticeUnconfirmed, who, None, msg);
+}
+
+/// A success or failure marker whose body names an instance other than the one EC2 lists at
+/// its IP: written for an earlier owner of the IP, or by another worker. `None`: believed (it
+/// names this instance, or none, as a 2018 marker does).
+pub(super) fn foreign_marker(
+    p: &Pass,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    failed: bool,
+) -> bool {
+    let inst = &p.list[at];
+    let markers = p.markers;
+    let named = match failed {
+        false => markers.and_then(|m| m.success_named.get(&inst.ip)),
+        true => markers.and_then(|m| m.failed_named.get(&inst.ip)),
+    };
+    let Some(named) = named.filter(|n| **n != inst.id) else {
+        return false;
+    };
+    let file = match failed {
+        false => "prepare_data_success",
+        true => "prepare_data_failed",
+    };
+    let shown: String = named.chars().take(40).collect();
+    let msg = format!(
+        "{file}_{} names {shown:?}, but EC2 lists {} at {}: ignored",
+        inst.ip, inst.id, inst.ip
+    );
+    let key = format!("marker:{file}:{}:{shown}", inst.id);
+    refuse(
+        p,
+        st,
+        out,
+        key,
+        EventKind::MarkerRefused,
+        Some(p.who(at)),
+        msg,
+    );
+    true
+}
