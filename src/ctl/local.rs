@@ -98,7 +98,7 @@ pub fn event_line(e: &Event, json: bool) -> anyhow::Result<String> {
 
 pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
     // dtd ignores an acknowledgement of a generation it never wrote: say so now, not later.
-    let written = load_status(cfg)?.generation;
+    let written = written_generation(cfg)?;
     if generation > written {
         bail!("generation {generation} does not exist yet: dtd has written up to {written}");
     }
@@ -114,4 +114,23 @@ pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
     .with_context(|| format!("writing {}", path.display()))?;
     println!("acknowledged generation {generation} in {}", path.display());
     Ok(())
+}
+
+/// The last generation dtd wrote: its status report's, or the `generation` file's when dtd has
+/// written that file but not yet the report of the same pass (the file comes first). The file is
+/// in the shared directory: believed only when the status report's owner (dtd) owns it too.
+fn written_generation(cfg: &Config) -> anyhow::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let reported = load_status(cfg)?.generation;
+    let status = std::fs::metadata(Paths::new(&cfg.state_dir).status())?;
+    let file = untrusted::read_owned(
+        &cfg.generation_file,
+        protocol::generation::MAX_BYTES,
+        Some(status.uid()),
+    );
+    let newer = match file {
+        Ok(Some(bytes)) => protocol::generation::parse(&String::from_utf8_lossy(&bytes)),
+        _ => None,
+    };
+    Ok(newer.map_or(reported, |g| g.max(reported)))
 }

@@ -462,7 +462,12 @@ fn a_scheduled_maintenance_event_is_a_notice_the_master_reads_and_a_canceled_one
         .unwrap();
     let n = &markers.notices[0];
     assert_eq!(n.kind, dt::model::NoticeKind::ScheduledChange);
-    assert_eq!(n.target, dt::model::NoticeTarget::Instance(ID.into()));
+    // The instance and IP it names, for the master to check against EC2's view.
+    let target = dt::model::NoticeTarget::Agent {
+        instance: ID.into(),
+        ip: IP.parse().unwrap(),
+    };
+    assert_eq!(n.target, target);
     assert_eq!(
         n.deadline,
         dt::fsutil::millis_from_rfc3339("2019-01-21T09:00:43Z")

@@ -65,7 +65,7 @@ fn a_notice_naming_another_workers_instance_is_refused_and_the_victim_trains() {
             "interruption warning in interruption_10.0.1.1 names {ID2}, which EC2 lists at 10.0.1.2: refused"
         )
     );
-    assert_eq!(plan.outcome.refused, [e.message.clone()]);
+    assert_eq!(plan.outcome.refused, std::slice::from_ref(&e.message));
     assert!(plan.state.noticed.is_empty(), "never heeded");
     // The marker stays on disk: shown every pass, journaled once.
     let again = pass(&r, &mut w, &plan.state, 4_000);

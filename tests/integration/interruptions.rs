@@ -135,10 +135,7 @@ fn a_spot_warning_rescales_the_job_at_once_and_it_checkpoints() {
     // The queue message is deleted just before the pass writes its status report.
     let text = t.c.wait_status_text("1 interruption(s) survived");
     let row = text.lines().find(|l| l.contains(id.as_str())).unwrap();
-    assert!(
-        row.contains("INTERRUPTED") && row.contains("On-Demand"),
-        "{row}"
-    );
+    assert!(row.contains("INTERRUPTED") && row.contains("Spot"), "{row}");
 }
 
 #[test]

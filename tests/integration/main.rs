@@ -29,3 +29,4 @@ mod stack;
 mod stall;
 mod story;
 mod untrusted_shared_dir;
+mod worker_lies;
