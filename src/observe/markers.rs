@@ -26,17 +26,22 @@ pub struct MarkerScanner {
     dir: PathBuf,
     /// Names already warned about, so a bad file is reported once, not every pass.
     warned: HashSet<OsString>,
-    /// Success markers' modification times, so each is `stat`ed once, not every pass.
-    ready_at: BTreeMap<IpAddr, Millis>,
+    /// Success markers by IP: each is `stat`ed for its time once, and read for the instance it
+    /// names once per file (inode), not every pass.
+    success: BTreeMap<IpAddr, SuccessSeen>,
     /// Health reports by IP with the inode they were read from: the agent replaces the file
     /// (a new inode) at every check, so an unchanged inode is not read again. A pass over a
     /// thousand workers reads only the reports that changed, not a thousand files.
     health: BTreeMap<IpAddr, (u64, Option<Health>)>,
     /// The IPs with a health report in the directory on this scan.
     health_seen: HashSet<IpAddr>,
-    /// Success markers by IP with the inode they were read from and the instance they name:
-    /// read once per file, as health reports are.
-    success_named: BTreeMap<IpAddr, (u64, Option<String>)>,
+}
+
+/// What a success marker said when it was first seen (its time) and last read (its inode).
+struct SuccessSeen {
+    ino: u64,
+    at: Option<Millis>,
+    named: Option<String>,
 }
 
 impl MarkerScanner {
@@ -44,10 +49,9 @@ impl MarkerScanner {
         MarkerScanner {
             dir: dir.to_path_buf(),
             warned: HashSet::new(),
-            ready_at: BTreeMap::new(),
+            success: BTreeMap::new(),
             health: BTreeMap::new(),
             health_seen: HashSet::new(),
-            success_named: BTreeMap::new(),
         }
     }
 
@@ -59,13 +63,15 @@ impl MarkerScanner {
             let entry = entry.map_err(|e| format!("listing {}: {e}", self.dir.display()))?;
             self.consider(&entry, &mut markers);
         }
-        self.ready_at.retain(|ip, _| markers.success.contains(ip));
-        markers.ready_at = self.ready_at.clone();
-        self.success_named
-            .retain(|ip, _| markers.success.contains(ip));
-        markers.success_named = (self.success_named.iter())
-            .filter_map(|(ip, (_, named))| Some((*ip, named.clone()?)))
-            .collect();
+        self.success.retain(|ip, _| markers.success.contains(ip));
+        for (ip, seen) in &self.success {
+            if let Some(at) = seen.at {
+                markers.ready_at.insert(*ip, at);
+            }
+            if let Some(named) = &seen.named {
+                markers.success_named.insert(*ip, named.clone());
+            }
+        }
         // Forgets the reports whose file is gone (an unreadable one stays, so it is warned
         // about once and read again only when replaced).
         let seen = std::mem::take(&mut self.health_seen);
@@ -96,13 +102,7 @@ impl MarkerScanner {
         match kind {
             MarkerKind::Success => {
                 markers.success.insert(ip);
-                if let std::collections::btree_map::Entry::Vacant(v) = self.ready_at.entry(ip) {
-                    // No `stat` of a file that vanished: it is simply not timed.
-                    if let Some(at) = modified_millis(entry) {
-                        v.insert(at);
-                    }
-                }
-                self.name_success(entry, ip);
+                self.see_success(entry, ip);
             }
             MarkerKind::Failed => {
                 let (summary, named) = self.failure_summary(&entry.path(), &name);
@@ -148,18 +148,21 @@ impl MarkerScanner {
         }
     }
 
-    /// Which instance a success marker names, read once per file (a new inode is a new
-    /// marker); an unreadable body names none, like a 2018 marker.
-    fn name_success(&mut self, entry: &fs::DirEntry, ip: IpAddr) {
+    /// A success marker's time (its first version's modification time; no `stat` of a file
+    /// that vanished: it is simply not timed) and the instance it names, read once per file (a
+    /// new inode is a new marker); an unreadable body names none, like a 2018 marker.
+    fn see_success(&mut self, entry: &fs::DirEntry, ip: IpAddr) {
         use std::os::unix::fs::DirEntryExt;
         let ino = entry.ino();
-        if matches!(self.success_named.get(&ip), Some((known, _)) if *known == ino) {
+        let known = self.success.get(&ip);
+        if known.is_some_and(|k| k.ino == ino) {
             return;
         }
+        let at = known.and_then(|k| k.at).or_else(|| modified_millis(entry));
         let named = read_small(&entry.path(), "success marker")
             .ok()
             .and_then(|body| report::owner(body.as_bytes()));
-        self.success_named.insert(ip, (ino, named));
+        self.success.insert(ip, SuccessSeen { ino, at, named });
     }
 
     /// The failure in one line for people, and the instance the report names.
