@@ -5,12 +5,15 @@
 //! following a link) and checked through its descriptor, and the program itself opened with
 //! `O_NOFOLLOW`: what is checked is what is opened, and the runner executes that descriptor, so
 //! nothing can be swapped between the check and the run. Every name on the way (directory, link,
-//! program) must be owned by root or the agent's user; a directory others may write is accepted
-//! only when sticky (others cannot rename or remove names they do not own in it: unlink(2),
-//! rename(2)), and a program or link in one must have a single hard link (else it could be
-//! another trusted file linked in under this name). The program must not be writable by its
-//! group or others, nor be a symbolic link; links on the way to it are followed, each checked
-//! like the rest. With a pin, the SHA-256 of the bytes read from that same descriptor must match.
+//! program) must be owned by root or the agent's user. A directory others may write is accepted
+//! on the way only when sticky (others cannot rename or remove names they do not own in it:
+//! unlink(2), rename(2)), and a link in one must have a single hard link (else it could be
+//! another trusted link given this name); the program's own directory must be written by no one
+//! else at all, sticky or not, because interpreters load from it what the program imports
+//! (Python puts it first on `sys.path`) and others could add those names. The program must not
+//! be writable by its group or others, nor be a symbolic link; links on the way to it are
+//! followed, each checked like the rest. With a pin, the SHA-256 of the bytes read from that
+//! same descriptor must match.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -73,6 +76,12 @@ pub enum Unsafe {
     Link { path: PathBuf, target: PathBuf },
     #[error("{} has {links} hard links in a directory others can add names to", path.display())]
     HardLinks { path: PathBuf, links: u64 },
+    #[error(
+        "{} is writable by its group or others (mode {mode:04o}): a program's own directory must \
+         be written by no one else, sticky or not",
+        path.display()
+    )]
+    OpenHome { path: PathBuf, mode: u32 },
     #[error("{} is {what}, not a program file", path.display())]
     NotFile { path: PathBuf, what: &'static str },
     #[error("{} is not a directory", path.display())]
@@ -202,8 +211,24 @@ impl From<Unsafe> for Walked {
 struct Dir {
     fd: OwnedFd,
     path: PathBuf,
-    /// Others may add names to it (it is sticky, or it would have been refused).
-    open_to_others: bool,
+    /// Its mode: others may add names to it when it is writable by them (it is sticky, or it
+    /// would have been refused).
+    mode: u32,
+}
+
+impl Dir {
+    fn open_to_others(&self) -> bool {
+        self.mode & GROUP_OR_OTHER_WRITE != 0
+    }
+}
+
+/// The walk from `/` to the program: the directories checked so far (the last one is where the
+/// next name is looked up), the names still to walk, and the links followed.
+struct Walk {
+    owners: Owners,
+    dirs: Vec<Dir>,
+    todo: VecDeque<OsString>,
+    links: u32,
 }
 
 /// Walks `path` (absolute) from `/`, following links on the way, and opens the program at its
@@ -211,61 +236,15 @@ struct Dir {
 fn walk(path: &Path, owners: Owners) -> Result<File, Walked> {
     let root = PathBuf::from("/");
     let fd = open_dir(None, &root)?;
-    let mut dirs = vec![checked_dir(fd, root, owners)?];
-    let mut todo = names(path);
-    let mut links = 0;
-    while let Some(name) = todo.pop_front() {
-        if name == ".." {
-            if dirs.len() > 1 {
-                dirs.pop();
-            }
-            continue;
-        }
-        let here = dirs.last().ok_or(Walked::NotFound)?;
-        let at = here.path.join(&name);
-        let st = match fstatat(&here.fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(Errno::ENOENT) => return Err(Walked::NotFound),
-            Err(e) => return Err(Walked::Io(at, e.into())),
-        };
-        let last = todo.is_empty();
-        match st.st_mode & libc_mode::S_IFMT {
-            libc_mode::S_IFLNK => {
-                check_link(&at, (&st).into(), here.open_to_others, owners)?;
-                let target = readlinkat(&here.fd, name.as_os_str())
-                    .map(PathBuf::from)
-                    .map_err(|e| Walked::Io(at.clone(), e.into()))?;
-                if last {
-                    return Err(Unsafe::Link { path: at, target }.into());
-                }
-                links += 1;
-                if links > MAX_LINKS {
-                    return Err(Unsafe::Loop {
-                        path: path.to_path_buf(),
-                    }
-                    .into());
-                }
-                if target.is_absolute() {
-                    dirs.truncate(1);
-                }
-                for n in names(&target).into_iter().rev() {
-                    todo.push_front(n);
-                }
-            }
-            libc_mode::S_IFDIR if !last => {
-                let fd = open_dir(Some(&here.fd), &at)?;
-                let dir = checked_dir(fd, at, owners)?;
-                dirs.push(dir);
-            }
-            libc_mode::S_IFREG if last => {
-                let open_to_others = here.open_to_others;
-                return open_program(&here.fd, &name, at, open_to_others, owners);
-            }
-            libc_mode::S_IFREG => return Err(Unsafe::NotDir { path: at }.into()),
-            kind => {
-                let what = describe_kind(kind);
-                return Err(Unsafe::NotFile { path: at, what }.into());
-            }
+    let mut walk = Walk {
+        owners,
+        dirs: vec![checked_dir(fd, root, owners)?],
+        todo: names(path),
+        links: 0,
+    };
+    while let Some(name) = walk.todo.pop_front() {
+        if let Some(program) = walk.step(name, path)? {
+            return Ok(program);
         }
     }
     Err(Unsafe::NotFile {
@@ -273,6 +252,69 @@ fn walk(path: &Path, owners: Owners) -> Result<File, Walked> {
         what: "a directory",
     }
     .into())
+}
+
+impl Walk {
+    /// One name: into a directory, along a link, or the program when it is the last.
+    fn step(&mut self, name: OsString, path: &Path) -> Result<Option<File>, Walked> {
+        if name == ".." {
+            if self.dirs.len() > 1 {
+                self.dirs.pop();
+            }
+            return Ok(None);
+        }
+        let here = self.dirs.last().ok_or(Walked::NotFound)?;
+        let at = here.path.join(&name);
+        let st = match fstatat(&here.fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Err(Walked::NotFound),
+            Err(e) => return Err(Walked::Io(at, e.into())),
+        };
+        let last = self.todo.is_empty();
+        match st.st_mode & libc_mode::S_IFMT {
+            libc_mode::S_IFLNK => {
+                check_link(&at, (&st).into(), here.open_to_others(), self.owners)?;
+                let target = readlinkat(&here.fd, name.as_os_str())
+                    .map(PathBuf::from)
+                    .map_err(|e| Walked::Io(at.clone(), e.into()))?;
+                if last {
+                    return Err(Unsafe::Link { path: at, target }.into());
+                }
+                self.follow(&target, path)?;
+            }
+            libc_mode::S_IFDIR if !last => {
+                let fd = open_dir(Some(&here.fd), &at)?;
+                let dir = checked_dir(fd, at, self.owners)?;
+                self.dirs.push(dir);
+            }
+            libc_mode::S_IFREG if last => {
+                return open_program(here, &name, at, self.owners).map(Some);
+            }
+            libc_mode::S_IFREG => return Err(Unsafe::NotDir { path: at }.into()),
+            kind => {
+                let what = describe_kind(kind);
+                return Err(Unsafe::NotFile { path: at, what }.into());
+            }
+        }
+        Ok(None)
+    }
+
+    /// Puts a link's target in front of the names left: from `/` when it is absolute, else from
+    /// the directory the link is in.
+    fn follow(&mut self, target: &Path, path: &Path) -> Result<(), Walked> {
+        self.links += 1;
+        if self.links > MAX_LINKS {
+            let path = path.to_path_buf();
+            return Err(Unsafe::Loop { path }.into());
+        }
+        if target.is_absolute() {
+            self.dirs.truncate(1);
+        }
+        for n in names(target).into_iter().rev() {
+            self.todo.push_front(n);
+        }
+        Ok(())
+    }
 }
 
 /// The names of a path in order; `.` dropped, `..` kept for the walk to go up.
@@ -314,17 +356,16 @@ fn checked_dir(fd: OwnedFd, path: PathBuf, owners: Owners) -> Result<Dir, Walked
     Ok(Dir {
         fd,
         path,
-        open_to_others: entry.mode & GROUP_OR_OTHER_WRITE != 0,
+        mode: entry.mode,
     })
 }
 
 /// Opens the program for reading (never blocking, never following a link) and checks what was
-/// opened.
+/// opened, then the directory it is in.
 fn open_program(
-    dir: &OwnedFd,
+    dir: &Dir,
     name: &std::ffi::OsStr,
     path: PathBuf,
-    in_open_dir: bool,
     owners: Owners,
 ) -> Result<File, Walked> {
     let flags = OFlag::O_RDONLY
@@ -332,7 +373,7 @@ fn open_program(
         | OFlag::O_NONBLOCK
         | OFlag::O_NOCTTY
         | OFlag::O_CLOEXEC;
-    let fd = openat(dir, name, flags, Mode::empty()).map_err(|e| match e {
+    let fd = openat(&dir.fd, name, flags, Mode::empty()).map_err(|e| match e {
         Errno::ENOENT => Walked::NotFound,
         e => Walked::Io(path.clone(), e.into()),
     })?;
@@ -341,7 +382,8 @@ fn open_program(
         let what = describe_kind(st.st_mode & libc_mode::S_IFMT);
         return Err(Unsafe::NotFile { path, what }.into());
     }
-    check_program(&path, Entry::from(&st), in_open_dir, owners)?;
+    check_program(&path, Entry::from(&st), owners)?;
+    check_home(&dir.path, dir.mode)?;
     Ok(File::from(fd))
 }
 
@@ -357,14 +399,20 @@ pub fn check_dir(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
     Ok(())
 }
 
-/// The program: trusted owner, written by no one else, and in a directory others can add names
-/// to, not a second name of another file.
-pub fn check_program(
-    path: &Path,
-    e: Entry,
-    in_open_dir: bool,
-    owners: Owners,
-) -> Result<(), Unsafe> {
+/// The program's own directory (checked on the way as [`check_dir`]): written by no one else,
+/// sticky or not.
+pub fn check_home(path: &Path, mode: u32) -> Result<(), Unsafe> {
+    if mode & GROUP_OR_OTHER_WRITE != 0 {
+        return Err(Unsafe::OpenHome {
+            path: path.to_path_buf(),
+            mode: mode & 0o7777,
+        });
+    }
+    Ok(())
+}
+
+/// The program: trusted owner, written by no one else.
+pub fn check_program(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
     check_owner(path, e, owners)?;
     if e.mode & GROUP_OR_OTHER_WRITE != 0 {
         return Err(Unsafe::Writable {
@@ -372,13 +420,20 @@ pub fn check_program(
             mode: e.mode & 0o7777,
         });
     }
-    check_single_link(path, e, in_open_dir)
+    Ok(())
 }
 
-/// A link on the way: its target is walked and checked; the link itself only has an owner.
-fn check_link(path: &Path, e: Entry, in_open_dir: bool, owners: Owners) -> Result<(), Unsafe> {
+/// A link on the way: its target is walked and checked; the link itself has an owner, and in a
+/// directory others can add names to, must not be a second name of another trusted link.
+pub fn check_link(path: &Path, e: Entry, in_open_dir: bool, owners: Owners) -> Result<(), Unsafe> {
     check_owner(path, e, owners)?;
-    check_single_link(path, e, in_open_dir)
+    if in_open_dir && e.links > 1 {
+        return Err(Unsafe::HardLinks {
+            path: path.to_path_buf(),
+            links: e.links,
+        });
+    }
+    Ok(())
 }
 
 fn check_owner(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
@@ -390,16 +445,6 @@ fn check_owner(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
         uid: e.uid,
         allowed: owners,
     })
-}
-
-fn check_single_link(path: &Path, e: Entry, in_open_dir: bool) -> Result<(), Unsafe> {
-    if in_open_dir && e.links > 1 {
-        return Err(Unsafe::HardLinks {
-            path: path.to_path_buf(),
-            links: e.links,
-        });
-    }
-    Ok(())
 }
 
 fn describe_kind(kind: u32) -> &'static str {
@@ -473,10 +518,10 @@ mod tests {
     #[test]
     fn only_root_and_the_agents_own_user_may_own_what_it_runs() {
         let p = Path::new("/x/prep");
-        assert!(check_program(p, entry(0, 0o100755, 1), false, owners(0)).is_ok());
-        assert!(check_program(p, entry(1000, 0o100755, 1), false, owners(1000)).is_ok());
-        assert!(check_program(p, entry(0, 0o100755, 1), false, owners(1000)).is_ok());
-        let e = check_program(p, entry(65534, 0o100755, 1), false, owners(0)).unwrap_err();
+        assert!(check_program(p, entry(0, 0o100755, 1), owners(0)).is_ok());
+        assert!(check_program(p, entry(1000, 0o100755, 1), owners(1000)).is_ok());
+        assert!(check_program(p, entry(0, 0o100755, 1), owners(1000)).is_ok());
+        let e = check_program(p, entry(65534, 0o100755, 1), owners(0)).unwrap_err();
         assert_eq!(e.to_string(), "/x/prep is owned by uid 65534, not root");
         let e = check_dir(p, entry(65534, 0o40755, 2), owners(1000)).unwrap_err();
         assert_eq!(
@@ -489,7 +534,7 @@ mod tests {
     fn nothing_anyone_else_can_write_and_no_second_name_in_a_sticky_directory() {
         let p = Path::new("/x/prep");
         for mode in [0o100775, 0o100757, 0o100722] {
-            let e = check_program(p, entry(0, mode, 1), false, owners(0)).unwrap_err();
+            let e = check_program(p, entry(0, mode, 1), owners(0)).unwrap_err();
             assert!(matches!(e, Unsafe::Writable { .. }), "{mode:o}: {e}");
         }
         let e = check_dir(p, entry(0, 0o40777, 2), owners(0)).unwrap_err();
@@ -497,9 +542,17 @@ mod tests {
             e.to_string(),
             "/x/prep is writable by its group or others and not sticky (mode 0777)"
         );
+        // On the way, sticky will do; as the program's own directory, it will not.
         assert!(check_dir(p, entry(0, 0o41777, 2), owners(0)).is_ok());
-        assert!(check_program(p, entry(0, 0o100755, 2), false, owners(0)).is_ok());
-        let e = check_program(p, entry(0, 0o100755, 2), true, owners(0)).unwrap_err();
+        assert_eq!(
+            check_home(p, 0o41775).unwrap_err().to_string(),
+            "/x/prep is writable by its group or others (mode 1775): a program's own directory \
+             must be written by no one else, sticky or not"
+        );
+        assert!(check_home(p, 0o41755).is_ok());
+        let link = entry(0, 0o120777, 2);
+        assert!(check_link(p, link, false, owners(0)).is_ok());
+        let e = check_link(p, link, true, owners(0)).unwrap_err();
         assert_eq!(
             e.to_string(),
             "/x/prep has 2 hard links in a directory others can add names to"
@@ -544,7 +597,7 @@ mod tests {
     }
 
     #[test]
-    fn a_program_in_a_directory_others_can_write_is_refused_unless_sticky() {
+    fn a_directory_others_can_write_is_refused_on_the_way_unless_sticky_and_as_home_always() {
         let dir = place();
         let open_dir = dir.path().join("shared");
         std::fs::create_dir(&open_dir).unwrap();
@@ -563,20 +616,31 @@ mod tests {
         chmod(&deeper, 0o755);
         let inner = program(&deeper, "prep", 0o755);
         assert!(matches!(refusal(&inner, None), Unsafe::WritableDir { .. }));
-        // Sticky: others cannot replace what is not theirs; a second name of a file is refused.
+        // Sticky: others cannot replace what is not theirs, so it will do on the way, but not
+        // as the program's own directory, where they could add what the program loads.
         chmod(&open_dir, 0o1777);
-        assert!(open(&prog, None).is_ok());
         assert!(open(&inner, None).is_ok());
-        let other = program(dir.path(), "other-tool", 0o755);
-        let linked = open_dir.join("linked");
-        std::fs::hard_link(&other, &linked).unwrap();
         assert_eq!(
-            refusal(&linked, None),
+            refusal(&prog, None),
+            Unsafe::OpenHome {
+                path: open_dir.clone(),
+                mode: 0o1777
+            }
+        );
+        // A link there that is a second name of another (trusted) link is refused.
+        let elsewhere = place();
+        let original = elsewhere.path().join("to-deeper");
+        symlink(&deeper, &original).unwrap();
+        let linked = open_dir.join("linked");
+        std::fs::hard_link(&original, &linked).unwrap();
+        assert_eq!(
+            refusal(&linked.join("prep"), None),
             Unsafe::HardLinks {
                 path: linked.clone(),
                 links: 2
             }
         );
+        assert!(open(&original.join("prep"), None).is_ok());
     }
 
     #[test]

@@ -157,6 +157,43 @@ fn a_prepare_data_program_whose_digest_is_not_the_pinned_one_never_runs_and_the_
     assert_eq!(w.runs(), 1);
 }
 
+/// The stack's layout (`templates/user-data/master.sh`): the shared directory is writable by the
+/// workers' group but sticky, the program sits in a directory only root writes. That runs; the
+/// same program loose in the shared directory does not, even root's: workers could add beside it
+/// what it loads (a Python script's own directory comes first on `sys.path`).
+#[test]
+fn the_stacks_layout_runs_and_a_program_loose_in_the_shared_directory_does_not() {
+    let mut w = Worker::new("");
+    let efs = w.efs();
+    chmod(&efs, 0o1775);
+    let loose = efs.join("prepare-data.py");
+    std::fs::write(&loose, format!("#!/bin/sh\n{RECORD_RUN}")).unwrap();
+    chmod(&loose, 0o755);
+    w.configure("prepare_data", &loose.display().to_string());
+    let reason = refused(&mut w);
+    assert_eq!(
+        reason,
+        format!(
+            "refused {}: {} is writable by its group or others (mode 1775): a program's own \
+             directory must be written by no one else, sticky or not",
+            loose.display(),
+            efs.display()
+        )
+    );
+
+    w.kill();
+    std::fs::remove_file(w.marker("prepare_data_failed")).unwrap();
+    let home = efs.join("prepare");
+    std::fs::create_dir(&home).unwrap();
+    chmod(&home, 0o755);
+    let placed = home.join("prepare-data.py");
+    std::fs::rename(&loose, &placed).unwrap();
+    w.configure("prepare_data", &placed.display().to_string());
+    w.start(&[]);
+    w.wait_json("prepare_data_success");
+    assert_eq!(w.runs(), 1);
+}
+
 /// Run from the checked descriptor: the kernel names the program by it (`$0`, the script path
 /// an interpreter is given), and `DT_PROGRAM` says where it was found; `#!` scripts, through
 /// `env` or not, still run.
