@@ -9,7 +9,7 @@ pub mod notice;
 mod output;
 pub mod prepare;
 mod program;
-pub mod trust;
+mod trust;
 pub mod watch;
 
 use std::net::IpAddr;

@@ -1,5 +1,5 @@
 //! Opens a program `dtd agent` is about to run (as root, on AWS) only if no one but root and the
-//! agent's own user can have put it there or changed it (README, "What a worker can put there").
+//! agent's own user can have put it there or changed it (README, "The programs dtd agent runs").
 //!
 //! The path is walked one name at a time from `/`, each directory opened (`O_PATH`, never
 //! following a link) and checked through its descriptor, and the program itself opened with
@@ -121,10 +121,10 @@ impl fmt::Display for Owners {
 
 /// What the checks look at in a `stat`.
 #[derive(Debug, Clone, Copy)]
-pub struct Entry {
-    pub uid: u32,
-    pub mode: u32,
-    pub links: u64,
+struct Entry {
+    uid: u32,
+    mode: u32,
+    links: u64,
 }
 
 impl From<&FileStat> for Entry {
@@ -388,7 +388,7 @@ fn open_program(
 }
 
 /// A directory on the way: trusted owner, and written by no one else unless sticky.
-pub fn check_dir(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
+fn check_dir(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
     check_owner(path, e, owners)?;
     if e.mode & GROUP_OR_OTHER_WRITE != 0 && e.mode & STICKY == 0 {
         return Err(Unsafe::WritableDir {
@@ -401,7 +401,7 @@ pub fn check_dir(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
 
 /// The program's own directory (checked on the way as [`check_dir`]): written by no one else,
 /// sticky or not.
-pub fn check_home(path: &Path, mode: u32) -> Result<(), Unsafe> {
+fn check_home(path: &Path, mode: u32) -> Result<(), Unsafe> {
     if mode & GROUP_OR_OTHER_WRITE != 0 {
         return Err(Unsafe::OpenHome {
             path: path.to_path_buf(),
@@ -412,7 +412,7 @@ pub fn check_home(path: &Path, mode: u32) -> Result<(), Unsafe> {
 }
 
 /// The program: trusted owner, written by no one else.
-pub fn check_program(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
+fn check_program(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe> {
     check_owner(path, e, owners)?;
     if e.mode & GROUP_OR_OTHER_WRITE != 0 {
         return Err(Unsafe::Writable {
@@ -425,7 +425,7 @@ pub fn check_program(path: &Path, e: Entry, owners: Owners) -> Result<(), Unsafe
 
 /// A link on the way: its target is walked and checked; the link itself has an owner, and in a
 /// directory others can add names to, must not be a second name of another trusted link.
-pub fn check_link(path: &Path, e: Entry, in_open_dir: bool, owners: Owners) -> Result<(), Unsafe> {
+fn check_link(path: &Path, e: Entry, in_open_dir: bool, owners: Owners) -> Result<(), Unsafe> {
     check_owner(path, e, owners)?;
     if in_open_dir && e.links > 1 {
         return Err(Unsafe::HardLinks {
