@@ -11,8 +11,9 @@ agent writes the markers. Run by hand with --ip, it writes DIR/prepare_data_succ
 DIR/prepare_data_failed_<ip> itself.
 
 It imports dtprepare.py, which must sit next to it: run directly (or by `dtd agent`), Python puts
-the script's own directory on sys.path. Copy both, e.g. to /myEFSvolume/prepare-data.py and
-/myEFSvolume/dtprepare.py.
+the script's own directory on sys.path. Copy both, root's, into a directory only root writes
+(dtd agent refuses anything else), e.g. /myEFSvolume/prepare/prepare-data.py and
+/myEFSvolume/prepare/dtprepare.py.
 """
 import argparse
 import contextlib

@@ -5,7 +5,8 @@ main(). Standard library only.
 The scripts import it as `import dtprepare`. That works because they are run directly (`python3
 prepare-data/cifar10.py ...`, or as an executable by `dtd agent`), and Python then puts the
 script's own directory first on sys.path: keep this file next to the script you run, e.g.
-/myEFSvolume/dtprepare.py beside /myEFSvolume/prepare-data.py.
+/myEFSvolume/prepare/dtprepare.py beside /myEFSvolume/prepare/prepare-data.py (a directory only
+root writes: anyone who could add a module there would run code as root).
 """
 import argparse
 import collections

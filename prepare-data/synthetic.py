@@ -8,8 +8,9 @@ Run by `dtd agent` (DT_AGENT=1 in the environment), it writes no marker: the age
 the exit status, after its retries. --shared-dir and --ip then default to DT_SHARED_DIR and DT_IP.
 
 It imports dtprepare.py, which must sit next to it: run directly (or by `dtd agent`), Python puts
-the script's own directory on sys.path. Copy both, e.g. to /myEFSvolume/prepare-data.py and
-/myEFSvolume/dtprepare.py.
+the script's own directory on sys.path. Copy both, root's, into a directory only root writes
+(dtd agent refuses anything else), e.g. /myEFSvolume/prepare/prepare-data.py and
+/myEFSvolume/prepare/dtprepare.py.
 """
 import argparse
 import hashlib

@@ -12,6 +12,7 @@ pub mod ctl;
 pub mod daemon;
 pub mod deadline;
 pub mod decide;
+pub mod digest;
 pub mod fsutil;
 pub mod hostfile;
 pub mod metrics;

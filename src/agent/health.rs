@@ -10,11 +10,13 @@ use std::time::{Duration, SystemTime};
 use super::program::{self, Outcome, Program, Status};
 use super::Identity;
 use crate::config::{Config, Health};
+use crate::digest::Sha256;
 use crate::protocol::health::{HealthReport, GPUS_LOST_EXIT};
 use crate::protocol::markers::{MarkerKind, MarkerName};
 
 pub struct Checker {
     program: PathBuf,
+    sha256: Option<Sha256>,
     args: Vec<String>,
     timeout: Duration,
     env: Vec<(&'static str, OsString)>,
@@ -46,6 +48,7 @@ impl Checker {
         }
         Checker {
             program,
+            sha256: health.sha256,
             args,
             timeout: health.timeout,
             env,
@@ -60,6 +63,7 @@ impl Checker {
     pub async fn check(&mut self) -> bool {
         let outcome = program::run(&Program {
             path: &self.program,
+            sha256: self.sha256.as_ref(),
             args: &self.args,
             env: self.env.clone(),
             timeout: self.timeout,

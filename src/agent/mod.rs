@@ -9,6 +9,7 @@ pub mod notice;
 mod output;
 pub mod prepare;
 mod program;
+mod trust;
 pub mod watch;
 
 use std::net::IpAddr;

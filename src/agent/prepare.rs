@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 use super::program::{self, Outcome, Program, Status};
 use super::Identity;
 use crate::config::Config;
+use crate::digest::Sha256;
 use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
 use crate::protocol::report::{self, FailureReport, SuccessReport};
 
 pub struct Spec {
     pub program: PathBuf,
+    pub sha256: Option<Sha256>,
     pub args: Vec<String>,
     pub timeout: Duration,
     pub attempts: u32,
@@ -26,6 +28,7 @@ impl Spec {
         let a = &cfg.agent;
         Spec {
             program: a.prepare_data.clone(),
+            sha256: a.prepare_data_sha256,
             args: a.args.clone(),
             timeout: a.timeout,
             attempts: a.attempts.max(1),
@@ -83,9 +86,10 @@ pub struct Prepared {
     tail: Vec<String>,
 }
 
-/// Runs the attempts; when all fail, writes the failure marker and returns `None`. The success
-/// marker is the caller's to write ([`write_success`]): with a health check, only once the
-/// check passed.
+/// Runs the attempts; when all fail, writes the failure marker and returns `None`. A refused
+/// program is not tried again: it stays what it is until someone fixes it, and the sooner the
+/// marker says why, the sooner the master (and `dtctl status`) does. The success marker is the
+/// caller's to write ([`write_success`]): with a health check, only once the check passed.
 pub async fn prepare(spec: &Spec) -> Option<Prepared> {
     let started = Instant::now();
     let mut last = None;
@@ -107,13 +111,17 @@ pub async fn prepare(spec: &Spec) -> Option<Prepared> {
             "prepare-data: failed: {}",
             attempt.status.describe(spec.timeout)
         );
-        last = Some(attempt);
+        let refused = matches!(attempt.status, Status::Refused(_));
+        last = Some((n, attempt));
+        if refused {
+            break;
+        }
         if n < spec.attempts {
             tokio::time::sleep(spec.retry_delay).await;
         }
     }
-    if let Some(attempt) = last {
-        write_failure(spec, started.elapsed(), attempt).await;
+    if let Some((attempts, attempt)) = last {
+        write_failure(spec, started.elapsed(), attempts, attempt).await;
     }
     None
 }
@@ -131,7 +139,7 @@ pub async fn write_success(spec: &Spec, done: Prepared) {
     super::remove_marker(&spec.marker(MarkerKind::Failed));
 }
 
-async fn write_failure(spec: &Spec, took: Duration, attempt: Outcome) {
+async fn write_failure(spec: &Spec, took: Duration, attempts: u32, attempt: Outcome) {
     let status = attempt.status;
     let json = FailureReport {
         instance_id: spec.identity.instance_id.clone(),
@@ -144,18 +152,18 @@ async fn write_failure(spec: &Spec, took: Duration, attempt: Outcome) {
             _ => None,
         },
         timed_out: status == Status::TimedOut,
-        attempts: spec.attempts,
+        attempts,
         duration_s: seconds(took),
         output_tail: attempt.tail,
         error: match status {
-            Status::NotStarted(why) => Some(why),
+            Status::NotStarted(why) | Status::Refused(why) => Some(why),
             _ => None,
         },
     }
     .render();
     let path = spec.marker(MarkerKind::Failed);
     super::write_marker(&path, &json, spec.retry_delay).await;
-    tracing::warn!(path = %path.display(), "prepare-data: failed after {} attempt(s); wrote the failure marker", spec.attempts);
+    tracing::warn!(path = %path.display(), "prepare-data: failed after {attempts} attempt(s); wrote the failure marker");
 }
 
 fn seconds(d: Duration) -> f64 {
@@ -167,6 +175,7 @@ async fn run_attempt(spec: &Spec, n: u32) -> Outcome {
     env.push(("DT_ATTEMPT", n.to_string().into()));
     program::run(&Program {
         path: &spec.program,
+        sha256: spec.sha256.as_ref(),
         args: &spec.args,
         env,
         timeout: spec.timeout,

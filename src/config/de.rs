@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::digest::Sha256;
+
 pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     use serde::de::Error;
     let text = String::deserialize(d)?;
@@ -31,6 +33,25 @@ pub(super) fn prepare_timeout<'de, D: Deserializer<'de>>(
     duration(d)
         .map(Some)
         .map_err(|e| D::Error::custom(format!("prepare_timeout: {e}")))
+}
+
+/// A digest pinned on a program `dtd agent` runs (`crate::digest`). serde names only the
+/// section of the key, so the message names the key itself.
+pub(super) fn sha256<'de, D: Deserializer<'de>>(
+    key: &str,
+    d: D,
+) -> Result<Option<Sha256>, D::Error> {
+    use serde::de::Error;
+    let text = String::deserialize(d)?;
+    (text.parse())
+        .map(Some)
+        .map_err(|e| D::Error::custom(format!("{key}: {e}")))
+}
+
+pub(super) fn prepare_data_sha256<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Sha256>, D::Error> {
+    sha256("agent.prepare_data_sha256", d)
 }
 
 /// Cluster names end up in tag keys and directory names, so only a safe alphabet is allowed.

@@ -22,6 +22,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
@@ -175,8 +176,11 @@ pub struct Ack {
 /// notices while the check runs again every interval.
 #[derive(Debug, Clone)]
 pub struct Agent {
-    /// The prepare-data program (run as an argv, no shell); default `<shared_dir>/prepare-data.py`.
+    /// The prepare-data program (run as an argv, no shell); default
+    /// `/usr/local/libexec/dt/prepare-data`, outside the shared directory workers write.
     pub prepare_data: PathBuf,
+    /// The digest its bytes must have, if pinned.
+    pub prepare_data_sha256: Option<Sha256>,
     /// Extra arguments passed to it after the program.
     pub args: Vec<String>,
     /// One attempt's time limit; the attempt is killed when it is exceeded.

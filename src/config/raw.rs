@@ -11,8 +11,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_timeout};
+use super::de::{
+    cluster_name, duration, file_system_id, optional_duration, prepare_data_sha256, prepare_timeout,
+};
 use super::{Alert, Events, Health, HealthPolicy, MetricsConfig, Notify, Slots, Stall};
+use crate::digest::Sha256;
 use crate::hostfile::Format;
 
 #[derive(Debug, Deserialize)]
@@ -228,6 +231,8 @@ impl Default for RawAck {
 #[serde(default, deny_unknown_fields, expecting = "struct Agent")]
 pub(super) struct RawAgent {
     pub prepare_data: Option<PathBuf>,
+    #[serde(deserialize_with = "prepare_data_sha256")]
+    pub prepare_data_sha256: Option<Sha256>,
     pub args: Vec<String>,
     #[serde(deserialize_with = "duration")]
     pub timeout: Duration,
@@ -243,6 +248,7 @@ impl Default for RawAgent {
     fn default() -> Self {
         RawAgent {
             prepare_data: None,
+            prepare_data_sha256: None,
             args: Vec::new(),
             timeout: Duration::from_secs(3600),
             attempts: 3,

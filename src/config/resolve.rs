@@ -16,8 +16,9 @@ use crate::protocol::progress::PROGRESS_FILE;
 
 /// The 2018 `host_worker`, written when the file names no host file.
 const DEFAULT_HOSTFILE: &str = "host_worker";
-/// The prepare-data program run when the file names none.
-const DEFAULT_PREPARE_DATA: &str = "prepare-data.py";
+/// The prepare-data program run when the file names none: root's, outside the shared directory
+/// (which every worker writes, and `dtd agent` runs it as root).
+const DEFAULT_PREPARE_DATA: &str = "/usr/local/libexec/dt/prepare-data";
 /// With events naming the instances that change, the complete listing only catches what they missed.
 const DEFAULT_RESYNC_WITH_EVENTS: Duration = Duration::from_secs(60);
 
@@ -34,7 +35,7 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
         state_dir: raw
             .state_dir
             .unwrap_or_else(|| shared.join(".dt").join(&raw.cluster)),
-        agent: agent(raw.agent, &shared),
+        agent: agent(raw.agent),
         job: job(raw.job, &shared),
         generation_file: shared.join(GENERATION_FILE),
         cluster: raw.cluster,
@@ -92,11 +93,12 @@ fn job(j: RawJob, shared_dir: &Path) -> Job {
     }
 }
 
-fn agent(a: RawAgent, shared_dir: &Path) -> Agent {
+fn agent(a: RawAgent) -> Agent {
     Agent {
         prepare_data: a
             .prepare_data
-            .unwrap_or_else(|| shared_dir.join(DEFAULT_PREPARE_DATA)),
+            .unwrap_or_else(|| DEFAULT_PREPARE_DATA.into()),
+        prepare_data_sha256: a.prepare_data_sha256,
         args: a.args,
         timeout: a.timeout,
         attempts: a.attempts,

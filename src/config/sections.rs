@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::de::duration;
+use super::de::{duration, sha256};
+use crate::digest::Sha256;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,6 +63,9 @@ pub struct Health {
         deserialize_with = "health_timeout"
     )]
     pub timeout: Duration,
+    /// The digest the check's program (the command's first element) must have, if pinned.
+    #[serde(default, deserialize_with = "health_sha256")]
+    pub sha256: Option<Sha256>,
 }
 
 // Inside `health` serde loses the key's path (the error names `agent.health` only), so these
@@ -72,6 +76,10 @@ fn health_interval<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D
 
 fn health_timeout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     named("agent.health.timeout", duration(d))
+}
+
+fn health_sha256<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Sha256>, D::Error> {
+    sha256("agent.health.sha256", d)
 }
 
 fn named<E: serde::de::Error>(key: &str, r: Result<Duration, E>) -> Result<Duration, E> {

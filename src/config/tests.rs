@@ -492,3 +492,42 @@ fn a_bad_health_check_is_named_with_its_key_and_line() {
     let e = error_of(&with("    command: [check]\n    every: 1m\n"));
     assert!(e.contains("every") && e.contains("line 16"), "{e}");
 }
+
+#[test]
+fn prepare_data_defaults_outside_the_shared_directory_and_programs_take_a_pin() {
+    let cfg = Config::parse(GOOD).unwrap();
+    // Workers write the shared directory and dtd agent runs this as root (README).
+    assert_eq!(
+        cfg.agent.prepare_data,
+        Path::new("/usr/local/libexec/dt/prepare-data")
+    );
+    assert_eq!(cfg.agent.prepare_data_sha256, None);
+    let pin = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    let cfg = Config::parse(&format!(
+        "{GOOD}agent:\n  prepare_data: /opt/p\n  prepare_data_sha256: {pin}\n  health:\n    \
+         command: [/opt/check]\n    sha256: {}\n",
+        pin.to_uppercase()
+    ))
+    .unwrap();
+    assert_eq!(cfg.agent.prepare_data_sha256.unwrap().to_string(), pin);
+    assert_eq!(cfg.agent.health.unwrap().sha256.unwrap().to_string(), pin);
+}
+
+#[test]
+fn a_pin_that_is_not_a_sha256_is_named_with_its_key_and_line() {
+    let e = error_of(&format!("{GOOD}agent:\n  prepare_data_sha256: abc\n"));
+    assert!(
+        e.contains("prepare_data_sha256")
+            && e.contains("`abc` is not a SHA-256 digest")
+            && e.contains("line 13"),
+        "{e}"
+    );
+    let e = error_of(&format!(
+        "{GOOD}agent:\n  health:\n    command: [/opt/check]\n    sha256: sha256:abc\n"
+    ));
+    // serde places an error inside `health` at the section's first key, as for its timeout.
+    assert!(
+        e.contains("agent.health.sha256: `sha256:abc` is not") && e.contains("line 14"),
+        "{e}"
+    );
+}

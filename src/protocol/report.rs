@@ -87,8 +87,21 @@ pub fn summary(body: &str) -> Result<String, String> {
         Some(serde_json::Value::String(s)) => s.lines().last().unwrap_or(""),
         _ => "",
     };
-    let last: String = last.chars().filter(|c| !c.is_control()).take(200).collect();
+    // A program that never ran (refused, not found) printed nothing: the agent's reason is all.
+    if let Some(error) = v.get("error").and_then(|e| e.as_str()) {
+        let error = printable(error, 400);
+        return Ok(format!("not started after {attempts} attempt(s): {error}"));
+    }
+    let last = printable(last, 200);
     Ok(format!("exit {code} after {attempts} attempt(s): {last}"))
+}
+
+/// At most `limit` characters of a worker's text, without control characters.
+fn printable(text: &str, limit: usize) -> String {
+    text.chars()
+        .filter(|c| !c.is_control())
+        .take(limit)
+        .collect()
 }
 
 #[cfg(test)]
@@ -153,6 +166,19 @@ mod tests {
         assert!(e.starts_with("failure report is not JSON"), "{e}");
         let s = summary(r#"{"output_tail": "one\ntwo\u0007"}"#).unwrap();
         assert_eq!(s, "exit ? after 1 attempt(s): two");
+    }
+
+    #[test]
+    fn a_program_that_never_ran_is_summarised_by_the_agents_reason() {
+        let mut report = failure(&[]);
+        report.exit_code = None;
+        report.attempts = 1;
+        report.error = Some("refused /p: /p is owned by uid 65534, not root\u{7}".into());
+        let text = String::from_utf8(report.render()).unwrap();
+        assert_eq!(
+            summary(&text).unwrap(),
+            "not started after 1 attempt(s): refused /p: /p is owned by uid 65534, not root"
+        );
     }
 
     #[test]

@@ -17,16 +17,26 @@ dt_started() { dt_signal 0; }
 # Workers write through the stack's access point as gid ${WorkerGid}: the shared directory is
 # writable by that group but sticky (a worker cannot rename or delete what it does not own, such
 # as the host files); the state directory and the prepare-data program's directory stay root's.
+# dtd agent runs that program as root only if its directory is root's and written by no one
+# else (README, "What a worker can put there"): a directory someone else made first (a worker,
+# before this master booted) is moved aside whole, never adopted, since chown would make what
+# they put in it root's.
 dt_after_mount() {
     local dir script='${PrepareDataScriptPath}'
     chown 0:${WorkerGid} /myEFSvolume
     chmod 1775 /myEFSvolume
-    for dir in /myEFSvolume/.dt "$(dirname "$script")"; do
-        case "$dir" in /myEFSvolume/?*) ;; *) continue ;; esac
+    mkdir -p /myEFSvolume/.dt
+    chown -R 0:0 /myEFSvolume/.dt
+    chmod -R go-w /myEFSvolume/.dt
+    dir=$(dirname "$script")
+    case "$dir" in /myEFSvolume/?*)
+        if [ -e "$dir" ] && [ "$(stat -c %u "$dir")" != 0 ]; then
+            echo "dt-bootstrap: $dir is not root's: moved to $dir.untrusted-$$"
+            mv "$dir" "$dir.untrusted-$$"
+        fi
         mkdir -p "$dir"
-        chown -R 0:0 "$dir"
         chmod -R go-w "$dir"
-    done
+    esac
     if [ -e "$script" ] && [ "$(stat -c %u "$script")" != 0 ]; then
         echo "dt-bootstrap: $script is not root's: moved to $script.untrusted"
         mv -f "$script" "$script.untrusted"

@@ -570,7 +570,9 @@ fn a_bad_instance_id_override_is_refused() {
 #[test]
 fn the_example_prepare_data_script_runs_under_the_agent() {
     let mut w = Worker::new("");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("prepare-data/synthetic.py");
+    // Beside the module it imports, as the README installs them.
+    let script = crate::support::install("prepare-data/synthetic.py", w.dir.path(), 0o755);
+    crate::support::install("prepare-data/dtprepare.py", w.dir.path(), 0o644);
     w.configure("prepare_data", &script.display().to_string());
     w.configure("args", "[--samples, '10']");
     w.start(&[]);

@@ -73,7 +73,7 @@ impl Agent {
         let dir = c.dir.path();
         let description = dir.join(format!("node-{id}.json"));
         std::fs::write(&description, node.to_string()).expect("node description");
-        let check = repo().join("templates/health/gpu_health.py");
+        let check = install("templates/health/gpu_health.py", dir, 0o755);
         let config = dir.join(format!("agent-{id}.yaml"));
         let body = format!(
             "cluster: {CLUSTER}\nworkers: {{ launch_template: itest-worker-template, max: 4 }}\n\

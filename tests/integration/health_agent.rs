@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::agent::{process_gone, tail, Worker, ID, RECORD_RUN, WAIT};
-use crate::support::{repo, wait_until};
+use crate::support::{install, repo, wait_until};
 
 const XID_79: &str = "[ 8123.456789] NVRM: Xid (PCI:0000:10:1c): 79, pid=1234, name=python3, \
                       GPU has fallen off the bus.";
@@ -29,7 +29,7 @@ impl Node {
     fn new(node: Value, args: &[&str], keys: &[(&str, &str)]) -> Node {
         let worker = Worker::new(RECORD_RUN);
         worker.imds.set("instance-type", "p4d.24xlarge");
-        let check = repo().join("templates/health/gpu_health.py");
+        let check = install("templates/health/gpu_health.py", worker.dir.path(), 0o755);
         let mut command = vec![check.display().to_string()];
         command.extend(args.iter().map(|a| a.to_string()));
         // A JSON list of strings is a YAML flow sequence.

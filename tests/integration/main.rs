@@ -6,6 +6,7 @@
 mod support;
 
 mod agent;
+mod agent_program;
 mod alerts;
 mod apply;
 mod aws_events;

@@ -26,6 +26,19 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Copies a file of the repository into `dir` with `mode`, as a node installs it: `dtd agent`
+/// runs only a program no one but its owner can change, in a directory the same holds for, and a
+/// checkout may be group-writable.
+pub fn install(from_repo: &str, dir: &Path, mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let from = repo().join(from_repo);
+    let name = from.file_name().expect("a file name");
+    let to = dir.join(name);
+    std::fs::copy(&from, &to).expect("copying a program");
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    to
+}
+
 /// A tool from the project's virtualenv (scripts/setup), or the path in `var`.
 fn tool(var: &str, name: &str) -> PathBuf {
     let path = std::env::var_os(var)

@@ -1,0 +1,83 @@
+"""The master's bootstrap keeps the prepare-data program's directory root's without adopting
+what a worker put there first (templates/user-data/master.sh, dt_after_mount).
+
+dtd agent runs that program as root on every worker, and only if its directory is root's and
+written by no one else; a worker could make the directory before the master boots (a file system
+kept from an earlier stack). chown -R would make what it put there root's, so the bootstrap moves
+such a directory aside instead. The test runs the function itself with bash, the shared
+directory being a temporary one (its path replaced in the function's text) and the worker
+uid 65534; it needs root to own files as another user (unittest reports the skip).
+
+Run from the repository root: python3 -m unittest discover -s tests/python -v
+"""
+import os
+import re
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER = ROOT / "templates" / "user-data" / "master.sh"
+WORKER = 65534
+
+
+def after_mount(shared, script):
+    """The text of dt_after_mount with the stack's values and the shared directory's path."""
+    text = MASTER.read_text()
+    m = re.search(r"^dt_after_mount\(\) \{\n.*?^\}\n", text, re.M | re.S)
+    body = m.group(0).replace("/myEFSvolume", str(shared))
+    body = body.replace("${WorkerGid}", "50000").replace("${PrepareDataScriptPath}", str(script))
+    return body
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root: files owned by another user")
+class AfterMountTest(unittest.TestCase):
+    def run_after_mount(self, shared, script):
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                            after_mount(shared, script) + "dt_after_mount\n"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_a_directory_a_worker_made_first_is_moved_aside_not_adopted(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shared = Path(tmp) / "efs"
+            shared.mkdir()
+            home = shared / "prepare"
+            home.mkdir()
+            for name in ("prepare-data.py", "dtprepare.py"):
+                (home / name).write_text("#!/bin/sh\necho planted\n")
+                os.chown(home / name, WORKER, WORKER)
+            os.chown(home, WORKER, WORKER)
+            out = self.run_after_mount(shared, home / "prepare-data.py")
+            self.assertIn(f"{home} is not root's: moved to {home}.untrusted-", out)
+            st = home.stat()
+            self.assertEqual((st.st_uid, st.st_mode & 0o7777), (0, 0o755))
+            self.assertEqual(list(home.iterdir()), [])
+            [aside] = [p for p in shared.iterdir() if p.name.startswith("prepare.untrusted-")]
+            for name in ("prepare-data.py", "dtprepare.py"):
+                self.assertEqual((aside / name).stat().st_uid, WORKER, name)
+            st = shared.stat()
+            self.assertEqual((st.st_uid, st.st_gid, st.st_mode & 0o7777), (0, 50000, 0o1775))
+
+    def test_roots_directory_is_kept_and_a_workers_program_in_it_moved_aside(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shared = Path(tmp) / "efs"
+            shared.mkdir()
+            home = shared / "prepare"
+            home.mkdir(mode=0o775)
+            os.chmod(home, 0o775)
+            (home / "dtprepare.py").write_text("# the user's\n")
+            script = home / "prepare-data.py"
+            script.write_text("#!/bin/sh\necho planted\n")
+            os.chown(script, WORKER, WORKER)
+            self.run_after_mount(shared, script)
+            self.assertEqual(home.stat().st_mode & 0o7777, 0o755)
+            self.assertEqual((home / "dtprepare.py").read_text(), "# the user's\n")
+            self.assertFalse(script.exists())
+            self.assertEqual((home / "prepare-data.py.untrusted").stat().st_uid, WORKER)
+
+
+if __name__ == "__main__":
+    unittest.main()
