@@ -31,8 +31,8 @@ dt_after_mount() {
     dir=$(dirname "$script")
     case "$dir" in /myEFSvolume/?*)
         if [ -e "$dir" ] && [ "$(stat -c %u "$dir")" != 0 ]; then
-            echo "dt-bootstrap: $dir is not root's: moved to $dir.untrusted-$$"
-            mv "$dir" "$dir.untrusted-$$"
+            echo "dt-bootstrap: $dir is not root's: moved to $dir.untrusted-$RANDOM"
+            mv "$dir" "$dir.untrusted-$RANDOM"
         fi
         mkdir -p "$dir"
         chmod -R go-w "$dir"
@@ -41,6 +41,22 @@ dt_after_mount() {
         echo "dt-bootstrap: $script is not root's: moved to $script.untrusted"
         mv -f "$script" "$script.untrusted"
     fi
+    dt_job_files
+}
+
+# The job's files (ack, host_worker_log, job.pid, progress) live in /myEFSvolume/job, root's and
+# mode 0755, so workers cannot create them first; dtd believes them only when the job's user owns
+# them (job.owner, by default this directory's owner: root, for a job started on this master).
+# A directory someone else made first is moved aside, and each file is created empty (ack: 0),
+# 0644, if it is not there. For a job that runs on the workers, chown the files to their uid
+# and set job.owner (README, "What dtd believes of it").
+dt_job_files() {
+    local d=/myEFSvolume/job f
+    [ "$(stat -c %u $d 2>/dev/null || echo 0)" = 0 ] || mv $d $d.untrusted-$RANDOM
+    install -d -m 755 -o 0 -g 0 $d
+    for f in host_worker_log job.pid progress; do [ -e $d/$f ] || : >$d/$f; done
+    [ -e $d/ack ] || echo 0 >$d/ack
+    chmod 644 $d/*
 }
 
 # A dtd that stays down (its unit fails after its start limit) marks this instance Unhealthy

@@ -1391,6 +1391,11 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
         &efs,
         &format!("{}.efs.us-east-1.amazonaws.com:/", out["FileSystemId"]),
     );
+    // What the master's bootstrap (dt_job_files) makes: the job's files, root's, in a directory
+    // workers cannot create files in.
+    let job_dir = efs.join("job");
+    std::fs::create_dir(&job_dir).unwrap();
+    std::fs::write(job_dir.join("ack"), "0\n").unwrap();
 
     let log = std::fs::File::create(dir.path().join("dtd.log")).unwrap();
     let _dtd = Daemon(
@@ -1471,7 +1476,7 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
     );
     // The job acknowledges in the 2018 form, in the log the generated config names.
     std::fs::write(
-        efs.join("host_worker_log"),
+        job_dir.join("host_worker_log"),
         format!("1 ADDED {ip} 2026-11-23 02:00:00\n"),
     )
     .unwrap();

@@ -25,8 +25,10 @@ WORKER = 65534
 def after_mount(shared, script):
     """The text of dt_after_mount with the stack's values and the shared directory's path."""
     text = MASTER.read_text()
-    m = re.search(r"^dt_after_mount\(\) \{\n.*?^\}\n", text, re.M | re.S)
-    body = m.group(0).replace("/myEFSvolume", str(shared))
+    body = "".join(
+        re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", text, re.M | re.S).group(0)
+        for name in ("dt_job_files", "dt_after_mount")
+    ).replace("/myEFSvolume", str(shared))
     body = body.replace("${WorkerGid}", "50000").replace("${PrepareDataScriptPath}", str(script))
     return body
 
@@ -77,6 +79,30 @@ class AfterMountTest(unittest.TestCase):
             self.assertEqual((home / "dtprepare.py").read_text(), "# the user's\n")
             self.assertFalse(script.exists())
             self.assertEqual((home / "prepare-data.py.untrusted").stat().st_uid, WORKER)
+
+    def test_the_jobs_files_are_roots_in_a_directory_workers_cannot_write(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shared = Path(tmp) / "efs"
+            shared.mkdir()
+            job = shared / "job"
+            job.mkdir()
+            # A worker got there first, with an ack of its own.
+            (job / "ack").write_text("18446744073709551615\n")
+            os.chown(job / "ack", WORKER, WORKER)
+            os.chown(job, WORKER, WORKER)
+            self.run_after_mount(shared, shared / "prepare" / "prepare-data.py")
+            st = job.stat()
+            self.assertEqual((st.st_uid, st.st_mode & 0o7777), (0, 0o755))
+            for name in ("ack", "host_worker_log", "job.pid", "progress"):
+                st = (job / name).stat()
+                self.assertEqual((st.st_uid, st.st_mode & 0o7777), (0, 0o644), name)
+            self.assertEqual((job / "ack").read_text(), "0\n")
+            [aside] = [p for p in shared.iterdir() if p.name.startswith("job.untrusted-")]
+            self.assertEqual((aside / "ack").stat().st_uid, WORKER)
+            # The job's own content survives a reboot of the master.
+            (job / "ack").write_text("7\n")
+            self.run_after_mount(shared, shared / "prepare" / "prepare-data.py")
+            self.assertEqual((job / "ack").read_text(), "7\n")
 
 
 if __name__ == "__main__":
