@@ -89,7 +89,8 @@ pub fn write_if_changed(path: &Path, content: &[u8]) -> io::Result<bool> {
     write_atomic(path, content).map(|_| true)
 }
 
-fn own_uid() -> u32 {
+/// The user dtd runs as: the owner of every file it writes.
+pub fn own_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 

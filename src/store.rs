@@ -121,17 +121,18 @@ pub fn load_state_resuming(path: &Path, generation_file: &Path) -> Result<State,
     if std::fs::symlink_metadata(path).is_ok() {
         return load_state(path);
     }
-    let own = Some(nix::unistd::geteuid().as_raw());
-    let written =
-        untrusted::read_owned(generation_file, crate::protocol::generation::MAX_BYTES, own);
-    let generation = match written {
-        Ok(Some(bytes)) => crate::protocol::generation::parse(&String::from_utf8_lossy(&bytes)),
-        _ => None,
-    };
     Ok(State {
-        generation: generation.unwrap_or(0),
+        generation: generation_written(generation_file, crate::fsutil::own_uid()).unwrap_or(0),
         ..State::default()
     })
+}
+
+/// The number in the `generation` file, if `owner` (dtd's user) owns the file: dtd wrote it, not
+/// a worker. `None` when it is missing, refused or garbled.
+pub fn generation_written(generation_file: &Path, owner: u32) -> Option<u64> {
+    let max = crate::protocol::generation::MAX_BYTES;
+    let bytes = untrusted::read_owned(generation_file, max, Some(owner)).ok()??;
+    crate::protocol::generation::parse(&String::from_utf8_lossy(&bytes))
 }
 
 pub fn save_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {

@@ -65,6 +65,11 @@ pub fn open_owned(path: &Path, owner: Option<u32>) -> Result<Option<(File, Metad
     Ok(opened)
 }
 
+/// The line for `dtctl status` and the journal when `e` refused `path` for its owner.
+pub fn not_owned_line(path: &Path, e: &ReadError) -> Option<String> {
+    matches!(e, ReadError::NotOwned { .. }).then(|| format!("{} {e}: ignored", path.display()))
+}
+
 /// A whole small file (a PID, a generation): larger than `limit` bytes is refused unread.
 pub fn read(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
     read_owned(path, limit, None)

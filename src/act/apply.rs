@@ -37,6 +37,7 @@ impl Actuators {
         cfg: &Config,
         ec2: aws_sdk_ec2::Client,
         autoscaling: Option<aws_sdk_autoscaling::Client>,
+        job_owner: Option<u32>,
     ) -> Actuators {
         Actuators {
             ec2,
@@ -47,7 +48,7 @@ impl Actuators {
             notify: cfg.job.notify.clone(),
             launch_template: cfg.workers.launch_template.clone(),
             stall_command: cfg.job.stall_command().map(<[String]>::to_vec),
-            job_owner: None,
+            job_owner,
         }
     }
 }

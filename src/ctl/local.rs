@@ -123,14 +123,6 @@ fn written_generation(cfg: &Config) -> anyhow::Result<u64> {
     use std::os::unix::fs::MetadataExt;
     let reported = load_status(cfg)?.generation;
     let status = std::fs::metadata(Paths::new(&cfg.state_dir).status())?;
-    let file = untrusted::read_owned(
-        &cfg.generation_file,
-        protocol::generation::MAX_BYTES,
-        Some(status.uid()),
-    );
-    let newer = match file {
-        Ok(Some(bytes)) => protocol::generation::parse(&String::from_utf8_lossy(&bytes)),
-        _ => None,
-    };
+    let newer = crate::store::generation_written(&cfg.generation_file, status.uid());
     Ok(newer.map_or(reported, |g| g.max(reported)))
 }

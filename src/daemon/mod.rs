@@ -124,8 +124,12 @@ impl Daemon {
             progress: (cfg.job.stall.as_ref())
                 .map(|_| ProgressReader::new(&cfg.job.progress, owner)),
         };
-        let mut actuators = Actuators::new(&cfg, clients.ec2.clone(), clients.autoscaling.clone());
-        actuators.job_owner = owner;
+        let actuators = Actuators::new(
+            &cfg,
+            clients.ec2.clone(),
+            clients.autoscaling.clone(),
+            owner,
+        );
         let deadline = |what: &str, dir: &std::path::Path| {
             Deadline::new(format!("{what} {}", dir.display()), cfg.fs_timeout)
         };

@@ -219,15 +219,10 @@ fn targets(p: &Pass, st: &State, target: &NoticeTarget) -> Vec<Target> {
             }
             remembered(st, |id2, _| id2 == id)
         }
-        NoticeTarget::Ip(ip) => {
-            // The index holds this cluster's workers, each instance once.
-            let at = (0..p.list.len())
-                .find(|&at| p.list[at].ip == *ip && p.at(&p.list[at].id) == Some(at));
-            match at {
-                Some(at) => vec![listed(at)],
-                None => remembered(st, |_, ip2| ip2 == *ip),
-            }
-        }
+        NoticeTarget::Ip(ip) => match p.at_ip(*ip) {
+            Some(at) => vec![listed(at)],
+            None => remembered(st, |_, ip2| ip2 == *ip),
+        },
         NoticeTarget::CapacityReservation(cr) => (0..p.list.len())
             .filter(|&at| p.facts[at].cluster)
             .filter(|&at| p.list[at].capacity_reservation.as_deref() == Some(cr))

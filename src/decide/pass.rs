@@ -90,6 +90,12 @@ impl<'a> Pass<'a> {
         self.index.get(id).copied()
     }
 
+    /// The listed cluster worker at `ip`, if any (the index holds each instance once).
+    pub fn at_ip(&self, ip: std::net::IpAddr) -> Option<usize> {
+        (0..self.list.len())
+            .find(|&at| self.list[at].ip == ip && self.at(&self.list[at].id) == Some(at))
+    }
+
     pub fn is_running(&self, id: &str) -> bool {
         self.index.contains_key(id)
     }

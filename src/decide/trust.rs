@@ -98,7 +98,7 @@ pub(super) fn agent_target(
             return Err(format!("names {claimed}, which EC2 lists at {}", inst.ip));
         }
         kind_fits(p, n.kind, inst)?;
-    } else if let Some(at) = listed_at_ip(p, ip) {
+    } else if let Some(at) = p.at_ip(ip) {
         let holder = &p.list[at].id;
         return Err(format!("names {claimed}, but EC2 lists {holder} at {ip}"));
     } else {
@@ -148,10 +148,6 @@ fn kind_fits(p: &Pass, kind: NoticeKind, inst: &Instance) -> Result<(), String> 
         }
         _ => Ok(()),
     }
-}
-
-fn listed_at_ip(p: &Pass, ip: IpAddr) -> Option<usize> {
-    (0..p.list.len()).find(|&at| p.list[at].ip == ip && p.at(&p.list[at].id) == Some(at))
 }
 
 fn already_reclaimed(st: &State, id: &str) -> bool {

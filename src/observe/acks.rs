@@ -63,10 +63,8 @@ impl AckReader {
                         &e.to_string(),
                         "ignored until it is a plain file of the job's again",
                     );
-                    if matches!(e, ReadError::NotOwned { .. }) {
-                        let why = format!("{} {e}: ignored", log.path.display());
-                        self.acks.refused.push(why);
-                    }
+                    let line = untrusted::not_owned_line(&log.path, &e);
+                    self.acks.refused.extend(line);
                 }
                 Err(e) => return Err(format!("reading {}: {e}", log.path.display())),
             }
@@ -86,10 +84,8 @@ impl AckReader {
                 let why = refused.to_string();
                 self.refused
                     .warn(&self.ack_file, &why, "acknowledgement ignored");
-                if matches!(refused, ReadError::NotOwned { .. }) {
-                    let shown = format!("{} {why}: ignored", self.ack_file.display());
-                    self.acks.refused.push(shown);
-                }
+                let line = untrusted::not_owned_line(&self.ack_file, &refused);
+                self.acks.refused.extend(line);
                 return Ok(None);
             }
         };

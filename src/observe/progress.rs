@@ -82,10 +82,8 @@ impl ProgressReader {
         self.opened += 1;
         let shown = self.path.display();
         let read = untrusted::read_owned(&self.path, MAX_BYTES, self.owner);
-        self.not_owned = match &read {
-            Err(e @ untrusted::ReadError::NotOwned { .. }) => Some(format!("{shown} {e}: ignored")),
-            _ => None,
-        };
+        self.not_owned =
+            (read.as_ref().err()).and_then(|e| untrusted::not_owned_line(&self.path, e));
         let parsed = match read {
             Ok(None) => return None,
             Ok(Some(body)) => ProgressLine::parse(&body).map(progress),
@@ -99,9 +97,7 @@ impl ProgressReader {
         }
         Some(parsed.map_err(|why| format!("{shown} {why}")))
     }
-}
 
-impl ProgressReader {
     /// Why the file is not read, when it is refused for its owner.
     pub fn not_owned(&self) -> Option<&str> {
         self.not_owned.as_deref()

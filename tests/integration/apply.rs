@@ -63,7 +63,7 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
         ],
         ..Outcome::default()
     };
-    let actuators = Actuators::new(&cfg, c.ec2.clone(), None);
+    let actuators = Actuators::new(&cfg, c.ec2.clone(), None, None);
     let mut shared_fs = Deadline::new("shared directory".into(), Duration::from_secs(10));
     let applied = c.rt.block_on(apply(
         &actuators,
