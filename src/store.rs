@@ -129,7 +129,7 @@ pub fn load_state_resuming(path: &Path, generation_file: &Path) -> Result<State,
 
 /// The number in the `generation` file, if `owner` (dtd's user) owns the file: dtd wrote it, not
 /// a worker. `None` when it is missing, refused or garbled.
-pub fn generation_written(generation_file: &Path, owner: u32) -> Option<u64> {
+fn generation_written(generation_file: &Path, owner: u32) -> Option<u64> {
     let max = crate::protocol::generation::MAX_BYTES;
     let bytes = untrusted::read_owned(generation_file, max, Some(owner)).ok()??;
     crate::protocol::generation::parse(&String::from_utf8_lossy(&bytes))

@@ -116,13 +116,13 @@ pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The last generation dtd wrote: its status report's, or the `generation` file's when dtd has
-/// written that file but not yet the report of the same pass (the file comes first). The file is
-/// in the shared directory: believed only when the status report's owner (dtd) owns it too.
+/// The last generation dtd wrote: its state's, saved before it writes the host files of that
+/// generation (the status report and the `generation` file come later in the same pass, so a
+/// person acknowledging what the host file shows could be refused by them). The state directory
+/// is dtd's own, out of the workers' reach.
 fn written_generation(cfg: &Config) -> anyhow::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let reported = load_status(cfg)?.generation;
-    let status = std::fs::metadata(Paths::new(&cfg.state_dir).status())?;
-    let newer = crate::store::generation_written(&cfg.generation_file, status.uid());
-    Ok(newer.map_or(reported, |g| g.max(reported)))
+    let path = Paths::new(&cfg.state_dir).state();
+    let state = crate::store::load_state(&path)
+        .with_context(|| format!("reading dtd's state {}", path.display()))?;
+    Ok(state.generation)
 }
