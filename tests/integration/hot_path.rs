@@ -36,7 +36,7 @@ fn listed_at(c: &Cluster) -> u64 {
 }
 
 fn generation(c: &Cluster) -> String {
-    std::fs::read_to_string(c.efs().join("generation")).expect("the generation file")
+    c.written_generation()
 }
 
 #[test]

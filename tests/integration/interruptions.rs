@@ -362,7 +362,7 @@ fn a_hook_hears_the_reason_and_the_deadline_of_an_interruption() {
     let (id, ip) = &workers[0];
     put_ec2_event(&c, SPOT, spot_warning(id));
     c.wait_hosts("the interrupted worker to leave", |h| !h.contains(ip));
-    let generation = std::fs::read_to_string(c.efs().join("generation")).unwrap();
+    let generation = c.written_generation();
     let path = c.efs().join(format!("hook-env.{}", generation.trim()));
     let env = wait_for(
         "the hook of the interruption's generation",

@@ -26,7 +26,7 @@ fn cluster(count: i32, extra: &str) -> (Cluster, Vec<(String, String)>, SocketAd
 }
 
 fn generation(c: &Cluster) -> String {
-    std::fs::read_to_string(c.efs().join("generation")).expect("the generation file")
+    c.written_generation()
 }
 
 fn ack(c: &Cluster) {

@@ -502,6 +502,27 @@ impl Cluster {
         wait_for(&what, Duration::from_secs(30), || self.hosts(), |h| f(h));
     }
 
+    /// The generation of the host files as they are now: dtd writes the `generation` file after
+    /// the host files in the same pass (the job contract: read it first), so one read just
+    /// after the host file changed may still name the generation before, which CI once
+    /// acknowledged, leaving a removal unacknowledged. Waits until the file names the
+    /// generation of dtd's state (saved before the host files).
+    pub fn written_generation(&self) -> String {
+        wait_for(
+            "the generation file to name the generation of dtd's state",
+            Duration::from_secs(30),
+            || {
+                let text = std::fs::read_to_string(self.state_dir().join("state.json"));
+                let state: serde_json::Value =
+                    serde_json::from_str(&text.unwrap_or_default()).unwrap_or_default();
+                let file = std::fs::read_to_string(self.efs().join("generation"));
+                (state["generation"].as_u64(), file.unwrap_or_default())
+            },
+            |(want, file)| want.is_some_and(|g| file.trim() == g.to_string()),
+        )
+        .1
+    }
+
     pub fn wait_tag(&self, id: &str, value: &str) {
         wait_for(
             &format!("{id} to be tagged {STATUS}={value}"),
