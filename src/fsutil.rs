@@ -56,7 +56,7 @@ fn remove_if_present(path: &Path) -> io::Result<()> {
     }
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc_flags::DIRECTORY | libc_flags::NONBLOCK)

@@ -90,3 +90,36 @@ pub(super) fn file_system_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<S
         )))
     }
 }
+
+/// A size in bytes: a number, or a number and a unit (`KiB`, `MiB`, `GiB`; `K`, `M`, `G` the same).
+pub(super) fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(d)? {
+        Size::Bytes(n) => Ok(n),
+        Size::Text(text) => parse_byte_size(&text).ok_or_else(|| {
+            D::Error::custom(format!("bad size `{text}`; write e.g. 64MiB, 512KiB, 1GiB"))
+        }),
+    }
+}
+
+fn parse_byte_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        _ => return None,
+    };
+    number.parse::<u64>().ok()?.checked_mul(1 << shift)
+}

@@ -28,7 +28,8 @@ pub use alerts::{Alert, AlertFormat};
 pub use notify::Notify;
 pub use owner::JobOwner;
 pub use sections::{
-    Events, Health, HealthLeave, HealthPolicy, MaxUnhealthy, MetricsConfig, Rebalance, Slots, Stall,
+    Events, Health, HealthLeave, HealthPolicy, JournalConfig, MaxUnhealthy, MetricsConfig,
+    Rebalance, Slots, Stall,
 };
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
@@ -82,6 +83,8 @@ pub struct Config {
     pub shared_poll: Duration,
     /// Where `dtd` keeps its state, status and events journal; default `<shared_dir>/.dt/<cluster>`.
     pub state_dir: PathBuf,
+    /// When the events journal rotates and how many rotated files it keeps.
+    pub journal: JournalConfig,
     /// Lets the state directory be on the root file system (a demo or a test on one machine);
     /// otherwise `dtd run` refuses it, since a shared file system not yet mounted would leave the
     /// real state behind and start a second one under the mount point.

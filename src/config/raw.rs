@@ -14,7 +14,9 @@ use serde::{Deserialize, Deserializer};
 use super::de::{
     cluster_name, duration, file_system_id, optional_duration, prepare_data_sha256, prepare_timeout,
 };
-use super::{Alert, Events, Health, HealthPolicy, MetricsConfig, Notify, Slots, Stall};
+use super::{
+    Alert, Events, Health, HealthPolicy, JournalConfig, MetricsConfig, Notify, Slots, Stall,
+};
 use crate::digest::Sha256;
 use crate::hostfile::Format;
 
@@ -46,6 +48,8 @@ pub(super) struct RawConfig {
     pub shared_poll: Duration,
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub journal: JournalConfig,
     #[serde(default)]
     pub allow_local_state_dir: bool,
     #[serde(default = "default_api_timeout", deserialize_with = "duration")]

@@ -49,6 +49,7 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
         resync,
         shared_poll: raw.shared_poll,
         allow_local_state_dir: raw.allow_local_state_dir,
+        journal: raw.journal,
         api_timeout: raw.api_timeout,
         fs_timeout: raw.fs_timeout,
         master: raw.master,

@@ -268,3 +268,59 @@ impl<'de> Deserialize<'de> for MaxUnhealthy {
         }
     }
 }
+
+/// `journal`: the events journal rotates once it would grow past `max_size`, keeping `keep`
+/// rotated files (`events.jsonl.1` the newest), so a long run cannot fill the file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalConfig {
+    #[serde(
+        default = "default_journal_max_size",
+        deserialize_with = "journal_max_size"
+    )]
+    pub max_size: u64,
+    #[serde(default = "default_journal_keep", deserialize_with = "journal_keep")]
+    pub keep: usize,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            max_size: default_journal_max_size(),
+            keep: default_journal_keep(),
+        }
+    }
+}
+
+/// About 200,000 events (a line is about 300 bytes): years of a busy cluster's story.
+fn default_journal_max_size() -> u64 {
+    64 << 20
+}
+
+fn default_journal_keep() -> usize {
+    4
+}
+
+/// The smallest journal: a line is far shorter, and the journal's line limit is this size.
+const JOURNAL_MIN_SIZE: u64 = 64 << 10;
+const JOURNAL_MAX_KEEP: usize = 100;
+
+fn journal_max_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    let size = super::de::byte_size(d).map_err(|e| D::Error::custom(format!("max_size: {e}")))?;
+    if size < JOURNAL_MIN_SIZE {
+        return Err(D::Error::custom("max_size: at least 64KiB"));
+    }
+    Ok(size)
+}
+
+fn journal_keep<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    use serde::de::Error;
+    let keep = usize::deserialize(d)?;
+    if !(1..=JOURNAL_MAX_KEEP).contains(&keep) {
+        return Err(D::Error::custom(format!(
+            "keep: {keep} is not between 1 and {JOURNAL_MAX_KEEP}"
+        )));
+    }
+    Ok(keep)
+}

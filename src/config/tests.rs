@@ -531,3 +531,33 @@ fn a_pin_that_is_not_a_sha256_is_named_with_its_key_and_line() {
         "{e}"
     );
 }
+
+#[test]
+fn the_journal_limits_take_sizes_with_units_and_refuse_what_cannot_work() {
+    let with = |journal: &str| Config::parse(&format!("{GOOD}{journal}\n"));
+    let cfg = with("").unwrap();
+    assert_eq!((cfg.journal.max_size, cfg.journal.keep), (64 << 20, 4));
+    let cfg = with("journal: { max_size: 512KiB, keep: 2 }").unwrap();
+    assert_eq!((cfg.journal.max_size, cfg.journal.keep), (512 << 10, 2));
+    assert_eq!(
+        with("journal: { max_size: 1G }").unwrap().journal.max_size,
+        1 << 30
+    );
+    assert_eq!(
+        with("journal: { max_size: 100000 }")
+            .unwrap()
+            .journal
+            .max_size,
+        100_000
+    );
+    for (bad, says) in [
+        ("journal: { max_size: 1KiB }", "at least 64KiB"),
+        ("journal: { max_size: 10 parsecs }", "bad size `10 parsecs`"),
+        ("journal: { max_size: 99999999999999999999G }", "bad size"),
+        ("journal: { keep: 0 }", "keep: 0 is not between 1 and 100"),
+        ("journal: { rotate: daily }", "unknown field `rotate`"),
+    ] {
+        let err = with(bad).unwrap_err().to_string();
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+}

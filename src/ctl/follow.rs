@@ -16,7 +16,7 @@ use anyhow::Context;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::local::event_line;
-use crate::act::journal::LINE_LIMIT;
+use crate::act::journal::{self, LINE_LIMIT};
 use crate::config::Config;
 use crate::fsutil::now_millis;
 use crate::model::{Event, Millis};
@@ -42,6 +42,9 @@ pub enum Poll {
         skipped: usize,
         /// The journal shrank or was replaced: read again from its start.
         restarted: bool,
+        /// The journal was rotated: the file read so far was read to its end, and the new one
+        /// is read from its start.
+        rotated: bool,
         /// The read stopped at its limit: there is more to read now.
         more: bool,
     },
@@ -78,20 +81,68 @@ impl Follower {
             return Ok(Poll::Missing);
         };
         let id = (meta.dev(), meta.ino());
-        let restarted = self.file.is_some_and(|known| known != id) || meta.len() < self.at;
-        if restarted || self.file.is_none() {
+        let replaced = self.file.is_some_and(|known| known != id);
+        let mut rotated = false;
+        if replaced {
+            match self.read_rotated()? {
+                Ok(unread) => return Ok(unread),
+                Err(found) => rotated = found,
+            }
+        }
+        // A new file is read from its start; the same one again only if it shrank.
+        let restarted = if replaced {
+            !rotated
+        } else {
+            meta.len() < self.at
+        };
+        if replaced || restarted || self.file.is_none() {
             self.start_over(Some(id));
         }
-        file.seek(SeekFrom::Start(self.at))?;
-        let bytes = untrusted::read_at_most(&mut file, READ_LIMIT)?;
-        self.at += bytes.len() as u64;
-        let (events, skipped) = self.feed(&bytes);
+        let (events, skipped, more) = self.read_from(&mut file)?;
         Ok(Poll::Read {
             events,
             skipped,
             restarted,
-            more: bytes.len() as u64 == READ_LIMIT,
+            rotated,
+            more,
         })
+    }
+
+    /// The file being read was replaced: if dtd rotated it (it is now the newest rotated
+    /// file), what was appended to it before the rotation is read first. `Err(found)` once
+    /// there is nothing more in it, saying whether it was found there.
+    fn read_rotated(&mut self) -> Result<Result<Poll, bool>, ReadError> {
+        let old = journal::last_rotated(&self.path);
+        let Some((mut file, meta)) = untrusted::open(&old)? else {
+            return Ok(Err(false));
+        };
+        if self.file != Some((meta.dev(), meta.ino())) {
+            return Ok(Err(false));
+        }
+        if meta.len() <= self.at {
+            return Ok(Err(true));
+        }
+        let (events, skipped, _) = self.read_from(&mut file)?;
+        Ok(Ok(Poll::Read {
+            events,
+            skipped,
+            restarted: false,
+            rotated: false,
+            more: true,
+        }))
+    }
+
+    /// The events in what was appended since `at`, up to the read limit, and whether the read
+    /// stopped at that limit.
+    fn read_from(
+        &mut self,
+        file: &mut std::fs::File,
+    ) -> Result<(Vec<Event>, usize, bool), ReadError> {
+        file.seek(SeekFrom::Start(self.at))?;
+        let bytes = untrusted::read_at_most(file, READ_LIMIT)?;
+        self.at += bytes.len() as u64;
+        let (events, skipped) = self.feed(&bytes);
+        Ok((events, skipped, bytes.len() as u64 == READ_LIMIT))
     }
 
     fn start_over(&mut self, file: Option<(u64, u64)>) {
@@ -143,6 +194,19 @@ pub async fn follow(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow
     let mut terminate = signal(SignalKind::terminate()).context("handling SIGTERM")?;
     let mut follower = Follower::new(&path);
     let mut notice = Notice::default();
+    // The rotated files first, then the current one is followed. A rotation in between is rare
+    // (one per `journal.max_size` of events): its lines would be printed twice, none lost.
+    let (older, bad) = journal::read_rotated(&path, |e| e.time >= cutoff)
+        .with_context(|| format!("reading the rotated files of {}", path.display()))?;
+    if bad > 0 {
+        eprintln!(
+            "dtctl: skipped {bad} unreadable line(s) in the rotated files of {}",
+            path.display()
+        );
+    }
+    if !print(older.iter(), json)? {
+        return Ok(());
+    }
     loop {
         let Some(wait) = step(&mut follower, &mut notice, cutoff, json)? else {
             return Ok(());
@@ -173,6 +237,7 @@ fn step(
             skipped,
             restarted,
             more,
+            ..
         }) => (events, skipped, restarted, more),
         Ok(Poll::Missing) => {
             notice.say(format!("waiting for {path} to appear"));
@@ -275,6 +340,7 @@ mod tests {
                 skipped,
                 restarted,
                 more: false,
+                ..
             } => (events.iter().map(|e| e.time).collect(), skipped, restarted),
             other => panic!("{other:?}"),
         }
@@ -343,6 +409,50 @@ mod tests {
             (vec![9], 0, false),
             "a new journal, from its start"
         );
+    }
+
+    #[test]
+    fn a_rotated_journal_is_read_to_its_end_then_the_new_one_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut f = Follower::new(&path);
+        append(&path, line(1).as_bytes());
+        assert_eq!(read(&mut f), (vec![1], 0, false));
+        // dtd appends, then rotates before its next append: the line after the last poll is
+        // in the rotated file.
+        append(&path, line(2).as_bytes());
+        let limits = crate::config::JournalConfig {
+            max_size: 1,
+            keep: 3,
+        };
+        let two = [Event::new(3, EventKind::Joined, "three".into())];
+        assert!(journal::append(&path, &two, limits).unwrap());
+        let Poll::Read {
+            events,
+            rotated,
+            more,
+            restarted,
+            ..
+        } = f.poll().unwrap()
+        else {
+            panic!("not read");
+        };
+        assert_eq!(
+            (events.len(), events[0].time, rotated, restarted, more),
+            (1, 2, false, false, true)
+        );
+        let Poll::Read {
+            events,
+            rotated,
+            restarted,
+            ..
+        } = f.poll().unwrap()
+        else {
+            panic!("not read");
+        };
+        let times: Vec<u64> = events.iter().map(|e| e.time).collect();
+        assert_eq!((times, rotated, restarted), (vec![3], true, false));
+        assert_eq!(read(&mut f), (vec![], 0, false));
     }
 
     #[test]

@@ -67,10 +67,10 @@ pub fn hosts(cfg: &Config, format: Option<Format>) -> anyhow::Result<()> {
 
 pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Result<()> {
     let path = Paths::new(&cfg.state_dir).journal();
-    let (events, bad) =
-        journal::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let cutoff = since.map_or(0, |d| now_millis().saturating_sub(d.as_millis() as u64));
-    for e in events.iter().filter(|e| e.time >= cutoff) {
+    let (events, bad) = journal::read_matching(&path, |e| e.time >= cutoff)
+        .with_context(|| format!("reading {}", path.display()))?;
+    for e in &events {
         println!("{}", event_line(e, json)?);
     }
     if bad > 0 {

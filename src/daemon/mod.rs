@@ -451,13 +451,17 @@ impl Daemon {
             return;
         }
         let (path, events) = (self.paths.journal(), self.unjournaled.clone());
-        let append = move || act::journal::append(&path, &events);
+        let limits = self.cfg.journal;
+        let append = move || act::journal::append(&path, &events, limits);
         let r = self
             .state_fs
             .try_run("appending to the journal", append)
             .await;
-        if r.is_ok() {
+        if let Ok(rotated) = r {
             self.unjournaled.clear();
+            if rotated {
+                tracing::info!(keep = limits.keep, "events journal rotated");
+            }
         }
         self.note_failure("events journal", r.err());
     }

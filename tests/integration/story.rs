@@ -283,3 +283,97 @@ fn a_failed_prepare_is_journaled_once_and_explained() {
     assert_eq!(total(&text, "in the job"), "-", "{text}");
     assert!(total(&text, "preparing").ends_with('s'), "{text}");
 }
+
+/// An old worker's story, and filler, written as an earlier dtd would have: `size` bytes.
+fn seed_journal(c: &Cluster, old_id: &str, old_ip: &str, size: usize) {
+    std::fs::create_dir_all(c.state_dir()).unwrap();
+    let line = |time: u64, kind: &str, instance: Option<&str>, message: &str| {
+        let mut e = serde_json::json!({ "time": time, "kind": kind, "message": message });
+        if let Some(id) = instance {
+            e["instance"] = id.into();
+            e["ip"] = old_ip.into();
+            e["generation"] = 1.into();
+        }
+        format!("{e}\n")
+    };
+    let mut text = line(1_000, "joined", Some(old_id), "an old worker joins");
+    let mut t = 2_000;
+    loop {
+        // The last line is padded to end the file at exactly `size` bytes.
+        let bare = line(t, "generation", None, "").len();
+        let left = size - text.len();
+        let pad = if left >= bare + 800 { 400 } else { left - bare };
+        text.push_str(&line(t, "generation", None, &"x".repeat(pad)));
+        t += 1;
+        if text.len() == size {
+            break;
+        }
+    }
+    std::fs::write(c.state_dir().join("events.jsonl"), text).unwrap();
+}
+
+#[test]
+fn a_rotated_journal_is_read_whole_by_events_explain_and_follow() {
+    let mut c = Cluster::new();
+    let (old_id, old_ip) = ("i-0123456789abcdef0", "10.9.9.9");
+    // An earlier run's journal, 64 bytes short of 64 KiB: dtd's first line takes it past.
+    seed_journal(&c, old_id, old_ip, (64 << 10) - 64);
+    c.extra = "journal: { max_size: 64KiB, keep: 2 }\n".into();
+    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    // Following the file that is about to be rotated.
+    let mut follow = Follow::start(&c);
+    follow.wait_for_line("joined", old_id);
+    c.start_dtd();
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the worker to join", |h| h.contains(&ip));
+    follow.wait_for_line("joined", &id);
+    let rotated = c.state_dir().join("events.jsonl.1");
+    assert!(rotated.exists(), "no rotation: {}", c.dtd_log());
+    assert!(
+        std::fs::metadata(c.state_dir().join("events.jsonl"))
+            .unwrap()
+            .len()
+            < 64 << 10
+    );
+    assert!(
+        c.dtd_log().contains("events journal rotated"),
+        "{}",
+        c.dtd_log()
+    );
+    assert!(follow.terminate().success());
+    // Each line once, in the order written: the rotated file read to its end, then the new one.
+    let journal = c.journal();
+    assert!(follow.seen.len() <= journal.len());
+    assert_eq!(
+        follow.seen,
+        journal[..follow.seen.len()],
+        "printed twice, out of order or not at all"
+    );
+    assert_eq!(follow.kinds_of(old_id), ["joined"]);
+    // Started after the rotation: the rotated file's lines first, then the current file's.
+    let mut late = Follow::start(&c);
+    late.wait_for_line("joined", &id);
+    assert!(late.terminate().success());
+    assert_eq!(late.seen[0]["instance"], old_id);
+    let journal = c.journal();
+    assert_eq!(late.seen, journal[..late.seen.len()]);
+
+    // `dtctl events` and `explain` read the rotated file too.
+    let out = c.dtctl(&["events", "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: Vec<serde_json::Value> = (stdout(&out).lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed.len(), c.journal().len());
+    assert_eq!(listed[0]["instance"], old_id);
+    assert!(listed
+        .iter()
+        .any(|e| e["instance"] == id.as_str() && e["kind"] == "joined"));
+    let story = explain(&c, &[old_ip]);
+    assert!(
+        story.starts_with(&format!("{old_id} ({old_ip})\n")),
+        "{story}"
+    );
+    assert!(story.contains("an old worker joins"), "{story}");
+}

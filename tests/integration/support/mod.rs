@@ -590,11 +590,19 @@ impl Cluster {
         }
     }
 
+    /// Every journaled event, across the journal's rotated files, oldest first.
     pub fn journal(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.state_dir().join("events.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
+        let path = self.state_dir().join("events.jsonl");
+        let files = dt::act::journal::files(&path).unwrap_or_default();
+        (files.iter())
+            .flat_map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .filter_map(|l| serde_json::from_str(&l).ok())
             .collect()
     }
 
