@@ -195,10 +195,12 @@ fn valid_instance(id: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// An AWS Health event: only an EC2 scheduled change (reboot, stop, retirement, maintenance)
-/// that is not closed is a notice, one per instance it names, due at its `startTime`.
-/// Shape: "Reference: AWS Health events Amazon EventBridge schema" (AWS Health User Guide) and
-/// `statusCode` `open | closed | upcoming` from the AWS Health API reference's `Event`.
+/// An AWS Health event: only an EC2 scheduled change (reboot, stop, retirement, maintenance,
+/// and the `AWS_EC2_PLANNED_LIFECYCLE_EVENT` of the newer codes) that is not closed is a notice,
+/// one per instance it names, due at its `startTime`. Shape and samples: "Reference: AWS Health
+/// events Amazon EventBridge schema" (AWS Health User Guide); `statusCode` `open | closed |
+/// upcoming`. A large event comes in pages, each naming some of the entities; every page is
+/// taken, and a backup copy (`backupEvent`) is one already heeded.
 fn health(detail: &serde_json::Value, id: &str) -> Parsed {
     let field = |key: &str| detail.get(key).and_then(|v| v.as_str());
     let (service, category) = (field("service"), field("eventTypeCategory"));
@@ -232,22 +234,22 @@ fn health(detail: &serde_json::Value, id: &str) -> Parsed {
     }
 }
 
-/// The instance ids in `affectedEntities[].entityValue` (other entities, e.g. Dedicated Hosts,
-/// are skipped).
+/// The instances in `affectedEntities[].entityValue`, each an instance id or, as the schema
+/// page's EC2 sample has it, an instance ARN. Other entities (Dedicated Hosts, volumes) are
+/// skipped, and so is one whose `status` is `RESOLVED`: the change is done for it ("AWS Health
+/// planned lifecycle events": an entity is `PENDING` until then).
 fn affected_instances(detail: &serde_json::Value) -> impl Iterator<Item = &str> {
     let entities = detail.get("affectedEntities").and_then(|v| v.as_array());
     entities
         .into_iter()
         .flatten()
         .take(MAX_AFFECTED_ENTITIES)
-        .filter_map(|e| e.get("entityValue").and_then(|v| v.as_str()))
-        .filter(|v| is_instance_id(v))
-}
-
-fn is_instance_id(v: &str) -> bool {
-    v.len() <= 32
-        && v.strip_prefix("i-")
-            .is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_alphanumeric()))
+        .filter(|e| e.get("status").and_then(|s| s.as_str()) != Some("RESOLVED"))
+        .filter_map(|e| e.get("entityValue"))
+        .filter_map(|v| match v.as_str() {
+            Some(id) if is_ec2_instance_id(id) => Some(id),
+            _ => instance_of_arn(v),
+        })
 }
 
 /// When AWS acts on an interruption warning without a termination time: the Spot warning is

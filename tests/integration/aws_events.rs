@@ -25,7 +25,7 @@ fn instance(id: &str) -> NoticeTarget {
 }
 
 #[test]
-fn spot_and_interruptible_reservation_warnings_are_interruptions_due_when_aws_acts() {
+fn spot_and_capacity_reservation_warnings_are_interruptions_due_when_aws_acts() {
     let spot = one("spot-interruption-warning.json");
     assert_eq!(spot.kind, NoticeKind::Interruption);
     assert_eq!(spot.target, instance("i-1234567890abcdef0"));
@@ -34,10 +34,21 @@ fn spot_and_interruptible_reservation_warnings_are_interruptions_due_when_aws_ac
     // actual interruption" ("Spot Instance interruption notices", EC2 User Guide).
     assert_eq!(spot.deadline, millis_from_rfc3339("2026-11-23T10:02:00Z"));
 
-    let icr = one("interruptible-capacity-reservation-interruption-warning.json");
-    assert_eq!(icr.kind, NoticeKind::Interruption);
-    assert_eq!(icr.target, instance("i-1234567890abcdef0"));
-    assert_eq!(icr.deadline, millis_from_rfc3339("2026-11-23T10:00:00Z"));
+    // The interruptible Capacity Reservation warning, under the page's current name and its
+    // earlier one.
+    for name in [
+        "capacity-reservation-instance-interruption-warning.json",
+        "interruptible-capacity-reservation-interruption-warning.json",
+    ] {
+        let icr = one(name);
+        assert_eq!(icr.kind, NoticeKind::Interruption, "{name}");
+        assert_eq!(icr.target, instance("i-1234567890abcdef0"), "{name}");
+        assert_eq!(
+            icr.deadline,
+            millis_from_rfc3339("2026-11-23T10:00:00Z"),
+            "{name}"
+        );
+    }
 }
 
 #[test]
@@ -73,15 +84,59 @@ fn both_capacity_block_names_drain_the_reservation_30_minutes_before_its_end() {
 
 #[test]
 fn an_aws_health_ec2_scheduled_change_drains_at_its_start_time() {
+    // The schema page's EC2 retirement sample names the instance by its ARN.
     let n = one("aws-health-ec2-scheduled-change.json");
     assert_eq!(n.kind, NoticeKind::ScheduledChange);
-    assert_eq!(n.target, instance("i-abcd1111"));
-    assert_eq!(n.deadline, millis_from_rfc3339("2016-06-05T15:10:09Z"));
+    assert_eq!(n.target, instance("i-1234567890abcdef0"));
+    assert_eq!(n.deadline, millis_from_rfc3339("2026-08-27T13:19:03Z"));
     assert_eq!(n.source, "queue");
     assert_eq!(
         n.id,
-        "health:arn:aws:health:us-west-2::event/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED_90353408594353980:i-abcd1111"
+        "health:arn:aws:health:us-east-1::event/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED_90353408594353983:i-1234567890abcdef0"
     );
+    // A bare instance id, as AWS's older samples had it, names the instance too.
+    let mut bare = filled("aws-health-ec2-scheduled-change.json");
+    bare["detail"]["affectedEntities"][0]["entityValue"] = "i-0abcdef1234567890".into();
+    assert_eq!(notices(&bare)[0].target, instance("i-0abcdef1234567890"));
+}
+
+/// The page's Lambda planned lifecycle sample as an EC2 one (service, type code and the
+/// entities' values changed; the shape, times, statuses and paging are the page's): each
+/// PENDING instance is a notice, the RESOLVED one is done and none.
+#[test]
+fn an_ec2_planned_lifecycle_event_drains_its_pending_instances_only() {
+    let lambda = filled("aws-health-planned-lifecycle-event.json");
+    assert!(
+        matches!(parse(&lambda.to_string()), Parsed::Ignored(_)),
+        "not EC2"
+    );
+    let mut ec2 = lambda.clone();
+    let code = "AWS_EC2_PLANNED_LIFECYCLE_EVENT";
+    ec2["detail"]["service"] = "EC2".into();
+    ec2["detail"]["eventTypeCode"] = code.into();
+    ec2["detail"]["eventArn"] = format!("arn:aws:health:us-west-2::event/{code}_1").into();
+    let ids = [
+        "i-0000000000000000a",
+        "i-0000000000000000b",
+        "i-0000000000000000c",
+        "i-0000000000000000d",
+    ];
+    for (entity, id) in ec2["detail"]["affectedEntities"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .zip(ids)
+    {
+        entity["entityValue"] = format!("arn:aws:ec2:us-west-2:123456789012:instance/{id}").into();
+    }
+    let got = notices(&ec2);
+    let targets: Vec<&NoticeTarget> = got.iter().map(|n| &n.target).collect();
+    assert_eq!(
+        targets,
+        [&instance(ids[0]), &instance(ids[1]), &instance(ids[2])]
+    );
+    assert!(got.iter().all(|n| n.kind == NoticeKind::ScheduledChange
+        && n.deadline == millis_from_rfc3339("2026-08-27T13:19:03Z")));
 }
 
 #[test]
@@ -92,6 +147,14 @@ fn a_closed_scheduled_change_or_another_health_event_is_no_notice() {
     let mut upcoming = filled("aws-health-ec2-scheduled-change.json");
     upcoming["detail"]["statusCode"] = "upcoming".into();
     assert_eq!(notices(&upcoming).len(), 1);
+    let mut resolved = filled("aws-health-ec2-scheduled-change.json");
+    resolved["detail"]["affectedEntities"][0]["status"] = "RESOLVED".into();
+    assert!(matches!(parse(&resolved.to_string()), Parsed::Ignored(_)));
+    // An ARN of something else than an instance is not one.
+    let mut volume = filled("aws-health-ec2-scheduled-change.json");
+    volume["detail"]["affectedEntities"][0]["entityValue"] =
+        "arn:aws:ec2:us-east-1:123456789012:volume/vol-1234567890abcdef0".into();
+    assert!(matches!(parse(&volume.to_string()), Parsed::Ignored(_)));
     let issue = filled("aws-health-ec2-issue.json");
     assert!(matches!(parse(&issue.to_string()), Parsed::Ignored(_)));
     let mut not_health = filled("aws-health-ec2-scheduled-change.json");

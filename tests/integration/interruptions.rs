@@ -229,10 +229,10 @@ fn a_rebalance_recommendation_drains_the_worker_gracefully() {
 /// AWS writes it (RFC 1123, GMT).
 fn put_scheduled_change(t: &Training, id: &str, arn: &str, starts: SystemTime) {
     let mut event = crate::support::fixtures::filled("aws-health-ec2-scheduled-change.json");
-    event["detail"]["affectedEntities"][0]["entityValue"] = json!(id);
+    let instance_arn = format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}");
+    event["detail"]["affectedEntities"][0]["entityValue"] = json!(instance_arn);
     event["detail"]["eventArn"] = json!(arn);
     event["detail"]["startTime"] = json!(gmt(starts));
-    event["resources"] = json!([id]);
     let entry = json!([crate::support::fixtures::put_events_entry(&event)]);
     t.c.aws(&["events", "put-events", "--entries", &entry.to_string()]);
 }

@@ -656,6 +656,10 @@ fn check_published_events(moto: &Moto, out: &BTreeMap<String, String>) {
             Some(NoticeKind::Interruption),
         ),
         (
+            "capacity-reservation-instance-interruption-warning.json",
+            Some(NoticeKind::Interruption),
+        ),
+        (
             "aws-health-ec2-scheduled-change.json",
             Some(NoticeKind::ScheduledChange),
         ),
@@ -663,6 +667,7 @@ fn check_published_events(moto: &Moto, out: &BTreeMap<String, String>) {
     // Not for dtd: an EC2 Health issue, and the reservation owner's reclamation report.
     let foreign = [
         "aws-health-ec2-issue.json",
+        "aws-health-planned-lifecycle-event.json",
         "interruptible-capacity-reservation-reclamation-complete.json",
     ];
     let names = taken.iter().map(|(n, _)| *n).chain(foreign);
