@@ -1,5 +1,5 @@
-"""The CloudFormation stack embeds templates/ (it cannot read files); scripts/sync-stack copies
-them in. These tests keep the two in sync and check that the script notices drift.
+"""The CloudFormation stack is written from templates/stack.yaml and embeds templates/ (it
+cannot read files); scripts/sync-stack writes it. These tests keep the two in sync and check that the script notices drift.
 
 Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
@@ -76,6 +76,29 @@ class StackSyncTest(unittest.TestCase):
             original = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
             self.assertEqual(stack.replace("interval: 3s", "interval: 2s"), original)
             self.assertEqual(sync("--check", "--root", root)[0], 0)
+
+    def test_the_stack_is_written_from_its_source_without_its_comments(self):
+        source = (ROOT / "templates" / "stack.yaml").read_text()
+        stack = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
+        comments = [l for l in source.splitlines() if l.lstrip().startswith("#")]
+        self.assertGreater(len(comments), 20)
+        self.assertTrue(stack.startswith("# Written by scripts/sync-stack from templates/stack.yaml"))
+        for line in comments:
+            self.assertNotIn(line + "\n", stack.split("\n", 1)[1])
+        with tempfile.TemporaryDirectory(prefix="dt-sync-test.") as tmp:
+            root = Path(tmp)
+            shutil.copytree(ROOT / "cloudformation", root / "cloudformation")
+            shutil.copytree(ROOT / "templates", root / "templates")
+            edited = root / "templates" / "stack.yaml"
+            edited.write_text(source.replace("VisibilityTimeout: 30", "VisibilityTimeout: 40"))
+            self.assertEqual(sync("--check", "--root", root)[0], 1)
+            self.assertEqual(sync("--root", root)[0], 0)
+            written = (root / "cloudformation" / "dynamic-training.yaml").read_text()
+            self.assertIn("VisibilityTimeout: 40", written)
+            # An edit of the stack itself is drift too: the source wins.
+            stack_file = root / "cloudformation" / "dynamic-training.yaml"
+            stack_file.write_text(written.replace("VisibilityTimeout: 40", "VisibilityTimeout: 50"))
+            self.assertEqual(sync("--check", "--root", root)[0], 1)
 
     def test_a_template_must_end_with_one_newline(self):
         with tempfile.TemporaryDirectory(prefix="dt-sync-test.") as tmp:
