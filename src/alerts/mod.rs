@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AlertFormat, Config};
+use crate::config::{AlertFormat, Config, Webhook};
 use crate::model::{Event, EventKind, Millis};
 use outbox::Outbox;
 use sender::{Retry, Sender};
@@ -55,20 +55,27 @@ struct Hook {
 
 impl Alerts {
     /// The webhooks of the config, nothing sent until [`Alerts::start`].
-    pub fn new(cfg: &Config) -> Alerts {
+    /// A webhook in a file is read now: one that cannot be read stops `dtd run` at its start.
+    pub fn new(cfg: &Config) -> Result<Alerts, String> {
         let hooks = (cfg.alerts.iter())
-            .map(|a| Hook {
-                url: a.webhook.clone(),
-                format: a.format,
-                kinds: a.events.clone(),
-                outbox: Arc::new(Outbox::new(outbox::CAPACITY)),
+            .map(|a| {
+                let url = match &a.webhook {
+                    Webhook::Url(url) => url.clone(),
+                    Webhook::File(path) => WebhookUrl::read_file(path, a.allow_http)?,
+                };
+                Ok(Hook {
+                    url,
+                    format: a.format,
+                    kinds: a.events.clone(),
+                    outbox: Arc::new(Outbox::new(outbox::CAPACITY)),
+                })
             })
-            .collect();
-        Alerts {
+            .collect::<Result<_, String>>()?;
+        Ok(Alerts {
             cluster: cfg.cluster.clone(),
             hooks,
             started: false,
-        }
+        })
     }
 
     /// Spawns a sender per webhook on the current tokio runtime; once only.

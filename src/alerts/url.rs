@@ -37,6 +37,54 @@ impl WebhookUrl {
         Ok(WebhookUrl { uri, shown })
     }
 
+    /// An `https://` URL, or `http://` when `allow_http`: a token sent in the clear is one anyone
+    /// on the path can read and replay.
+    pub fn require_https(&self, allow_http: bool) -> Result<(), String> {
+        match self.uri.scheme_str() {
+            Some("http") if !allow_http => Err(format!(
+                "webhook {} is http://: its token would cross the network in the clear; use \
+                 https://, or set allow_http: true for a webhook on a network of your own",
+                self.shown
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The URL in a file (`alerts[].webhook_file`): owned by root or dtd's own user, readable by
+    /// no one else, one line. The error never repeats the file's content.
+    pub fn read_file(path: &std::path::Path, allow_http: bool) -> Result<WebhookUrl, String> {
+        use std::os::unix::fs::MetadataExt;
+        let at = path.display();
+        let (file, meta) = match crate::untrusted::open(path) {
+            Ok(Some(opened)) => opened,
+            Ok(None) => return Err(format!("webhook_file {at} does not exist")),
+            Err(e) => return Err(format!("webhook_file {at}: {e}")),
+        };
+        let own = crate::fsutil::own_uid();
+        if meta.uid() != 0 && meta.uid() != own {
+            return Err(format!(
+                "webhook_file {at} is owned by uid {}: only root or dtd's own user may own it",
+                meta.uid()
+            ));
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "webhook_file {at} has mode {:o}: a secret must be readable by its owner only (chmod 600)",
+                meta.mode() & 0o7777
+            ));
+        }
+        let bytes = crate::untrusted::read_at_most(file, WEBHOOK_FILE_LIMIT + 1)
+            .map_err(|e| format!("webhook_file {at}: {e}"))?;
+        if bytes.len() as u64 > WEBHOOK_FILE_LIMIT {
+            return Err(format!("webhook_file {at} holds more than a URL"));
+        }
+        let text =
+            std::str::from_utf8(&bytes).map_err(|_| format!("webhook_file {at} is not text"))?;
+        let url = WebhookUrl::parse(text.trim()).map_err(|e| format!("webhook_file {at}: {e}"))?;
+        url.require_https(allow_http)?;
+        Ok(url)
+    }
+
     /// The full URL, token included: for the request line only, never for a message.
     pub fn target(&self) -> &Uri {
         &self.uri
@@ -63,6 +111,9 @@ impl WebhookUrl {
         out
     }
 }
+
+/// A URL is far shorter; more is not a webhook file.
+const WEBHOOK_FILE_LIMIT: u64 = 4096;
 
 /// Shows the redacted form, so a `{:?}` of a config can never print the token.
 impl std::fmt::Debug for WebhookUrl {

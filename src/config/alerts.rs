@@ -7,15 +7,68 @@ pub use crate::alerts::WebhookUrl;
 use crate::model::EventKind;
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, try_from = "RawAlert")]
 pub struct Alert {
-    /// A secret (its path or query holds the token): shown only as `scheme://host[:port]/…`.
-    pub webhook: WebhookUrl,
+    pub webhook: Webhook,
     /// Journal event kinds posted to it; at least one, each a kind `dtd` journals.
-    #[serde(deserialize_with = "kinds")]
     pub events: Vec<EventKind>,
-    #[serde(default)]
     pub format: AlertFormat,
+    /// Lets the webhook be `http://`: its token would cross the network in the clear.
+    pub allow_http: bool,
+}
+
+/// Where the webhook's URL is: a secret (its path or query holds the token), shown only as
+/// `scheme://host[:port]/…`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Webhook {
+    Url(WebhookUrl),
+    /// A file holding the URL, read when `dtd run` starts: the config can then be shown and
+    /// copied to every node without the secret (the stack writes it from Secrets Manager on
+    /// the master only).
+    File(std::path::PathBuf),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "struct Alert")]
+struct RawAlert {
+    #[serde(default)]
+    webhook: Option<WebhookUrl>,
+    #[serde(default)]
+    webhook_file: Option<std::path::PathBuf>,
+    #[serde(deserialize_with = "kinds")]
+    events: Vec<EventKind>,
+    #[serde(default)]
+    format: AlertFormat,
+    #[serde(default)]
+    allow_http: bool,
+}
+
+impl TryFrom<RawAlert> for Alert {
+    type Error = String;
+
+    fn try_from(raw: RawAlert) -> Result<Alert, String> {
+        let webhook = match (raw.webhook, raw.webhook_file) {
+            (Some(url), None) => {
+                url.require_https(raw.allow_http)?;
+                Webhook::Url(url)
+            }
+            (None, Some(path)) if path.is_absolute() => Webhook::File(path),
+            (None, Some(path)) => {
+                return Err(format!(
+                    "webhook_file must be an absolute path, not `{}`",
+                    path.display()
+                ))
+            }
+            (Some(_), Some(_)) => return Err("give webhook or webhook_file, not both".into()),
+            (None, None) => return Err("an alert needs webhook or webhook_file".into()),
+        };
+        Ok(Alert {
+            webhook,
+            events: raw.events,
+            format: raw.format,
+            allow_http: raw.allow_http,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
-pub use alerts::{Alert, AlertFormat};
+pub use alerts::{Alert, AlertFormat, Webhook};
 pub use notify::Notify;
 pub use owner::JobOwner;
 pub use sections::{

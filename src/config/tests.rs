@@ -242,7 +242,7 @@ fn alerts_take_webhooks_kinds_and_a_format() {
     let cfg = Config::parse(GOOD).unwrap();
     assert!(cfg.alerts.is_empty(), "no alerts unless configured");
     let cfg = Config::parse(&with_alerts(
-        "  - webhook: https://hooks.slack.com/services/T0/B0/SeCrEt\n    events: [interrupted, ack_timeout]\n    format: slack\n  - { webhook: 'http://127.0.0.1:9000/hook', events: [joined] }\n",
+        "  - webhook: https://hooks.slack.com/services/T0/B0/SeCrEt\n    events: [interrupted, ack_timeout]\n    format: slack\n  - { webhook: 'http://127.0.0.1:9000/hook', events: [joined], allow_http: true }\n",
     ))
     .unwrap();
     let [slack, json] = &cfg.alerts[..] else {
@@ -253,7 +253,10 @@ fn alerts_take_webhooks_kinds_and_a_format() {
         slack.events,
         [EventKind::Interrupted, EventKind::AckTimeout]
     );
-    assert_eq!(slack.webhook.redacted(), "https://hooks.slack.com/…");
+    let Webhook::Url(url) = &slack.webhook else {
+        panic!("{:?}", slack.webhook);
+    };
+    assert_eq!(url.redacted(), "https://hooks.slack.com/…");
     assert_eq!(json.format, AlertFormat::Json, "json by default");
     assert_eq!(json.events, [EventKind::Joined]);
     assert!(
@@ -560,4 +563,62 @@ fn the_journal_limits_take_sizes_with_units_and_refuse_what_cannot_work() {
         let err = with(bad).unwrap_err().to_string();
         assert!(err.contains(says), "{bad}: {err}");
     }
+}
+
+#[test]
+fn a_webhook_is_https_unless_http_is_allowed_and_may_come_from_a_file() {
+    let e = error_of(&with_alerts(
+        "  - { webhook: 'http://ops.example.com/SeCrEt', events: [joined] }\n",
+    ));
+    assert!(
+        e.contains("http://ops.example.com/…") && e.contains("allow_http"),
+        "{e}"
+    );
+    assert!(!e.contains("SeCrEt"), "{e}");
+    let cfg = Config::parse(&with_alerts(
+        "  - { webhook_file: /etc/dt/webhook, events: [joined] }\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.alerts[0].webhook,
+        Webhook::File("/etc/dt/webhook".into())
+    );
+    for (bad, says) in [
+        (
+            "{ webhook_file: etc/webhook, events: [joined] }",
+            "absolute path",
+        ),
+        ("{ events: [joined] }", "needs webhook or webhook_file"),
+        (
+            "{ webhook: 'https://a.example/x', webhook_file: /w, events: [joined] }",
+            "not both",
+        ),
+    ] {
+        let e = error_of(&with_alerts(&format!("  - {bad}\n")));
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn a_webhook_file_is_read_only_when_private_to_its_owner() {
+    use crate::alerts::WebhookUrl;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("webhook");
+    std::fs::write(&path, "https://hooks.example.com/services/SeCrEt\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = WebhookUrl::read_file(&path, false).unwrap_err();
+    assert!(e.contains("mode 644") && e.contains("chmod 600"), "{e}");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let url = WebhookUrl::read_file(&path, false).unwrap();
+    assert_eq!(url.redacted(), "https://hooks.example.com/…");
+    std::fs::write(&path, "http://10.0.0.1/SeCrEt\n").unwrap();
+    let e = WebhookUrl::read_file(&path, false).unwrap_err();
+    assert!(e.contains("allow_http") && !e.contains("SeCrEt"), "{e}");
+    assert!(WebhookUrl::read_file(&path, true).is_ok());
+    std::fs::write(&path, "not a url SeCrEt").unwrap();
+    let e = WebhookUrl::read_file(&path, false).unwrap_err();
+    assert!(!e.contains("SeCrEt"), "{e}");
+    let e = WebhookUrl::read_file(&dir.path().join("none"), false).unwrap_err();
+    assert!(e.contains("does not exist"), "{e}");
 }

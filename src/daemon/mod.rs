@@ -57,6 +57,8 @@ pub enum DaemonError {
     Metrics(#[from] ServeError),
     #[error("{0}")]
     JobOwner(String),
+    #[error("alerts: {0}")]
+    Alerts(String),
 }
 
 pub struct Daemon {
@@ -138,7 +140,7 @@ impl Daemon {
             state_fs: deadline("state directory", &paths.dir),
             readers: Arc::new(Mutex::new(readers)),
             unjournaled: Vec::new(),
-            alerts: Alerts::new(&cfg),
+            alerts: Alerts::new(&cfg).map_err(DaemonError::Alerts)?,
             ec2: Ec2View::new(
                 Ec2Observer::new(
                     clients.ec2.clone(),

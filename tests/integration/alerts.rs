@@ -19,7 +19,7 @@ fn hook_path(name: &str) -> String {
 fn alerts_yaml(hooks: &[(&str, &str, &str)]) -> String {
     let entries: String = (hooks.iter())
         .map(|(url, kinds, format)| {
-            format!("  - {{ webhook: '{url}', events: [{kinds}], format: {format} }}\n")
+            format!("  - {{ webhook: '{url}', events: [{kinds}], format: {format}, allow_http: true }}\n")
         })
         .collect();
     format!("alerts:\n{entries}")
@@ -233,5 +233,49 @@ fn a_webhook_that_refuses_an_event_is_not_retried_and_shows_why() {
     c.wait_passes(3);
     assert_eq!(hook.received().len(), 1, "not retried");
     c.wait_status_text("FAILING for");
+    assert_token_never_shown(&c);
+}
+
+/// The stack's way: the URL in a file only root reads (written from Secrets Manager on the
+/// master), the config naming the file. A file others can read stops `dtd run` at its start.
+#[test]
+fn a_webhook_in_a_private_file_is_posted_to_and_an_open_one_stops_dtd_at_its_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let hook = WebhookReceiver::start();
+    let url = hook.url(&hook_path("FILE"));
+    let mut c = Cluster::new();
+    let file = c.dir.path().join("webhook");
+    std::fs::write(&file, format!("{url}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    c.extra = format!(
+        "alerts:\n  - {{ webhook_file: {}, events: [joined], allow_http: true }}\n",
+        file.display()
+    );
+    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
+        .args(["run", "--config"])
+        .arg(c.config_path())
+        .envs(aws_env(&c.moto.endpoint()))
+        .output()
+        .expect("running dtd");
+    let said = stderr(&refused);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("mode 644") && said.contains("chmod 600"),
+        "{said}"
+    );
+    assert!(!said.contains(TOKEN), "{said}");
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    c.start_dtd();
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    let got = wait_received(&hook, "file's", 1);
+    assert_eq!(got[0].path, hook_path("FILE"));
+    let body = got[0].json();
+    assert_eq!(
+        (body["kind"].as_str(), body["instance"].as_str()),
+        (Some("joined"), Some(id.as_str()))
+    );
     assert_token_never_shown(&c);
 }

@@ -343,7 +343,7 @@ fn too_many_unhealthy_at_once_stop_everything_alert_and_resume_when_health_retur
     let hook = WebhookReceiver::start();
     let mut c = Cluster::new();
     c.extra = format!(
-        "health: {{ max_unhealthy: 1 }}\nalerts:\n  - {{ webhook: '{}', events: [health_stopped, health_resumed] }}\n",
+        "health: {{ max_unhealthy: 1 }}\nalerts:\n  - {{ webhook: '{}', events: [health_stopped, health_resumed], allow_http: true }}\n",
         hook.url("/hooks/health")
     );
     c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));

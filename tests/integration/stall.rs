@@ -68,7 +68,7 @@ fn a_stopped_job_is_stalled_and_a_resumed_one_is_not() {
     std::fs::create_dir(&hooks).unwrap();
     let alerts = WebhookReceiver::start();
     c.extra = format!(
-        "alerts:\n  - {{ webhook: '{}', events: [stalled, stall_cleared] }}\n",
+        "alerts:\n  - {{ webhook: '{}', events: [stalled, stall_cleared], allow_http: true }}\n",
         alerts.url("/dtd")
     );
     let (efs, out) = (path_str(&c.efs()), path_str(&hooks));
