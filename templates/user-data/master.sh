@@ -61,7 +61,23 @@ dt_job_files() {
 
 # A dtd that stays down (its unit fails after its start limit) marks this instance Unhealthy
 # (instance id from IMDSv2; AWS CLI v2 ships with Amazon Linux 2023), and the group replaces it.
+# The alerts' webhook URL from Secrets Manager (AlertWebhookSecret), in a file only root reads:
+# the config names the file, so the secret is in no config, user data or worker.
+dt_webhook() {
+    local n arn='${AlertWebhookSecret}'
+    [ -n "$arn" ] || return 0
+    for n in 1 2 3 4 5; do
+        (umask 077 && aws secretsmanager get-secret-value --region '${AWS::Region}' \
+            --secret-id "$arn" --query SecretString --output text >/etc/dt/webhook.new) && break
+        echo "dt-bootstrap: reading the webhook secret failed (attempt $n); retrying"
+        sleep $((n * 5))
+    done
+    [ -s /etc/dt/webhook.new ] || { echo "dt-bootstrap: no webhook URL in $arn"; return 1; }
+    mv /etc/dt/webhook.new /etc/dt/webhook
+}
+
 dt_before_start() {
+    dt_webhook
     mkdir -p /etc/systemd/system/dtd.service.d
     printf '[Unit]\nOnFailure=dt-replace-master.service\n' \
         >/etc/systemd/system/dtd.service.d/replace-master.conf

@@ -50,8 +50,9 @@ tar -xzf "$workdir/dt.tar.gz" -C "$workdir" dtd dtctl gpu_health.py
 install -m 0755 "$workdir/dtd" "$workdir/dtctl" "$workdir/gpu_health.py" /usr/local/bin/
 rm -rf "$workdir"
 
+# Root's only (0600): run dtctl on the nodes with sudo.
 mkdir -p /etc/dt
-cat >/etc/dt/dtd.yaml.new <<'DT_CONFIG_END'
+(umask 077 && cat >/etc/dt/dtd.yaml.new) <<'DT_CONFIG_END'
 ${DtdConfig}
 DT_CONFIG_END
 /usr/local/bin/dtctl config check /etc/dt/dtd.yaml.new
@@ -59,9 +60,12 @@ mv /etc/dt/dtd.yaml.new /etc/dt/dtd.yaml
 echo 'DT_CONFIG=/etc/dt/dtd.yaml' >/etc/profile.d/dt.sh
 
 # Sandboxed: all read-only to dtd and what it starts (prepare-data, job hooks) but the shared
-# directory and the Deep Learning AMI's local NVMe; private /tmp; no /home, /root. Add paths
-# with a drop-in (systemctl edit dtd). A dtd that keeps failing is not restarted after 5 tries
-# in 10 minutes.
+# directory and the Deep Learning AMI's local NVMe; private /tmp; no /home, /root; root's
+# capabilities only those to own, read and signal files and processes of other users (and read
+# the kernel log: the GPU check's Xids); no module loading or kernel tunables; IP and local
+# sockets only. Widen it with a drop-in (systemctl edit dtd), e.g. CapabilityBoundingSet=
+# CAP_SYS_ADMIN for a prepare-data that mounts. A dtd that keeps failing is not restarted
+# after 5 tries in 10 minutes.
 cat >/etc/systemd/system/dtd.service <<'DT_UNIT_END'
 [Unit]
 Description=dynamic-training: dtd ${DtdRole}
@@ -81,6 +85,10 @@ ProtectSystem=strict
 ReadWritePaths=/myEFSvolume -/opt/dlami/nvme
 PrivateTmp=yes
 ProtectHome=yes
+CapabilityBoundingSet=CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_KILL CAP_SETGID CAP_SETUID CAP_SYSLOG
+ProtectKernelModules=yes
+ProtectKernelTunables=yes
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
 
 [Install]
 WantedBy=multi-user.target

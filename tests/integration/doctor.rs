@@ -126,6 +126,14 @@ fn tls_policy(fs_arn: &str) -> String {
 }
 
 fn file_system(c: &Cluster, subnets: [&str; 2], sg: &str) -> String {
+    let fs = file_system_without_policy(c, subnets, sg);
+    put_fs_policy(c, &fs, &tls_policy(&fs_arn(&fs)));
+    fs
+}
+
+/// A file system as one made outside the stack often is (the stack's `EFSFileSystemId`):
+/// mount targets, no file system policy.
+fn file_system_without_policy(c: &Cluster, subnets: [&str; 2], sg: &str) -> String {
     let fs = aws_text(
         c,
         &[
@@ -148,7 +156,6 @@ fn file_system(c: &Cluster, subnets: [&str; 2], sg: &str) -> String {
             sg,
         ]);
     }
-    put_fs_policy(c, &fs, &tls_policy(&fs_arn(&fs)));
     fs
 }
 
@@ -511,6 +518,35 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
     expect_only(&h, "efs.tls_policy", None);
     put_fs_policy(&h.c, &h.n.fs, &tls_policy(&arn));
     expect_healthy(&h);
+    // An existing file system with no policy at all: anyone in the VPC may mount it without TLS.
+    let subnets = aws_text(
+        &h.c,
+        &[
+            "efs",
+            "describe-mount-targets",
+            "--file-system-id",
+            &h.n.fs,
+            "--query",
+            "MountTargets[].SubnetId",
+        ],
+    );
+    let subnets: Vec<&str> = subnets.split_whitespace().collect();
+    let existing = file_system_without_policy(&h.c, [subnets[0], subnets[1]], &h.n.efs_sg);
+    let dir = h.c.dir.path().join("efs-existing");
+    std::fs::create_dir_all(&dir).unwrap();
+    let _existing_mount = Mount::tmpfs(&dir, &format!("{existing}{FS_DNS_SUFFIX}"));
+    let body = config(&h.c, &h.n, &dir).replace(
+        &format!("shared_fs_id: {}\n", h.n.fs),
+        &format!("shared_fs_id: {existing}\n"),
+    );
+    let path = h.c.dir.path().join("existing.yaml");
+    std::fs::write(&path, body).unwrap();
+    let line = expect_only(&h, "efs.tls_policy", Some(&path));
+    let detail = line["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("{existing} has no file system policy")),
+        "{line:#}"
+    );
 
     // shared_dir not a mount: the same cluster with a plain directory as shared_dir.
     let plain = h.c.dir.path().join("not-a-mount");

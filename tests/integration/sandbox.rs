@@ -13,6 +13,11 @@
 //! - `ProtectHome=yes`: empty read-only tmpfs on /home, /root and /run/user (systemd mounts an
 //!   inaccessible node there; to root, which bypasses the mode, both are an empty directory);
 //! - `NoNewPrivileges=yes`: `setpriv --no-new-privs`;
+//! - `CapabilityBoundingSet=`: `setpriv --bounding-set`, checked in the kernel's `CapBnd`;
+//! - `ProtectKernelTunables=yes`: /proc/sys and /sys read-only;
+//! - `ProtectKernelModules=yes`: /usr/lib/modules hidden (and no CAP_SYS_MODULE);
+//! - `RestrictAddressFamilies=`: a seccomp filter here would need systemd; instead `strace`
+//!   records every socket dtd and what it starts open, and each must be of an allowed family;
 //!
 //! then `chroot` into the new root and exec `dtd` (no pivot_root: a chroot gives the same view
 //! to dtd and what it starts). A setting outside these values fails the test: extend it then.
@@ -24,6 +29,7 @@
 //! Top-level directories are bound without their sub-mounts, except the API file systems.
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -39,6 +45,12 @@ struct Unit {
     private_tmp: bool,
     protect_home: bool,
     no_new_privileges: bool,
+    /// `CapabilityBoundingSet=`, lower case without `CAP_` (setpriv's names); `None` for all.
+    capabilities: Option<Vec<String>>,
+    protect_kernel_modules: bool,
+    protect_kernel_tunables: bool,
+    /// `RestrictAddressFamilies=`; `None` for any.
+    address_families: Option<Vec<String>>,
 }
 
 fn unit() -> Unit {
@@ -74,8 +86,8 @@ fn unit() -> Unit {
         "RootDirectory",
         "RootImage",
         "PrivateDevices",
-        "ProtectKernelTunables",
         "ProtectControlGroups",
+        "ProtectKernelLogs",
         "StateDirectory",
         "RuntimeDirectory",
         "DynamicUser",
@@ -105,11 +117,28 @@ fn unit() -> Unit {
             None => (p.to_string(), false),
         })
         .collect();
+    let list = |key: &str| -> Option<Vec<String>> {
+        let value = get(key)?;
+        assert!(
+            !value.starts_with('~'),
+            "{key}=~...: this test reproduces an allow list"
+        );
+        Some(value.split_whitespace().map(str::to_string).collect())
+    };
+    let capabilities = list("CapabilityBoundingSet").map(|caps| {
+        (caps.iter())
+            .map(|c| c.strip_prefix("CAP_").expect("a CAP_ name").to_lowercase())
+            .collect()
+    });
     Unit {
         read_write,
         private_tmp: yes("PrivateTmp"),
         protect_home,
         no_new_privileges: yes("NoNewPrivileges"),
+        capabilities,
+        protect_kernel_modules: yes("ProtectKernelModules"),
+        protect_kernel_tunables: yes("ProtectKernelTunables"),
+        address_families: list("RestrictAddressFamilies"),
     }
 }
 
@@ -119,12 +148,12 @@ const SHARED: &str = "/myEFSvolume";
 const STAGE: &str = "/dt-test";
 
 /// The sh script that builds the view in the new mount namespace and execs its arguments:
-/// `sh -c SCRIPT sh ROOT SHARED_SOURCE STAGE_SOURCE COMMAND...`.
+/// `sh -c SCRIPT sh ROOT SHARED_SOURCE STAGE_SOURCE TRACE_DIR COMMAND...`.
 fn sandbox_script(u: &Unit) -> String {
     let mut s = String::from(
         r#"set -eu
-R=$1 shared=$2 stage=$3
-shift 3
+R=$1 shared=$2 stage=$3 trace=$4
+shift 4
 mount -t tmpfs -o mode=0755 dt-sandbox-root "$R"
 for e in /* /.[!.]*; do
     [ -e "$e" ] || [ -L "$e" ] || continue
@@ -192,13 +221,34 @@ mount -o remount,bind,ro "$R/dt-test"
             "else echo \"sandbox: cannot bind ReadWritePaths entry\" >&2; exit 1; fi\n"
         };
     }
-    s += "mount -o remount,ro \"$R\"\n";
-    if u.no_new_privileges {
-        s += "exec setpriv --no-new-privs chroot \"$R\" \"$@\"\n";
-    } else {
-        s += "exec chroot \"$R\" \"$@\"\n";
+    if u.protect_kernel_tunables {
+        // /proc/sys and /sys read-only, as systemd makes them.
+        s += "mount --bind \"$R/proc/sys\" \"$R/proc/sys\"\n";
+        s += "mount -o remount,bind,ro \"$R/proc/sys\"\n";
+        s += "mount -o remount,bind,ro \"$R/sys\"\n";
     }
-    s
+    if u.protect_kernel_modules {
+        // The modules out of sight (CAP_SYS_MODULE is out of the bounding set below).
+        s += "for d in usr/lib/modules lib/modules; do\n";
+        s += "    if [ -d \"$R/$d\" ] && ! [ -L \"$R/$d\" ]; then mount -t tmpfs -o mode=0,ro dt-no-modules \"$R/$d\"; fi\n";
+        s += "done\n";
+    }
+    // The trace of the sockets dtd opens, read by the test (RestrictAddressFamilies=).
+    s += "mkdir \"$R/dt-trace\"\nmount --bind \"$trace\" \"$R/dt-trace\"\n";
+    s += "mount -o remount,ro \"$R\"\n";
+    // chroot needs CAP_SYS_CHROOT: the bounding set is narrowed inside, by setpriv.
+    let mut exec = String::from("exec chroot \"$R\" setpriv");
+    if u.no_new_privileges {
+        exec += " --no-new-privs";
+    }
+    if let Some(caps) = &u.capabilities {
+        let keep: String = caps.iter().map(|c| format!(",+{c}")).collect();
+        exec += &format!(" --bounding-set=-all{keep}");
+    }
+    if u.address_families.is_some() {
+        exec += " strace -f -qq -e trace=socket -o /dt-trace/sockets";
+    }
+    s + &exec + " \"$@\"\n"
 }
 
 struct Sandbox {
@@ -223,6 +273,7 @@ impl Sandbox {
         let stage = work.path().join("stage");
         std::fs::create_dir(&stage).unwrap();
         std::fs::create_dir(work.path().join("root")).unwrap();
+        std::fs::create_dir(work.path().join("trace")).unwrap();
         std::fs::copy(env!("CARGO_BIN_EXE_dtd"), stage.join("dtd")).unwrap();
         std::fs::write(stage.join("dtd.yaml"), config).unwrap();
         Sandbox {
@@ -240,6 +291,16 @@ impl Sandbox {
         std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
     }
 
+    /// The address families of the sockets the sandboxed processes opened so far.
+    fn socket_families(&self) -> std::collections::BTreeSet<String> {
+        let trace = std::fs::read_to_string(self.work.path().join("trace/sockets"))
+            .expect("strace's trace of the sandboxed dtd (strace: scripts/setup installs it)");
+        (trace.lines())
+            .filter_map(|l| l.split_once("socket(")?.1.split(',').next())
+            .map(|family| family.trim().to_string())
+            .collect()
+    }
+
     /// `dtd ROLE --config /dt-test/dtd.yaml` in the unit's view; stderr to `ROLE.log`.
     fn start(&self, role: &str, env: Vec<(&'static str, String)>) -> Running {
         let log = std::fs::File::create(self.log_path(role)).unwrap();
@@ -250,6 +311,7 @@ impl Sandbox {
             .arg(self.work.path().join("root"))
             .arg(&self.shared)
             .arg(self.work.path().join("stage"))
+            .arg(self.work.path().join("trace"))
             .arg(format!("{STAGE}/dtd"))
             .args([role, "--config", &format!("{STAGE}/dtd.yaml")])
             .env_clear()
@@ -261,17 +323,21 @@ impl Sandbox {
             .envs(env)
             .stdout(Stdio::null())
             .stderr(log)
+            .process_group(0)
             .spawn()
             .expect("starting unshare");
         Running(child)
     }
 }
 
-/// Killed when dropped; the namespace and its mounts go with it.
+/// Killed when dropped, with its process group (strace leaves what it traced running when it
+/// is killed alone); the namespace and its mounts go with it.
 struct Running(Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -293,6 +359,10 @@ w() { if (: >"$1") 2>/dev/null; then echo writable; else echo read-only; fi; }
     echo "root home: $(w /root/dt-probe)"
     echo "host test dir visible: $([ -e "@HOST_TEST_DIR@" ] && echo yes || echo no)"
     echo "no_new_privs: $(grep NoNewPrivs /proc/self/status | tr -d ' \t' | cut -d: -f2)"
+    echo "bounding set: $(grep CapBnd /proc/self/status | tr -d ' \t' | cut -d: -f2)"
+    echo "proc/sys mount: $(awk '$2 == "/proc/sys" { split($4, o, ","); print o[1] }' /proc/self/mounts | tail -1)"
+    echo "sys mount: $(awk '$2 == "/sys" { split($4, o, ","); print o[1] }' /proc/self/mounts | tail -1)"
+    echo "modules: $(ls -A /usr/lib/modules 2>/dev/null | wc -l)"
 } >/myEFSvolume/probe
 "#;
 
@@ -370,6 +440,30 @@ fn agent_and_run_work_in_the_units_sandbox() {
     if u.no_new_privileges {
         assert_eq!(seen["no_new_privs"], "1", "{probe}");
     }
+    if let Some(caps) = &u.capabilities {
+        // The bounding set as the kernel reports it: exactly the unit's capabilities.
+        let want: u64 = caps.iter().map(|c| 1u64 << capability_number(c)).sum();
+        let got = u64::from_str_radix(seen["bounding set"], 16).unwrap();
+        assert_eq!(got, want, "CapabilityBoundingSet\n{probe}");
+    }
+    if u.protect_kernel_tunables {
+        assert_eq!(
+            seen["proc/sys mount"], "ro",
+            "ProtectKernelTunables\n{probe}"
+        );
+        assert_eq!(seen["sys mount"], "ro", "ProtectKernelTunables\n{probe}");
+    }
+    if let Some(caps) = &u.capabilities {
+        assert!(
+            !caps.iter().any(|c| c == "sys_module"),
+            "modules can be loaded"
+        );
+    }
+    // This machine may have no modules to hide: then the bounding set above is the check.
+    let host_modules = std::fs::read_dir("/usr/lib/modules").map_or(0, |d| d.count());
+    if u.protect_kernel_modules && host_modules > 0 {
+        assert_eq!(seen["modules"].trim(), "0", "ProtectKernelModules\n{probe}");
+    }
 
     // The master: finds the instance, sees the marker, writes the host file and its state.
     let _run = sandbox.start("run", aws_env(&c.moto.endpoint()));
@@ -389,7 +483,71 @@ fn agent_and_run_work_in_the_units_sandbox() {
             !log.contains("Read-only file system") && !log.contains("os error 30"),
             "dtd {role} hit the read-only file system:\n{log}"
         );
+        assert!(
+            !log.contains("Operation not permitted") && !log.contains("os error 1)"),
+            "dtd {role} lacked a capability:\n{log}"
+        );
     }
+    // Every socket dtd (and what it ran) opened is of a family the unit allows: no other
+    // would be given under RestrictAddressFamilies=.
+    if let Some(allowed) = &u.address_families {
+        let used = sandbox.socket_families();
+        assert!(
+            used.contains("AF_INET"),
+            "the trace saw dtd's connections: {used:?}"
+        );
+        for family in &used {
+            assert!(
+                allowed.contains(family),
+                "dtd opened an {family} socket: {used:?}"
+            );
+        }
+    }
+}
+
+/// The number of a capability by its name (linux/capability.h), for the ones a unit may keep.
+fn capability_number(name: &str) -> u32 {
+    let names = [
+        "chown",
+        "dac_override",
+        "dac_read_search",
+        "fowner",
+        "fsetid",
+        "kill",
+        "setgid",
+        "setuid",
+        "setpcap",
+        "linux_immutable",
+        "net_bind_service",
+        "net_broadcast",
+        "net_admin",
+        "net_raw",
+        "ipc_lock",
+        "ipc_owner",
+        "sys_module",
+        "sys_rawio",
+        "sys_chroot",
+        "sys_ptrace",
+        "sys_pacct",
+        "sys_admin",
+        "sys_boot",
+        "sys_nice",
+        "sys_resource",
+        "sys_time",
+        "sys_tty_config",
+        "mknod",
+        "lease",
+        "audit_write",
+        "audit_control",
+        "setfcap",
+        "mac_override",
+        "mac_admin",
+        "syslog",
+    ];
+    names
+        .iter()
+        .position(|n| *n == name)
+        .unwrap_or_else(|| panic!("capability {name}")) as u32
 }
 
 #[test]

@@ -52,7 +52,50 @@ fn parameter_overrides() -> Vec<String> {
         "WorkerInitial=1".into(),
         "WorkerMin=0".into(),
         "WorkerMax=4".into(),
+        format!("AlertWebhookSecret={WEBHOOK_SECRET}"),
     ]
+}
+
+/// The Secrets Manager secret the stack is given for the alerts' webhook URL.
+const WEBHOOK_SECRET: &str =
+    "arn:aws:secretsmanager:us-east-1:123456789012:secret:dt-webhook-AbCdEf";
+
+/// The configuration a node's user data writes to /etc/dt/dtd.yaml.
+fn config_in(user_data: &str) -> String {
+    let start = "(umask 077 && cat >/etc/dt/dtd.yaml.new) <<'DT_CONFIG_END'\n";
+    let at = user_data
+        .find(start)
+        .expect("the user data writes dtd.yaml, root's only")
+        + start.len();
+    let end = user_data[at..]
+        .find("\nDT_CONFIG_END")
+        .expect("the config's end");
+    format!("{}\n", &user_data[at..at + end])
+}
+
+/// The master's launch template's user data.
+fn master_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
+    let groups = aws_json(
+        moto,
+        &[
+            "autoscaling",
+            "describe-auto-scaling-groups",
+            "--auto-scaling-group-names",
+            &out["MasterGroup"],
+        ],
+    );
+    let lt = &groups["AutoScalingGroups"][0]["LaunchTemplate"]["LaunchTemplateId"];
+    let versions = aws_json(
+        moto,
+        &[
+            "ec2",
+            "describe-launch-template-versions",
+            "--launch-template-id",
+            lt.as_str().unwrap(),
+        ],
+    );
+    let data = &versions["LaunchTemplateVersions"][0]["LaunchTemplateData"];
+    decode_base64(data["UserData"].as_str().unwrap())
 }
 
 fn deploy(moto: &Moto) {
@@ -213,20 +256,22 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
             .unwrap_or_default()
     );
     assert!(!user_data.contains("cfn-signal"), "only the master signals");
-    assert!(
-        user_data.contains(&out["DtdConfig"]),
-        "the config in the user data is the output"
-    );
+    let config = config_in(&user_data);
     assert!(!user_data.contains("${"), "every variable is substituted");
+    // The alerts' webhook is the master's alone: no worker holds it or can read its secret.
+    assert!(
+        config.contains("\n# alerts: on the master only\n"),
+        "{config}"
+    );
+    assert!(!user_data.contains("secretsmanager") && !user_data.contains(WEBHOOK_SECRET));
     // GpuHealthCheck defaults to true: the release's default check is installed and configured.
     assert!(user_data.contains("\"$workdir/gpu_health.py\" /usr/local/bin/"));
     assert!(
-        out["DtdConfig"].contains("\n  health: { command: [/usr/local/bin/gpu_health.py] }\n"),
-        "{}",
-        out["DtdConfig"]
+        config.contains("\n  health: { command: [/usr/local/bin/gpu_health.py] }\n"),
+        "{config}"
     );
     // With GpuHealthCheck=false the line is the template's other branch, a YAML comment.
-    let without = out["DtdConfig"].replace(
+    let without = config.replace(
         "health: { command: [/usr/local/bin/gpu_health.py] }",
         "# no GpuHealthCheck",
     );
@@ -342,7 +387,14 @@ fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
         assert_embedded(&user_data, &text.unwrap());
     }
     assert!(user_data.contains("ExecStart=/usr/local/bin/dtd run --config /etc/dt/dtd.yaml"));
-    assert!(user_data.contains(&out["DtdConfig"]));
+    // The webhook's URL is read from Secrets Manager into a file only root reads, which the
+    // master's config names; the secret's value is in no config.
+    let config = config_in(&user_data);
+    assert!(
+        config.contains("\nalerts: [{ webhook_file: /etc/dt/webhook, events: ["),
+        "{config}"
+    );
+    assert!(user_data.contains(&format!("local n arn='{WEBHOOK_SECRET}'")));
     // The master mounts the root, as root, and makes it group-writable (sticky) for the gid the
     // workers' access point enforces.
     assert!(user_data.contains(&format!(
@@ -652,11 +704,11 @@ fn check_published_events(moto: &Moto, out: &BTreeMap<String, String>) {
             Some(NoticeKind::CapacityBlockExpiring),
         ),
         (
-            "interruptible-capacity-reservation-interruption-warning.json",
+            "capacity-reservation-instance-interruption-warning.json",
             Some(NoticeKind::Interruption),
         ),
         (
-            "capacity-reservation-instance-interruption-warning.json",
+            "interruptible-capacity-reservation-interruption-warning.json",
             Some(NoticeKind::Interruption),
         ),
         (
@@ -861,7 +913,100 @@ fn check_delivery(moto: &Moto, out: &BTreeMap<String, String>) {
 }
 
 /// The inline policy of the role behind an instance profile ARN, from IAM.
-fn role_policy(moto: &Moto, profile_arn: &str) -> Json {
+/// The security group tagged `Name` = `name`: its id and its ingress rules.
+fn security_group(moto: &Moto, name: &str) -> (String, Vec<Json>) {
+    let found = aws_json(
+        moto,
+        &[
+            "ec2",
+            "describe-security-groups",
+            "--filters",
+            &format!("Name=tag:Name,Values={name}"),
+        ],
+    );
+    let [group] = found["SecurityGroups"].as_array().unwrap().as_slice() else {
+        panic!("one group named {name}: {found}");
+    };
+    let id = group["GroupId"].as_str().unwrap().to_string();
+    (id, group["IpPermissions"].as_array().unwrap().clone())
+}
+
+/// The groups a rule lets in, with its protocol and ports.
+fn sources(rules: &[Json]) -> Vec<(String, String, Option<i64>, Option<i64>)> {
+    let mut all: Vec<_> = (rules.iter())
+        .flat_map(|r| {
+            let pairs = r["UserIdGroupPairs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            pairs.into_iter().map(move |p| {
+                let group = p["GroupId"].as_str().unwrap_or_default().to_string();
+                let proto = r["IpProtocol"].as_str().unwrap_or_default().to_string();
+                (group, proto, r["FromPort"].as_i64(), r["ToPort"].as_i64())
+            })
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// Workers talk to workers and take the master's calls freely; the master takes from workers
+/// only the job's TCP ports (no ssh, nothing privileged); the file system NFS from both.
+fn check_security_groups(moto: &Moto) {
+    let (master, master_in) = security_group(moto, &format!("{STACK}-master"));
+    let (workers, workers_in) = security_group(moto, &format!("{STACK}-workers"));
+    let all = |g: &str| (g.to_string(), "-1".to_string(), None, None);
+    let mut want = vec![all(&master), all(&workers)];
+    want.sort();
+    assert_eq!(sources(&workers_in), want);
+    let job = (workers.clone(), "tcp".to_string(), Some(1024), Some(65535));
+    assert_eq!(sources(&master_in), [job]);
+    let templates = aws_json(
+        moto,
+        &[
+            "ec2",
+            "describe-launch-template-versions",
+            "--launch-template-name",
+            &format!("{STACK}-master"),
+        ],
+    );
+    let data = &templates["LaunchTemplateVersions"][0]["LaunchTemplateData"];
+    assert_eq!(data["SecurityGroupIds"], serde_json::json!([master]));
+    let worker_lt = aws_json(
+        moto,
+        &[
+            "ec2",
+            "describe-launch-template-versions",
+            "--launch-template-name",
+            &format!("{STACK}-worker"),
+        ],
+    );
+    let nic = &worker_lt["LaunchTemplateVersions"][0]["LaunchTemplateData"]["NetworkInterfaces"][0];
+    assert_eq!(nic["Groups"], serde_json::json!([workers]));
+    let by_description = serde_json::json!([{
+        "Name": "description",
+        "Values": ["dynamic-training EFS mount targets, NFS from the nodes only"]
+    }]);
+    let fs = aws_json(
+        moto,
+        &[
+            "ec2",
+            "describe-security-groups",
+            "--filters",
+            &by_description.to_string(),
+        ],
+    );
+    let nfs = sources(fs["SecurityGroups"][0]["IpPermissions"].as_array().unwrap());
+    let mut want = vec![
+        (master, "tcp".to_string(), Some(2049), Some(2049)),
+        (workers, "tcp".to_string(), Some(2049), Some(2049)),
+    ];
+    want.sort();
+    assert_eq!(nfs, want);
+}
+
+/// The role of an instance profile.
+fn role_of(moto: &Moto, profile_arn: &str) -> String {
     let profile_name = profile_arn.rsplit('/').next().unwrap();
     let profile = aws_json(
         moto,
@@ -872,10 +1017,14 @@ fn role_policy(moto: &Moto, profile_arn: &str) -> Json {
             profile_name,
         ],
     );
-    let role = profile["InstanceProfile"]["Roles"][0]["RoleName"]
+    profile["InstanceProfile"]["Roles"][0]["RoleName"]
         .as_str()
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+fn role_policy(moto: &Moto, profile_arn: &str) -> Json {
+    let role = role_of(moto, profile_arn);
     let names = aws_json(moto, &["iam", "list-role-policies", "--role-name", &role]);
     // Every inline policy of the role, as one policy.
     let mut statements = Vec::new();
@@ -967,10 +1116,27 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         serde_json::from_str::<Json>(&moto_access_point_ref(&p.to_string(), ap_id)).unwrap()
     };
     let worker = fix(role_policy(moto, &lt(&out["WorkerLaunchTemplateId"])));
+    // Session Manager's own five actions, not AmazonSSMManagedInstanceCore (which reads every
+    // SSM parameter): on both roles, and no managed policy at all.
+    let session = [
+        "ssm:UpdateInstanceInformation",
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
+    ];
+    let sessions = statement(&worker, "SessionManager");
+    assert_eq!(actions(sessions), session);
+    assert_eq!(
+        sessions["Condition"]["ArnLike"]["ec2:SourceInstanceARN"],
+        "arn:aws:ec2:us-east-1:123456789012:instance/*",
+        "the credentials work only from an instance"
+    );
     let all: Vec<String> = worker["Statement"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|s| s["Sid"] != "SessionManager")
         .flat_map(actions)
         .collect();
     assert!(
@@ -1006,6 +1172,23 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         .unwrap()
         .to_string();
     let master = fix(role_policy(moto, &lt(&master_lt)));
+    assert_eq!(actions(statement(&master, "SessionManager")), session);
+    for profile in [lt(&master_lt), lt(&out["WorkerLaunchTemplateId"])] {
+        let role = role_of(moto, &profile);
+        let attached = aws_json(
+            moto,
+            &["iam", "list-attached-role-policies", "--role-name", &role],
+        );
+        assert_eq!(
+            attached["AttachedPolicies"],
+            serde_json::json!([]),
+            "{role}"
+        );
+    }
+    // The alerts' webhook secret: the master reads that one secret; the workers none.
+    let secret = statement(&master, "ReadWebhookSecret");
+    assert_eq!(actions(secret), ["secretsmanager:GetSecretValue"]);
+    assert_eq!(secret["Resource"], WEBHOOK_SECRET);
     for sid in [
         "StatusTagOnClusterInstances",
         "ElasticTagRemovalOnClusterInstances",
@@ -1072,6 +1255,22 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
             "{s}"
         );
     }
+    // Only the statement that binds the instance types names instances: another one with
+    // instance/* (or "*") would let any type through.
+    for s in master["Statement"].as_array().unwrap() {
+        if actions(s) == ["ec2:RunInstances"] && s["Sid"] != "LaunchWorkerInstance" {
+            let resources: Vec<&str> = match &s["Resource"] {
+                Json::Array(all) => all.iter().filter_map(Json::as_str).collect(),
+                one => vec![one.as_str().unwrap()],
+            };
+            assert!(
+                resources
+                    .iter()
+                    .all(|r| *r != "*" && !r.contains(":instance/")),
+                "{s}"
+            );
+        }
+    }
     let instance = statement(&master, "LaunchWorkerInstance");
     assert!(instance["Resource"]
         .as_str()
@@ -1100,6 +1299,13 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         "autoscaling:SetInstanceHealth",
         // DeleteMessageBatch is authorized as sqs:DeleteMessage.
         "sqs:DeleteMessage",
+        // The SSM agent (Session Manager), and the master's bootstrap (dt_webhook).
+        "ssm:UpdateInstanceInformation",
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
+        "secretsmanager:GetSecretValue",
         // dtctl doctor (being written): read-only.
         "ec2:DescribeSubnets",
         "ec2:DescribeSecurityGroups",
@@ -1289,10 +1495,17 @@ fn decode_base64(text: &str) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 user data")
 }
 
-fn write_config(out: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
+fn write_config(moto: &Moto, out: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let efs = dir.join("efs");
     std::fs::create_dir_all(&efs).unwrap();
-    let mut config = out["DtdConfig"].replace("/myEFSvolume", &efs.display().to_string());
+    let master = config_in(&master_user_data(moto, out));
+    let mut config = master.replace("/myEFSvolume", &efs.display().to_string());
+    // What dt_webhook writes from the secret: root's, 0600. Nothing listens on the discard port.
+    let webhook = dir.join("webhook");
+    std::fs::write(&webhook, "https://127.0.0.1:9/services/T0/B0/SeCrEt\n").unwrap();
+    std::fs::set_permissions(&webhook, std::fs::Permissions::from_mode(0o600)).unwrap();
+    config = config.replace("/etc/dt/webhook", &webhook.display().to_string());
     // A third host file in a format of the user's own, from the shipped template.
     let horovod_line = format!(
         "  - {{ path: {}/hosts.horovod, format: horovod }}\n",
@@ -1365,7 +1578,6 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
         "WorkerGroup",
         "EventQueueUrl",
         "FileSystemId",
-        "DtdConfig",
     ] {
         assert!(
             out.get(key).is_some_and(|v| !v.is_empty()),
@@ -1378,11 +1590,12 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
     check_worker_group(&moto, &out);
     check_events(&moto, &out);
     check_iam(&moto, &out);
+    check_security_groups(&moto);
     check_file_system(&moto, &out);
 
     // The generated config, with the shared directory moved to a temp dir.
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(&out, dir.path());
+    let config = write_config(&moto, &out, dir.path());
     let check = dtctl(
         &moto,
         &config,

@@ -32,7 +32,7 @@ class StackSyncTest(unittest.TestCase):
         self.assertEqual(embedded.count("templates/user-data/node.sh"), 2, "master, worker")
         self.assertEqual(embedded.count("templates/user-data/master.sh"), 1)
         self.assertIn("templates/dtd.yaml", embedded)
-        self.assertEqual(embedded.count("templates/dtd.yaml"), 3, "master, worker, output")
+        self.assertEqual(embedded.count("templates/dtd.yaml"), 2, "master, worker")
         for name in embedded:
             self.assertTrue((ROOT / name).is_file(), name)
 
@@ -70,7 +70,7 @@ class StackSyncTest(unittest.TestCase):
             self.assertEqual(code, 0)
             self.assertIn("updated cloudformation/dynamic-training.yaml", out)
             stack = (root / "cloudformation" / "dynamic-training.yaml").read_text()
-            self.assertEqual(stack.count("interval: 3s"), 3)
+            self.assertEqual(stack.count("interval: 3s"), 2)
             self.assertNotIn("interval: 2s", stack)
             # Only the embedded blocks changed.
             original = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
