@@ -159,6 +159,12 @@ fn file_system_without_policy(c: &Cluster, subnets: [&str; 2], sg: &str) -> Stri
     fs
 }
 
+/// `query` (JMESPath) of the healthy cluster's mount targets, as text.
+fn mount_targets(h: &Healthy, query: &str) -> String {
+    let args = ["efs", "describe-mount-targets", "--file-system-id", &h.n.fs];
+    aws_text(&h.c, &[&args[..], &["--query", query]].concat())
+}
+
 fn fs_arn(fs: &str) -> String {
     format!("arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/{fs}")
 }
@@ -461,19 +467,12 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
     expect_healthy(&h);
 
     // No mount target in the second zone.
-    let target_b = aws_text(
-        &h.c,
-        &[
-            "efs",
-            "describe-mount-targets",
-            "--file-system-id",
-            &h.n.fs,
-            "--query",
-            &format!(
-                "MountTargets[?SubnetId=='{}'].MountTargetId | [0]",
-                h.n.subnet_b
-            ),
-        ],
+    let target_b = mount_targets(
+        &h,
+        &format!(
+            "MountTargets[?SubnetId=='{}'].MountTargetId | [0]",
+            h.n.subnet_b
+        ),
     );
     h.c.aws(&["efs", "delete-mount-target", "--mount-target-id", &target_b]);
     let line = expect_only(&h, "efs.mount_targets", None);
@@ -519,17 +518,7 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
     put_fs_policy(&h.c, &h.n.fs, &tls_policy(&arn));
     expect_healthy(&h);
     // An existing file system with no policy at all: anyone in the VPC may mount it without TLS.
-    let subnets = aws_text(
-        &h.c,
-        &[
-            "efs",
-            "describe-mount-targets",
-            "--file-system-id",
-            &h.n.fs,
-            "--query",
-            "MountTargets[].SubnetId",
-        ],
-    );
+    let subnets = mount_targets(&h, "MountTargets[].SubnetId");
     let subnets: Vec<&str> = subnets.split_whitespace().collect();
     let existing = file_system_without_policy(&h.c, [subnets[0], subnets[1]], &h.n.efs_sg);
     let dir = h.c.dir.path().join("efs-existing");

@@ -73,8 +73,8 @@ fn config_in(user_data: &str) -> String {
     format!("{}\n", &user_data[at..at + end])
 }
 
-/// The master's launch template's user data.
-fn master_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
+/// The master's Auto Scaling group, as EC2 Auto Scaling describes it.
+fn master_group(moto: &Moto, out: &BTreeMap<String, String>) -> Json {
     let groups = aws_json(
         moto,
         &[
@@ -84,17 +84,27 @@ fn master_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
             &out["MasterGroup"],
         ],
     );
-    let lt = &groups["AutoScalingGroups"][0]["LaunchTemplate"]["LaunchTemplateId"];
+    groups["AutoScalingGroups"][0].clone()
+}
+
+/// The `LaunchTemplateData` of a launch template's (only) version.
+fn launch_data(moto: &Moto, lt_id: &str) -> Json {
     let versions = aws_json(
         moto,
         &[
             "ec2",
             "describe-launch-template-versions",
             "--launch-template-id",
-            lt.as_str().unwrap(),
+            lt_id,
         ],
     );
-    let data = &versions["LaunchTemplateVersions"][0]["LaunchTemplateData"];
+    versions["LaunchTemplateVersions"][0]["LaunchTemplateData"].clone()
+}
+
+/// The master's launch template's user data.
+fn master_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
+    let lt = &master_group(moto, out)["LaunchTemplate"]["LaunchTemplateId"];
+    let data = launch_data(moto, lt.as_str().unwrap());
     decode_base64(data["UserData"].as_str().unwrap())
 }
 
@@ -352,32 +362,14 @@ fn bash_syntax_ok(script: &str) {
 }
 
 fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
-    let groups = aws_json(
-        moto,
-        &[
-            "autoscaling",
-            "describe-auto-scaling-groups",
-            "--auto-scaling-group-names",
-            &out["MasterGroup"],
-        ],
-    );
-    let g = &groups["AutoScalingGroups"][0];
+    let g = &master_group(moto, out);
     assert_eq!(
         (g["MinSize"].as_i64(), g["MaxSize"].as_i64()),
         (Some(1), Some(1))
     );
     assert_eq!(g["Instances"].as_array().map(Vec::len), Some(1), "{g}");
     let lt = &g["LaunchTemplate"]["LaunchTemplateId"];
-    let versions = aws_json(
-        moto,
-        &[
-            "ec2",
-            "describe-launch-template-versions",
-            "--launch-template-id",
-            lt.as_str().unwrap(),
-        ],
-    );
-    let data = &versions["LaunchTemplateVersions"][0]["LaunchTemplateData"];
+    let data = &launch_data(moto, lt.as_str().unwrap());
     assert_eq!(data["MetadataOptions"]["HttpTokens"], "required");
     assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "disabled");
     let user_data = decode_base64(data["UserData"].as_str().unwrap());
@@ -952,7 +944,7 @@ fn sources(rules: &[Json]) -> Vec<(String, String, Option<i64>, Option<i64>)> {
 
 /// Workers talk to workers and take the master's calls freely; the master takes from workers
 /// only the job's TCP ports (no ssh, nothing privileged); the file system NFS from both.
-fn check_security_groups(moto: &Moto) {
+fn check_security_groups(moto: &Moto, out: &BTreeMap<String, String>) {
     let (master, master_in) = security_group(moto, &format!("{STACK}-master"));
     let (workers, workers_in) = security_group(moto, &format!("{STACK}-workers"));
     let all = |g: &str| (g.to_string(), "-1".to_string(), None, None);
@@ -961,27 +953,11 @@ fn check_security_groups(moto: &Moto) {
     assert_eq!(sources(&workers_in), want);
     let job = (workers.clone(), "tcp".to_string(), Some(1024), Some(65535));
     assert_eq!(sources(&master_in), [job]);
-    let templates = aws_json(
-        moto,
-        &[
-            "ec2",
-            "describe-launch-template-versions",
-            "--launch-template-name",
-            &format!("{STACK}-master"),
-        ],
-    );
-    let data = &templates["LaunchTemplateVersions"][0]["LaunchTemplateData"];
+    let master_lt = &master_group(moto, out)["LaunchTemplate"]["LaunchTemplateId"];
+    let data = launch_data(moto, master_lt.as_str().unwrap());
     assert_eq!(data["SecurityGroupIds"], serde_json::json!([master]));
-    let worker_lt = aws_json(
-        moto,
-        &[
-            "ec2",
-            "describe-launch-template-versions",
-            "--launch-template-name",
-            &format!("{STACK}-worker"),
-        ],
-    );
-    let nic = &worker_lt["LaunchTemplateVersions"][0]["LaunchTemplateData"]["NetworkInterfaces"][0];
+    let worker = launch_data(moto, &out["WorkerLaunchTemplateId"]);
+    let nic = &worker["NetworkInterfaces"][0];
     assert_eq!(nic["Groups"], serde_json::json!([workers]));
     let by_description = serde_json::json!([{
         "Name": "description",
@@ -1097,18 +1073,8 @@ fn actions(s: &Json) -> Vec<String> {
 
 fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
     let lt = |id: &str| {
-        aws_json(
-            moto,
-            &[
-                "ec2",
-                "describe-launch-template-versions",
-                "--launch-template-id",
-                id,
-            ],
-        )["LaunchTemplateVersions"][0]["LaunchTemplateData"]["IamInstanceProfile"]["Arn"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        let profile = &launch_data(moto, id)["IamInstanceProfile"]["Arn"];
+        profile.as_str().unwrap().to_string()
     };
     let ap = access_point(moto, &out["FileSystemId"]);
     let ap_id = ap["AccessPointId"].as_str().unwrap();
@@ -1158,16 +1124,7 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         ap_arn.as_str()
     );
 
-    let master_group = aws_json(
-        moto,
-        &[
-            "autoscaling",
-            "describe-auto-scaling-groups",
-            "--auto-scaling-group-names",
-            &out["MasterGroup"],
-        ],
-    );
-    let master_lt = master_group["AutoScalingGroups"][0]["LaunchTemplate"]["LaunchTemplateId"]
+    let master_lt = master_group(moto, out)["LaunchTemplate"]["LaunchTemplateId"]
         .as_str()
         .unwrap()
         .to_string();
@@ -1590,7 +1547,7 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
     check_worker_group(&moto, &out);
     check_events(&moto, &out);
     check_iam(&moto, &out);
-    check_security_groups(&moto);
+    check_security_groups(&moto, &out);
     check_file_system(&moto, &out);
 
     // The generated config, with the shared directory moved to a temp dir.

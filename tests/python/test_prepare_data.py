@@ -12,23 +12,20 @@ import http.server
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
-import time
 import unittest
-import urllib.request
 from pathlib import Path
+
+import aws_emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 CIFAR = ROOT / "prepare-data" / "cifar10.py"
 S3_SYNC = ROOT / "prepare-data" / "s3_sync.py"
-VENV_BIN = ROOT / ".venv" / "bin"
-MOTO = Path(os.environ.get("DT_MOTO_SERVER", VENV_BIN / "moto_server"))
-AWS = Path(os.environ.get("DT_AWS_CLI", VENV_BIN / "aws"))
+AWS = aws_emulator.AWS
 IP = "10.0.3.7"
 
 
@@ -181,32 +178,10 @@ class Cifar10Test(unittest.TestCase):
         self.assertIn("--ip is required", err)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@unittest.skipUnless(MOTO.exists() and AWS.exists(), "needs .venv (scripts/setup): moto, aws")
 class S3SyncTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        port = free_port()
-        cls.moto = subprocess.Popen([str(MOTO), "-H", "127.0.0.1", "-p", str(port)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cls.env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-                   "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    cls.moto.kill()
-                    raise
-                time.sleep(0.1)
+        cls.moto, cls.env = aws_emulator.start()
 
     @classmethod
     def tearDownClass(cls):

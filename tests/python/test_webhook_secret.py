@@ -10,26 +10,17 @@ Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 import os
 import re
-import socket
 import subprocess
 import tempfile
-import time
 import unittest
-import urllib.request
 from pathlib import Path
+
+import aws_emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER = ROOT / "templates" / "user-data" / "master.sh"
-VENV_BIN = ROOT / ".venv" / "bin"
-MOTO = Path(os.environ.get("DT_MOTO_SERVER", VENV_BIN / "moto_server"))
-AWS = Path(os.environ.get("DT_AWS_CLI", VENV_BIN / "aws"))
+AWS = aws_emulator.AWS
 URL = "https://hooks.slack.com/services/T0000/B0000/SeCrEtToKeN"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def webhook_function(etc, arn):
@@ -43,26 +34,9 @@ def webhook_function(etc, arn):
 class WebhookSecretTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        missing = [str(p) for p in (MOTO, AWS) if not p.exists()]
-        if missing:
-            raise AssertionError(f"missing {', '.join(missing)}: run scripts/setup")
-        port = free_port()
-        cls.moto = subprocess.Popen([str(MOTO), "-H", "127.0.0.1", "-p", str(port)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cls.env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-                       AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-                       AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
-                       PATH=f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    cls.moto.kill()
-                    raise
-                time.sleep(0.1)
+        cls.moto, env = aws_emulator.start()
+        cls.env = dict(os.environ, PATH=f"{AWS.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                       **env)
         # From a file: the AWS CLI (v1) would fetch an https:// parameter value instead.
         with tempfile.NamedTemporaryFile("w", suffix=".url") as value:
             value.write(URL)
