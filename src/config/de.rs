@@ -93,19 +93,22 @@ pub(super) fn file_system_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<S
 
 /// A size in bytes: a number, or a number and a unit (`KiB`, `MiB`, `GiB`; `K`, `M`, `G` the same).
 pub(super) fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    use serde::de::Error;
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Size {
-        Bytes(u64),
-        Text(String),
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a size, e.g. 64MiB")
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u64, E> {
+            Ok(n)
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<u64, E> {
+            parse_byte_size(text).ok_or_else(|| {
+                E::custom(format!("bad size `{text}`; write e.g. 64MiB, 512KiB, 1GiB"))
+            })
+        }
     }
-    match Size::deserialize(d)? {
-        Size::Bytes(n) => Ok(n),
-        Size::Text(text) => parse_byte_size(&text).ok_or_else(|| {
-            D::Error::custom(format!("bad size `{text}`; write e.g. 64MiB, 512KiB, 1GiB"))
-        }),
-    }
+    d.deserialize_any(Visitor)
 }
 
 fn parse_byte_size(text: &str) -> Option<u64> {
