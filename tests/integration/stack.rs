@@ -87,8 +87,8 @@ fn master_group(moto: &Moto, out: &BTreeMap<String, String>) -> Json {
     groups["AutoScalingGroups"][0].clone()
 }
 
-/// The `LaunchTemplateData` of a launch template's (only) version.
-fn launch_data(moto: &Moto, lt_id: &str) -> Json {
+/// A launch template's (only) version.
+fn launch_version(moto: &Moto, lt_id: &str) -> Json {
     let versions = aws_json(
         moto,
         &[
@@ -98,7 +98,12 @@ fn launch_data(moto: &Moto, lt_id: &str) -> Json {
             lt_id,
         ],
     );
-    versions["LaunchTemplateVersions"][0]["LaunchTemplateData"].clone()
+    versions["LaunchTemplateVersions"][0].clone()
+}
+
+/// The `LaunchTemplateData` of a launch template's (only) version.
+fn launch_data(moto: &Moto, lt_id: &str) -> Json {
+    launch_version(moto, lt_id)["LaunchTemplateData"].clone()
 }
 
 /// The master's launch template's user data.
@@ -210,17 +215,7 @@ fn resource<'a>(t: &'a Yaml, name: &str) -> &'a Yaml {
 }
 
 fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
-    let lt_id = &out["WorkerLaunchTemplateId"];
-    let versions = aws_json(
-        moto,
-        &[
-            "ec2",
-            "describe-launch-template-versions",
-            "--launch-template-id",
-            lt_id,
-        ],
-    );
-    let version = &versions["LaunchTemplateVersions"][0];
+    let version = &launch_version(moto, &out["WorkerLaunchTemplateId"]);
     assert_eq!(
         version["LaunchTemplateName"],
         out["WorkerLaunchTemplateName"].as_str()
