@@ -82,7 +82,7 @@ fn template_data(subnet: &str, sg: &str, tokens: &str, elastic: bool) -> String 
     }
     json_arg(&json!({
         "ImageId": "ami-12c6146b",
-        "InstanceType": "p3.2xlarge",
+        "InstanceType": "g5.xlarge",
         "NetworkInterfaces": [{"DeviceIndex": 0, "SubnetId": subnet, "Groups": [sg]}],
         "MetadataOptions": {"HttpTokens": tokens, "HttpPutResponseHopLimit": 1},
         "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
@@ -157,6 +157,20 @@ fn file_system_without_policy(c: &Cluster, subnets: [&str; 2], sg: &str) -> Stri
         ]);
     }
     fs
+}
+
+/// The subnets of the healthy cluster's worker group, as its `VPCZoneIdentifier` lists them.
+fn group_zones(h: &Healthy) -> String {
+    let args = [
+        "autoscaling",
+        "describe-auto-scaling-groups",
+        "--auto-scaling-group-names",
+    ];
+    let query = ["--query", "AutoScalingGroups[0].VPCZoneIdentifier"];
+    aws_text(
+        &h.c,
+        &[&args[..], &[h.n.group.as_str()], &query[..]].concat(),
+    )
 }
 
 /// `query` (JMESPath) of the healthy cluster's mount targets, as text.
@@ -443,17 +457,7 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
         "--max-size",
         "4",
         "--vpc-zone-identifier",
-        &aws_text(
-            &h.c,
-            &[
-                "autoscaling",
-                "describe-auto-scaling-groups",
-                "--auto-scaling-group-names",
-                &h.n.group,
-                "--query",
-                "AutoScalingGroups[0].VPCZoneIdentifier",
-            ],
-        ),
+        &group_zones(&h),
     ]);
     put_hook(&h.c, &plain_group, "launching");
     put_hook(&h.c, &plain_group, "terminating");
@@ -465,6 +469,45 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
     std::fs::write(&no_rebalance, body).unwrap();
     expect_only(&h, "group.capacity_rebalance", Some(&no_rebalance));
     expect_healthy(&h);
+
+    // A group whose overrides let a worker be a 4-GPU type beside the template's 1-GPU one.
+    let mixed_group = format!("{}-mixed", h.n.group);
+    let policy = json!({"LaunchTemplate": {
+        "LaunchTemplateSpecification": {"LaunchTemplateName": h.n.template},
+        "Overrides": [{"InstanceType": "g5.xlarge"}, {"InstanceType": "g5.12xlarge"}]}});
+    let zones = group_zones(&h);
+    h.c.aws(&[
+        "autoscaling",
+        "create-auto-scaling-group",
+        "--auto-scaling-group-name",
+        &mixed_group,
+        "--mixed-instances-policy",
+        &policy.to_string(),
+        "--min-size",
+        "0",
+        "--max-size",
+        "4",
+        "--vpc-zone-identifier",
+        &zones,
+        "--capacity-rebalance",
+    ]);
+    put_hook(&h.c, &mixed_group, "launching");
+    put_hook(&h.c, &mixed_group, "terminating");
+    let mixed = h.c.dir.path().join("mixed.yaml");
+    let body = config(&h.c, &h.n, &h.c.efs()).replace(
+        &format!("auto_scaling_group: {}\n", h.n.group),
+        &format!("auto_scaling_group: {mixed_group}\n"),
+    );
+    std::fs::write(&mixed, body).unwrap();
+    let line = expect_only(&h, "workers.gpus", Some(&mixed));
+    let detail = line["detail"].as_str().unwrap();
+    assert!(detail.contains("g5.12xlarge 4, g5.xlarge 1"), "{line:#}");
+    let (_, report) = doctor(&h.c, None);
+    let gpus = check_line(&report, "workers.gpus");
+    assert_eq!(
+        gpus["detail"], "g5.xlarge 1: the same on every type",
+        "{gpus:#}"
+    );
 
     // No mount target in the second zone.
     let target_b = mount_targets(
@@ -745,7 +788,7 @@ fn doctor_names_a_permission_the_role_lacks() {
         assert!(out.status.success(), "aws {args:?}: {}", stderr(&out));
         stdout(&out)
     };
-    let data = json!({"ImageId": "ami-12c6146b", "InstanceType": "p3.2xlarge",
+    let data = json!({"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge",
         "MetadataOptions": {"HttpTokens": "required"},
         "TagSpecifications": [{"ResourceType": "instance", "Tags": [
             {"Key": "NodeType", "Value": "Worker"}, {"Key": ELASTIC, "Value": "true"}]}]});

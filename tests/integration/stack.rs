@@ -1680,4 +1680,12 @@ fn check_doctor(moto: &Moto, config: &Path) {
         },
     );
     assert_eq!(report["ok"], false, "{report:#}");
+    // The template's type and the group's overrides: one GPU each.
+    let gpus = (report["checks"].as_array().unwrap().iter())
+        .find(|c| c["id"] == "workers.gpus")
+        .expect("the GPU check");
+    assert_eq!(
+        gpus["detail"], "g4dn.xlarge 1, g5.xlarge 1, g6.xlarge 1: the same on every type",
+        "{gpus:#}"
+    );
 }

@@ -78,6 +78,7 @@ pub async fn checks(cx: &Context<'_>) -> GroupChecks {
         ],
         workers: Workers {
             subnets: subnets(&group),
+            instance_types: override_types(&group),
             ..Workers::default()
         },
     }
@@ -188,6 +189,15 @@ fn rebalance(name: &str, group: &AutoScalingGroup) -> Check {
             )
         },
     )
+}
+
+/// The instance types a mixed instances policy may launch (its launch template's overrides).
+fn override_types(group: &AutoScalingGroup) -> std::collections::BTreeSet<String> {
+    let policy = group.mixed_instances_policy();
+    let template = policy.and_then(|p| p.launch_template());
+    (template.map(|t| t.overrides()).unwrap_or_default().iter())
+        .filter_map(|o| o.instance_type().map(str::to_string))
+        .collect()
 }
 
 fn subnets(group: &AutoScalingGroup) -> std::collections::BTreeSet<String> {

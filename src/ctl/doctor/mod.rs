@@ -4,6 +4,7 @@
 mod daemon;
 mod events;
 mod file_system;
+mod gpus;
 mod group;
 mod identity;
 mod mounts;
@@ -50,13 +51,15 @@ pub async fn run(cfg: &Config) -> Report {
         events::checks(&cx),
     );
     let workers = template::Workers::merge(&template.workers, &group.workers);
-    let (file_system, permissions) = tokio::join!(
+    let (file_system, permissions, gpus) = tokio::join!(
         file_system::checks(&cx, &workers),
         permissions::checks(&cx, template.found.clone()),
+        gpus::check(&cx, &workers.instance_types),
     );
     let mut checks = identity;
     checks.extend(template.checks);
     checks.extend(group.checks);
+    checks.push(gpus);
     checks.extend(file_system);
     let region = cx.sdk.region().map_or("", |r| r.as_ref());
     checks.push(mounts::check(cfg, region));

@@ -9,19 +9,22 @@ use aws_sdk_ec2::types::{LaunchTemplateHttpTokensState, ResourceType, ResponseLa
 use super::{Check, Context};
 use crate::aws::describe_error;
 
-/// Where workers launch and which security groups they carry, as far as the template and the
-/// group tell: the file system checks need both.
+/// Where workers launch, which security groups they carry and which instance types they may
+/// be, as far as the template and the group tell: the file system and GPU checks need them.
 #[derive(Debug, Default, Clone)]
 pub struct Workers {
     pub subnets: BTreeSet<String>,
     pub security_groups: BTreeSet<String>,
+    pub instance_types: BTreeSet<String>,
 }
 
 impl Workers {
     pub fn merge(a: &Workers, b: &Workers) -> Workers {
+        let union = |x: &BTreeSet<String>, y: &BTreeSet<String>| x.union(y).cloned().collect();
         Workers {
-            subnets: a.subnets.union(&b.subnets).cloned().collect(),
-            security_groups: (a.security_groups.union(&b.security_groups).cloned()).collect(),
+            subnets: union(&a.subnets, &b.subnets),
+            security_groups: union(&a.security_groups, &b.security_groups),
+            instance_types: union(&a.instance_types, &b.instance_types),
         }
     }
 }
@@ -169,5 +172,7 @@ fn workers(data: &ResponseLaunchTemplateData) -> Workers {
     }
     w.security_groups
         .extend(data.security_group_ids().iter().cloned());
+    w.instance_types
+        .extend(data.instance_type().map(|t| t.as_str().to_string()));
     w
 }
