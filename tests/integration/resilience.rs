@@ -25,14 +25,23 @@ fn more_than_a_thousand_workers_across_many_pages() {
     for _ in 0..105 {
         launched.extend(c.launch(10));
     }
-    for (_, ip) in &launched {
-        c.marker(ip);
+    // moto draws private IPs at random from 10/8: two of 1,050 share one in about 3% of runs,
+    // which EC2 never does. The second of such a pair is terminated, as if never launched.
+    let mut ips = std::collections::BTreeSet::new();
+    for (id, ip) in &launched {
+        match ips.insert(ip.clone()) {
+            true => c.marker(ip),
+            false => {
+                c.aws(&["ec2", "terminate-instances", "--instance-ids", id]);
+            }
+        }
     }
+    let workers = ips.len();
     c.start_dtd();
     wait_until(
-        "1,050 workers in the host file",
+        &format!("{workers} workers in the host file"),
         Duration::from_secs(300),
-        || c.hosts().len() == 1050,
+        || c.hosts().len() == workers,
     );
     wait_until("the pass's status report", Duration::from_secs(120), || {
         c.state_dir().join("status.json").exists()
@@ -50,7 +59,7 @@ fn more_than_a_thousand_workers_across_many_pages() {
         "--query",
         "length(Reservations[].Instances[])",
     ]);
-    assert_eq!(out, "1050");
+    assert_eq!(out, workers.to_string());
 }
 
 #[test]
