@@ -19,10 +19,7 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
 /// [`write_atomic`], the new file given to `owner` (a uid) before it takes the name, so that no
 /// reader ever sees it owned by anyone else (`dtctl ack` run as root writes the job's file).
 pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_dir(path);
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
@@ -47,6 +44,14 @@ pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// The directory `path` is in (`.` for a bare file name), where its renames happen.
+pub fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 fn remove_if_present(path: &Path) -> io::Result<()> {

@@ -84,6 +84,12 @@ pub fn read_owned(
     let Some((file, meta)) = open_owned(path, owner)? else {
         return Ok(None);
     };
+    read_opened(file, &meta, limit).map(Some)
+}
+
+/// An opened file whole, refused unread when larger than `limit` bytes (or when it grows past
+/// them while it is read).
+pub fn read_opened(file: File, meta: &Metadata, limit: u64) -> Result<Vec<u8>, ReadError> {
     if meta.len() > limit {
         return Err(ReadError::TooLarge {
             size: meta.len(),
@@ -98,7 +104,7 @@ pub fn read_owned(
             limit,
         });
     }
-    Ok(Some(bytes))
+    Ok(bytes)
 }
 
 /// The first `limit` bytes of a file whose useful part is at its start (a marker's JSON).

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::config::JournalConfig;
-use crate::fsutil::{append_synced, sync_dir};
+use crate::fsutil::{append_synced, parent_dir, sync_dir};
 use crate::model::Event;
 use crate::untrusted;
 
@@ -48,7 +48,7 @@ fn rotate(path: &Path, keep: usize) -> std::io::Result<()> {
         }
     }
     std::fs::rename(path, numbered(path, 1))?;
-    sync_dir(parent(path))
+    sync_dir(parent_dir(path))
 }
 
 /// The most rotated files looked for: more than `journal.keep` ever allows.
@@ -60,13 +60,6 @@ fn numbered(path: &Path, n: usize) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn parent(path: &Path) -> &Path {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    }
-}
-
 /// The rotated files beside `path` (`path.N`), by number: the newest first.
 fn rotated(path: &Path) -> std::io::Result<Vec<(usize, PathBuf)>> {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
@@ -74,7 +67,7 @@ fn rotated(path: &Path) -> std::io::Result<Vec<(usize, PathBuf)>> {
     };
     let prefix = format!("{name}.");
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(parent(path))? {
+    for entry in std::fs::read_dir(parent_dir(path))? {
         let entry = entry?;
         let number = (entry.file_name().to_str())
             .and_then(|n| n.strip_prefix(&prefix).map(str::to_string))

@@ -73,11 +73,8 @@ impl WebhookUrl {
                 meta.mode() & 0o7777
             ));
         }
-        let bytes = crate::untrusted::read_at_most(file, WEBHOOK_FILE_LIMIT + 1)
+        let bytes = crate::untrusted::read_opened(file, &meta, WEBHOOK_FILE_LIMIT)
             .map_err(|e| format!("webhook_file {at}: {e}"))?;
-        if bytes.len() as u64 > WEBHOOK_FILE_LIMIT {
-            return Err(format!("webhook_file {at} holds more than a URL"));
-        }
         let text =
             std::str::from_utf8(&bytes).map_err(|_| format!("webhook_file {at} is not text"))?;
         let url = WebhookUrl::parse(text.trim()).map_err(|e| format!("webhook_file {at}: {e}"))?;
