@@ -159,6 +159,36 @@ fn file_system_without_policy(c: &Cluster, subnets: [&str; 2], sg: &str) -> Stri
     fs
 }
 
+/// A second worker group `<group>-<suffix>` in the healthy group's subnets, made with `args`
+/// (how it launches, and Capacity Rebalance or not), with both lifecycle hooks; returns a config
+/// naming it instead of the healthy group.
+fn second_group(h: &Healthy, suffix: &str, args: &[&str]) -> PathBuf {
+    let name = format!("{}-{suffix}", h.n.group);
+    let zones = group_zones(h);
+    let create = [
+        "autoscaling",
+        "create-auto-scaling-group",
+        "--auto-scaling-group-name",
+        &name,
+        "--min-size",
+        "0",
+        "--max-size",
+        "4",
+        "--vpc-zone-identifier",
+        &zones,
+    ];
+    h.c.aws(&[&create[..], args].concat());
+    put_hook(&h.c, &name, "launching");
+    put_hook(&h.c, &name, "terminating");
+    let path = h.c.dir.path().join(format!("{suffix}.yaml"));
+    let body = config(&h.c, &h.n, &h.c.efs()).replace(
+        &format!("auto_scaling_group: {}\n", h.n.group),
+        &format!("auto_scaling_group: {name}\n"),
+    );
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
 /// The subnets of the healthy cluster's worker group, as its `VPCZoneIdentifier` lists them.
 fn group_zones(h: &Healthy) -> String {
     let args = [
@@ -444,61 +474,21 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
     put_hook(&h.c, &h.n.group, "launching");
     // Capacity Rebalance off. moto's UpdateAutoScalingGroup ignores CapacityRebalance, so the
     // defect is a second group made without it, hooks and all, named in a second config.
-    let plain_group = format!("{}-plain", h.n.group);
-    h.c.aws(&[
-        "autoscaling",
-        "create-auto-scaling-group",
-        "--auto-scaling-group-name",
-        &plain_group,
-        "--launch-template",
-        &format!("LaunchTemplateName={}", h.n.template),
-        "--min-size",
-        "0",
-        "--max-size",
-        "4",
-        "--vpc-zone-identifier",
-        &group_zones(&h),
-    ]);
-    put_hook(&h.c, &plain_group, "launching");
-    put_hook(&h.c, &plain_group, "terminating");
-    let no_rebalance = h.c.dir.path().join("no-rebalance.yaml");
-    let body = config(&h.c, &h.n, &h.c.efs()).replace(
-        &format!("auto_scaling_group: {}\n", h.n.group),
-        &format!("auto_scaling_group: {plain_group}\n"),
-    );
-    std::fs::write(&no_rebalance, body).unwrap();
+    let launch = format!("LaunchTemplateName={}", h.n.template);
+    let no_rebalance = second_group(&h, "plain", &["--launch-template", &launch]);
     expect_only(&h, "group.capacity_rebalance", Some(&no_rebalance));
     expect_healthy(&h);
 
     // A group whose overrides let a worker be a 4-GPU type beside the template's 1-GPU one.
-    let mixed_group = format!("{}-mixed", h.n.group);
     let policy = json!({"LaunchTemplate": {
         "LaunchTemplateSpecification": {"LaunchTemplateName": h.n.template},
         "Overrides": [{"InstanceType": "g5.xlarge"}, {"InstanceType": "g5.12xlarge"}]}});
-    let zones = group_zones(&h);
-    h.c.aws(&[
-        "autoscaling",
-        "create-auto-scaling-group",
-        "--auto-scaling-group-name",
-        &mixed_group,
-        "--mixed-instances-policy",
-        &policy.to_string(),
-        "--min-size",
-        "0",
-        "--max-size",
-        "4",
-        "--vpc-zone-identifier",
-        &zones,
-        "--capacity-rebalance",
-    ]);
-    put_hook(&h.c, &mixed_group, "launching");
-    put_hook(&h.c, &mixed_group, "terminating");
-    let mixed = h.c.dir.path().join("mixed.yaml");
-    let body = config(&h.c, &h.n, &h.c.efs()).replace(
-        &format!("auto_scaling_group: {}\n", h.n.group),
-        &format!("auto_scaling_group: {mixed_group}\n"),
+    let policy = policy.to_string();
+    let mixed = second_group(
+        &h,
+        "mixed",
+        &["--mixed-instances-policy", &policy, "--capacity-rebalance"],
     );
-    std::fs::write(&mixed, body).unwrap();
     let line = expect_only(&h, "workers.gpus", Some(&mixed));
     let detail = line["detail"].as_str().unwrap();
     assert!(detail.contains("g5.12xlarge 4, g5.xlarge 1"), "{line:#}");
