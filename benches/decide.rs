@@ -74,6 +74,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
         stall_after_ms: None,
+        launcher_silent_ms: None,
     };
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;
@@ -101,6 +102,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             instance_id: instances[n].id.clone(),
             ok: true,
             gpus_lost: false,
+            vanished: false,
             reason: "ok".into(),
             when: Some(NOW - 60_000),
         };

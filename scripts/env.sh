@@ -14,6 +14,9 @@ export CARGO_TARGET_DIR
 # wrappers they hand to every C build script name their path, and a path that changed with each
 # clone would rebuild the whole release (16 minutes here) in every fresh clone.
 export DT_RELEASE_TOOLS="${DT_RELEASE_TOOLS:-$DT_CACHE/release-tools}"
+# PyTorch (requirements-torch.txt, about 5 GB) for the torchrun tests and demo act: outside the
+# clone, so that a fresh clone does not download it again.
+export DT_TORCH_VENV="${DT_TORCH_VENV:-$DT_CACHE/torch}"
 
 # The one build (scripts/build): release, linked by zig against the glibc of Amazon Linux 2023,
 # for this machine's architecture. The demo runs these dtd and dtctl, the tests test them and

@@ -371,25 +371,42 @@ impl StatusReport {
     }
 
     fn render_table(&self, o: &mut String, now: Millis) {
-        let _ = writeln!(
-            o,
-            "{:<16} {:<20} {:<12} {:<11} {:<14} {:<15} {:>6}  WAITING FOR",
-            "IP", "INSTANCE", "TYPE", "AZ", "MARKET", "STATUS", "SINCE"
+        // The LAUNCHER column only with `job.launcher`: after WAITING FOR, which then is padded.
+        let launchers = self.workers.iter().any(|w| w.launcher.is_some());
+        let waiting = |w: &WorkerView| w.waiting_for.clone().unwrap_or_else(|| "-".into());
+        let width = match launchers {
+            true => self
+                .workers
+                .iter()
+                .map(|w| waiting(w).chars().count())
+                .max(),
+            false => None,
+        };
+        let width = width.unwrap_or(0).max("WAITING FOR".len());
+        let launcher_head = if launchers { "  LAUNCHER" } else { "" };
+        let head = format!(
+            "{:<16} {:<20} {:<12} {:<11} {:<14} {:<15} {:>6}  {:<width$}{launcher_head}",
+            "IP", "INSTANCE", "TYPE", "AZ", "MARKET", "STATUS", "SINCE", "WAITING FOR"
         );
+        let _ = writeln!(o, "{}", head.trim_end());
         for w in &self.workers {
             let since = w.since.map_or("-".into(), |t| ago(now.saturating_sub(t)));
-            let waiting = w.waiting_for.as_deref().unwrap_or("-");
-            let _ = writeln!(
-                o,
-                "{:<16} {:<20} {:<12} {:<11} {:<14} {:<15} {:>6}  {waiting}",
+            let launcher = match (launchers, &w.launcher) {
+                (true, l) => format!("  {}", l.as_deref().unwrap_or("-")),
+                (false, _) => String::new(),
+            };
+            let line = format!(
+                "{:<16} {:<20} {:<12} {:<11} {:<14} {:<15} {:>6}  {:<width$}{launcher}",
                 w.ip.to_string(),
                 w.id,
                 w.instance_type,
                 w.az,
                 market_label(&w.market),
                 w.status,
-                since
+                since,
+                waiting(w),
             );
+            let _ = writeln!(o, "{}", line.trim_end());
         }
         if self.workers.is_empty() {
             let _ = writeln!(o, "(no worker instances found)");

@@ -20,6 +20,9 @@ pub struct Actuators {
     pub group: Option<(aws_sdk_autoscaling::Client, String)>,
     pub hostfiles: Vec<HostfileSpec>,
     pub generation_file: PathBuf,
+    /// `<shared_dir>/launch_plan`, with `job.launcher`: written between the host files and the
+    /// generation file.
+    pub launch_plan: Option<PathBuf>,
     /// `<shared_dir>/notices`, written before the signal (signal mode only).
     pub notices_file: PathBuf,
     pub notify: Notify,
@@ -44,7 +47,9 @@ impl Actuators {
             group: autoscaling.zip(cfg.workers.auto_scaling_group.clone()),
             hostfiles: cfg.hostfiles.clone(),
             generation_file: cfg.generation_file.clone(),
-            notices_file: cfg.shared_dir.join(notify::NOTICES_FILE),
+            launch_plan: (cfg.job.launcher.as_ref())
+                .map(|_| cfg.shared_dir.join(crate::protocol::launch_plan::PLAN_FILE)),
+            notices_file: cfg.shared_dir.join(crate::protocol::notices::NOTICES_FILE),
             notify: cfg.job.notify.clone(),
             launch_template: cfg.workers.launch_template.clone(),
             stall_command: cfg.job.stall_command().map(<[String]>::to_vec),
@@ -101,7 +106,7 @@ pub async fn apply(
     done
 }
 
-/// The host files, then the generation file.
+/// The host files, the launch plan, then the generation file.
 async fn write_hostfiles(
     a: &Actuators,
     outcome: &Outcome,
@@ -109,9 +114,12 @@ async fn write_hostfiles(
     shared_fs: &mut Deadline,
 ) -> Result<(), String> {
     let (specs, hosts) = (a.hostfiles.clone(), outcome.hosts.clone());
-    let gen_file = a.generation_file.clone();
+    let (gen_file, plan) = (a.generation_file.clone(), a.launch_plan.clone());
     let write = move || {
         let written = hostfiles::ensure(&specs, &hosts)?;
+        if let Some(plan) = plan {
+            hostfiles::write_launch_plan(&plan, generation, &hosts)?;
+        }
         hostfiles::write_generation(&gen_file, generation)?;
         Ok::<bool, String>(written)
     };

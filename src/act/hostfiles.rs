@@ -21,6 +21,15 @@ pub fn ensure(specs: &[HostfileSpec], hosts: &[Host]) -> Result<bool, String> {
     Ok(changed)
 }
 
+/// The launchers' view of the same membership, in the same order (`job.launcher`).
+pub fn write_launch_plan(path: &Path, generation: u64, hosts: &[Host]) -> Result<bool, String> {
+    let plan = protocol::launch_plan::LaunchPlan {
+        generation,
+        hosts: hosts.iter().map(|h| h.ip).collect(),
+    };
+    write_if_changed(path, &plan.render()).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
 /// Written after the host files, so a job that reads it first never acknowledges a generation
 /// newer than the host file it then reads.
 pub fn write_generation(path: &Path, generation: u64) -> Result<bool, String> {

@@ -16,9 +16,6 @@ use crate::model::{rfc3339, JobNotice, Notification};
 /// `DT_EVENT` of a membership notification, so a hook that also gets stalls tells them apart.
 pub const MEMBERSHIP_EVENT: &str = "membership";
 
-/// In the shared directory: the notices of the generation signalled (README, "The job contract").
-pub const NOTICES_FILE: &str = "notices";
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotifyError {
     /// The pidfile does not name the job: nothing was signalled.

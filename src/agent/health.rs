@@ -3,7 +3,6 @@
 //! The verdict is the exit status (`protocol::health`): 0 healthy, [`GPUS_LOST_EXIT`] the GPUs
 //! are gone, anything else (a signal, a timeout, a program that cannot start) unhealthy.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -19,7 +18,7 @@ pub struct Checker {
     sha256: Option<Sha256>,
     args: Vec<String>,
     timeout: Duration,
-    env: Vec<(&'static str, OsString)>,
+    env: Vec<program::EnvVar>,
     instance_id: String,
     path: PathBuf,
     /// Pause between attempts to write the report while the shared directory fails.
@@ -44,7 +43,7 @@ impl Checker {
         };
         let mut env = program::agent_env(identity, &cfg.shared_dir, &cfg.cluster);
         if let Some(t) = instance_type {
-            env.push(("DT_INSTANCE_TYPE", t.into()));
+            env.push(("DT_INSTANCE_TYPE".into(), t.into()));
         }
         Checker {
             program,
@@ -68,6 +67,7 @@ impl Checker {
             env: self.env.clone(),
             timeout: self.timeout,
             what: "health check",
+            echo: false,
         })
         .await;
         let report = verdict(&outcome, self.timeout, &self.instance_id, SystemTime::now());

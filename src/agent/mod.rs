@@ -5,6 +5,7 @@
 
 pub mod health;
 pub mod imds;
+pub mod launcher;
 pub mod notice;
 mod output;
 pub mod prepare;
@@ -71,8 +72,13 @@ async fn work(cfg: &Config, overrides: Overrides) {
         cfg.shared_dir.clone(),
         cfg.agent.imds_interval,
     );
-    let spec = prepare::Spec::from_config(cfg, identity);
-    tokio::join!(watcher.run(), prepare_then_check(cfg, &spec));
+    let spec = prepare::Spec::from_config(cfg, identity.clone());
+    let launch = async {
+        if let Some(launcher) = &cfg.job.launcher {
+            launcher::run(cfg, launcher, identity).await;
+        }
+    };
+    tokio::join!(watcher.run(), prepare_then_check(cfg, &spec), launch);
 }
 
 /// Where prepare-data left this instance.

@@ -172,7 +172,7 @@ fn seconds(d: Duration) -> f64 {
 
 async fn run_attempt(spec: &Spec, n: u32) -> Outcome {
     let mut env = program::agent_env(&spec.identity, &spec.shared_dir, &spec.cluster);
-    env.push(("DT_ATTEMPT", n.to_string().into()));
+    env.push(("DT_ATTEMPT".into(), n.to_string().into()));
     program::run(&Program {
         path: &spec.program,
         sha256: spec.sha256.as_ref(),
@@ -180,6 +180,7 @@ async fn run_attempt(spec: &Spec, n: u32) -> Outcome {
         env,
         timeout: spec.timeout,
         what: "prepare-data",
+        echo: false,
     })
     .await
 }

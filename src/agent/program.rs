@@ -29,10 +29,12 @@ pub struct Program<'a> {
     /// `agent.health.sha256`).
     pub sha256: Option<&'a Sha256>,
     pub args: &'a [String],
-    pub env: Vec<(&'static str, OsString)>,
+    pub env: Vec<EnvVar>,
     pub timeout: Duration,
     /// Names it in the agent's log ("prepare-data", "health check").
     pub what: &'static str,
+    /// Its output goes to the agent's log at INFO (the job's launcher), not only DEBUG.
+    pub echo: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,14 +63,17 @@ impl Status {
     }
 }
 
+/// A variable of a program's environment: the agent's own names are `'static`, the config's not.
+pub type EnvVar = (std::borrow::Cow<'static, str>, OsString);
+
 /// What every program the agent runs learns about where it runs (README, "dtd agent").
-pub fn agent_env(id: &Identity, shared_dir: &Path, cluster: &str) -> Vec<(&'static str, OsString)> {
+pub fn agent_env(id: &Identity, shared_dir: &Path, cluster: &str) -> Vec<EnvVar> {
     vec![
-        ("DT_AGENT", "1".into()),
-        ("DT_IP", id.ip.to_string().into()),
-        ("DT_INSTANCE_ID", id.instance_id.clone().into()),
-        ("DT_SHARED_DIR", shared_dir.into()),
-        ("DT_CLUSTER", cluster.into()),
+        ("DT_AGENT".into(), "1".into()),
+        ("DT_IP".into(), id.ip.to_string().into()),
+        ("DT_INSTANCE_ID".into(), id.instance_id.clone().into()),
+        ("DT_SHARED_DIR".into(), shared_dir.into()),
+        ("DT_CLUSTER".into(), cluster.into()),
     ]
 }
 
@@ -81,41 +86,97 @@ pub struct Outcome {
 /// Runs the program to its end or its timeout. Stopping the agent mid-run (dropping this future)
 /// kills the program's process group.
 pub async fn run(program: &Program<'_>) -> Outcome {
-    let not_run = |status| Outcome {
-        status,
-        tail: Vec::new(),
-    };
-    let vetted = match vet(program).await {
-        Ok(v) => v,
-        Err(status) => return not_run(status),
-    };
-    let tail = Arc::new(Mutex::new(Tail::default()));
-    let (mut child, drained) = match spawn(program, vetted, tail.clone()) {
-        Ok(started) => started,
-        Err(why) => {
+    let mut running = match start(program).await {
+        Ok(r) => r,
+        Err(status) => {
             return Outcome {
-                status: Status::NotStarted(why),
+                status,
                 tail: Vec::new(),
             }
         }
     };
-    let mut group = GroupKill::new(child.id(), program.what);
-    let status = match tokio::time::timeout(program.timeout, child.wait()).await {
-        Ok(Ok(st)) => from_exit(st),
-        Ok(Err(e)) => Status::NotStarted(format!("waiting for the program failed: {e}")),
+    let status = match tokio::time::timeout(program.timeout, running.wait()).await {
+        Ok(status) => status,
         Err(_) => {
-            group.kill();
-            let _ = child.wait().await;
+            running.group.kill();
+            let _ = running.child.wait().await;
             Status::TimedOut
         }
     };
     // Background processes it left behind are its business; only a timeout kills the group.
-    group.disarm();
-    let _ = tokio::time::timeout(OUTPUT_GRACE, drained).await;
-    let lines = tail.lock().map(|mut t| t.lines()).unwrap_or_default();
-    Outcome {
-        status,
-        tail: lines,
+    let tail = running.finish(false).await;
+    Outcome { status, tail }
+}
+
+/// A program started in its own process group: its whole group is killed if this is dropped
+/// before [`Running::finish`].
+pub struct Running {
+    child: tokio::process::Child,
+    tail: Arc<Mutex<Tail>>,
+    drained: tokio::sync::oneshot::Receiver<()>,
+    group: GroupKill,
+}
+
+/// Checks and starts the program; the status says why it did not start.
+pub async fn start(program: &Program<'_>) -> Result<Running, Status> {
+    let vetted = vet(program).await?;
+    let tail = Arc::new(Mutex::new(Tail::default()));
+    let (child, drained) = spawn(program, vetted, tail.clone()).map_err(Status::NotStarted)?;
+    let group = GroupKill::new(child.id(), program.what);
+    Ok(Running {
+        child,
+        tail,
+        drained,
+        group,
+    })
+}
+
+impl Running {
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits for the program (its group leader) to exit.
+    pub async fn wait(&mut self) -> Status {
+        match self.child.wait().await {
+            Ok(st) => from_exit(st),
+            Err(e) => Status::NotStarted(format!("waiting for the program failed: {e}")),
+        }
+    }
+
+    /// Sends `signal` to the program itself (not its group: torchrun passes it on to its own
+    /// workers in its own way).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(pid);
+        if let Err(e) = nix::sys::signal::kill(pid, signal) {
+            if e != nix::errno::Errno::ESRCH {
+                tracing::warn!(%pid, "cannot send {signal} to the {}: {e}", self.group.what);
+            }
+        }
+    }
+
+    /// SIGKILL to the whole process group.
+    pub fn kill_group(&mut self) {
+        self.group.kill();
+    }
+
+    /// The last lines it printed, once its output ended (or a second after). With `kill_leftovers`
+    /// what is left of its process group is killed first; otherwise it is left running.
+    pub async fn finish(mut self, kill_leftovers: bool) -> Vec<String> {
+        if kill_leftovers {
+            self.group.kill();
+        }
+        self.group.disarm();
+        let _ = tokio::time::timeout(OUTPUT_GRACE, &mut self.drained).await;
+        self.lines()
+    }
+
+    /// The last lines so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.tail.lock().map(|mut t| t.lines()).unwrap_or_default()
     }
 }
 
@@ -150,7 +211,7 @@ fn spawn(
     let mut cmd = tokio::process::Command::new(&exec);
     cmd.arg0(&vetted.path)
         .args(program.args)
-        .envs(program.env.iter().map(|(k, v)| (k, v)))
+        .envs(program.env.iter().map(|(k, v)| (k.as_ref(), v)))
         .env("DT_PROGRAM", &vetted.path)
         .stdin(Stdio::null())
         .stdout(writer)
@@ -164,9 +225,9 @@ fn spawn(
     drop(vetted.file);
     let child = child.map_err(|e| spawn_error(&vetted.path, &e))?;
     let (done, drained) = tokio::sync::oneshot::channel();
-    let what = program.what;
+    let (what, echo) = (program.what, program.echo);
     std::thread::spawn(move || {
-        read_output(reader, &tail, what);
+        read_output(reader, &tail, what, echo);
         let _ = done.send(());
     });
     Ok((child, drained))
@@ -187,7 +248,7 @@ fn exec_path(vetted: &Vetted) -> Result<PathBuf, String> {
     )))
 }
 
-fn read_output(mut reader: std::io::PipeReader, tail: &Mutex<Tail>, what: &str) {
+fn read_output(mut reader: std::io::PipeReader, tail: &Mutex<Tail>, what: &str, echo: bool) {
     let mut buf = [0u8; 8192];
     loop {
         match reader.read(&mut buf) {
@@ -195,7 +256,11 @@ fn read_output(mut reader: std::io::PipeReader, tail: &Mutex<Tail>, what: &str) 
             Ok(k) => {
                 let Ok(mut t) = tail.lock() else { return };
                 for line in t.feed(&buf[..k]) {
-                    tracing::debug!(target: "dt::agent::program_output", program = what, "{line}");
+                    if echo {
+                        tracing::info!(target: "dt::agent::program_output", program = what, "{line}");
+                    } else {
+                        tracing::debug!(target: "dt::agent::program_output", program = what, "{line}");
+                    }
                 }
             }
         }

@@ -8,6 +8,7 @@
 
 mod alerts;
 mod de;
+mod launcher;
 mod notify;
 mod owner;
 mod position;
@@ -25,6 +26,7 @@ use std::time::Duration;
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook};
+pub use launcher::{Launcher, NprocPerNode};
 pub use notify::Notify;
 pub use owner::JobOwner;
 pub use sections::{
@@ -151,6 +153,9 @@ pub struct Job {
     pub stall: Option<Stall>,
     /// Whose files the job's are (see [`Job::owner_uid`]); `None`: their directory's owner.
     pub owner: Option<JobOwner>,
+    /// The per-node launcher (torchrun) `dtd agent` runs on every listed node; `None`: the job
+    /// starts itself.
+    pub launcher: Option<Launcher>,
 }
 
 impl Job {

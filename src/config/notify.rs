@@ -77,7 +77,7 @@ fn expect_text(expect: Option<String>) -> Result<Option<String>, String> {
     }
 }
 
-fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, String> {
+pub(super) fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, String> {
     let upper = name.to_ascii_uppercase();
     let full = if upper.starts_with("SIG") {
         upper

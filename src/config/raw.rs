@@ -208,6 +208,8 @@ pub(super) struct RawJob {
     /// Whose files the job's are; default: the owner of their directory.
     #[serde(default)]
     pub owner: Option<super::owner::JobOwner>,
+    #[serde(default)]
+    pub launcher: Option<super::launcher::Launcher>,
 }
 
 /// A key left out takes its value from [`Default`].

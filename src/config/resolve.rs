@@ -91,6 +91,7 @@ fn job(j: RawJob, shared_dir: &Path) -> Job {
         progress: j.progress.unwrap_or_else(|| shared_dir.join(PROGRESS_FILE)),
         stall: j.stall,
         owner: j.owner,
+        launcher: j.launcher,
     }
 }
 

@@ -11,26 +11,36 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, removal};
+use super::{group, launcher, removal};
 use crate::config::HealthLeave;
 use crate::model::*;
 
-/// The report of the listed cluster worker at `at`, when it says the worker is unhealthy. A
-/// report another instance left under this IP, and a base host's or the master's, are not.
-pub(super) fn unhealthy<'a>(p: &Pass<'a>, at: usize) -> Option<&'a Health> {
+/// The report of the listed cluster worker at `at`, when it says the worker is unhealthy (or,
+/// with a launcher, the node stopped answering). A report another instance left under this IP,
+/// and a base host's or the master's, are not.
+pub(super) fn unhealthy(p: &Pass, st: &State, at: usize) -> Option<Health> {
     let inst = &p.list[at];
-    let h = p.markers?.health.get(&inst.ip)?;
-    let counts = !h.ok && h.instance_id == inst.id && !p.rules.is_protected(inst.ip);
-    counts.then_some(h)
+    if p.rules.is_protected(inst.ip) {
+        return None;
+    }
+    let reported = (p.markers?.health.get(&inst.ip)).filter(|h| !h.ok && h.instance_id == inst.id);
+    reported.cloned().or_else(|| launcher::silent(p, st, at))
 }
 
 pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers else { return };
-    let bad: Vec<usize> = (m.health.values())
+    let reported = (m.health.values())
         .filter(|h| !h.ok)
-        .filter_map(|h| p.at(&h.instance_id))
-        .filter(|&at| p.facts[at].cluster && unhealthy(p, at).is_some())
+        .map(|h| &h.instance_id);
+    let silent = (m.launchers.values())
+        .filter(|l| l.state.is_active())
+        .map(|l| &l.instance_id);
+    let mut bad: Vec<usize> = (reported.chain(silent))
+        .filter_map(|id| p.at(id))
+        .filter(|&at| p.facts[at].cluster && unhealthy(p, st, at).is_some())
         .collect();
+    bad.sort_unstable();
+    bad.dedup();
     journal(p, st, out, &bad);
     resend_launches(p, st, out);
     if (bad.is_empty() && st.health_stopped.is_none()) || !within_limit(p, st, out, bad.len()) {
@@ -48,13 +58,17 @@ fn journal(p: &Pass, st: &mut State, out: &mut Draft, bad: &[usize]) {
         if st.unhealthy.contains_key(id) {
             continue;
         }
-        let Some(h) = unhealthy(p, at) else { continue };
-        let gone = if h.gpus_lost {
-            " (its GPUs are gone)"
-        } else {
-            ""
+        let Some(h) = unhealthy(p, st, at) else {
+            continue;
         };
-        let msg = format!("{ip} ({id}): health check failed{gone}: {}", h.reason);
+        let msg = match (h.gpus_lost, h.vanished) {
+            (_, true) => format!("{ip} ({id}): {}", h.reason),
+            (true, _) => format!(
+                "{ip} ({id}): health check failed (its GPUs are gone): {}",
+                h.reason
+            ),
+            _ => format!("{ip} ({id}): health check failed: {}", h.reason),
+        };
         out.event(p, EventKind::Unhealthy, Some((id, ip)), None, msg);
         st.unhealthy.insert(id.to_string(), h.reason.clone());
     }
@@ -145,9 +159,11 @@ fn act_on(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
 
 /// A member leaves: at once when its GPUs are gone or `health.leave` says so, else it drains.
 fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
-    let Some(h) = unhealthy(p, at) else { return };
+    let Some(h) = unhealthy(p, st, at) else {
+        return;
+    };
     let inst = &p.list[at];
-    let at_once = h.gpus_lost || p.rules.health_leave == HealthLeave::Immediate;
+    let at_once = h.gpus_lost || h.vanished || p.rules.health_leave == HealthLeave::Immediate;
     st.members.remove(pos);
     st.held.remove(&inst.id);
     out.removed.push(inst.ip);
@@ -158,7 +174,7 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
         deadline: None,
     });
     let end = ending(p, st, out, at);
-    let reason = format!("health check failed ({})", h.reason);
+    let reason = h.describe();
     let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
     let then = then_text(&end);
     if !at_once {
@@ -170,9 +186,10 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
         return;
     }
     r.stage = Stage::Ending(end);
-    let why = match h.gpus_lost {
-        true => "its GPUs are gone",
-        false => "health.leave is immediate",
+    let why = match (h.gpus_lost, h.vanished) {
+        (true, _) => "its GPUs are gone",
+        (_, true) => "it cannot take part",
+        _ => "health.leave is immediate",
     };
     let msg = format!("{reason}: {} left the job at once ({why}); {then}", inst.ip);
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
@@ -182,17 +199,19 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
 /// training (ADDED, REMOVAL_QUEUED: the state was lost) first waits for an acknowledgement given
 /// after this pass, as `leaving::retire_unjoined` does, unless its GPUs are gone.
 fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
-    let Some(h) = unhealthy(p, at) else { return };
+    let Some(h) = unhealthy(p, st, at) else {
+        return;
+    };
     let inst = &p.list[at];
     let end = ending(p, st, out, at);
     let then = then_text(&end);
-    let reason = format!("health check failed ({})", h.reason);
+    let reason = h.describe();
     let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
     let may_train = matches!(
         p.facts[at].status,
         Some(WorkerStatus::Added | WorkerStatus::RemovalQueued)
     );
-    let msg = if may_train && !h.gpus_lost {
+    let msg = if may_train && !h.gpus_lost && !h.vanished {
         let gen = r.generation;
         let ip = inst.ip;
         format!("{reason}: {ip} may still be in the job (its tag says so); {then} after the job acknowledges generation {gen}")

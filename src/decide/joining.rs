@@ -20,12 +20,12 @@ pub(super) fn candidate(
         && !trust::foreign_marker(p, st, out, at, false);
     let failed = (p.markers.and_then(|m| m.failed.get(&ip)))
         .filter(|_| !trust::foreign_marker(p, st, out, at, true));
-    let sick = health::unhealthy(p, at);
+    let sick = health::unhealthy(p, st, at);
     if !group::serving(p, at) {
         let why = failed.map(|f| format!("prepare-data failed ({f})"));
         let why = why.or_else(|| {
-            let h = sick.filter(|_| !health::stopped(st))?;
-            Some(format!("health check failed ({})", h.reason))
+            let h = sick.as_ref().filter(|_| !health::stopped(st))?;
+            Some(h.describe())
         });
         launch::outside_service(p, st, out, at, success && sick.is_none(), why.as_ref());
     } else if let Some(h) = sick {
@@ -34,7 +34,7 @@ pub(super) fn candidate(
             true => "a person: health.max_unhealthy reached",
             false => "a complete view to replace it",
         };
-        let why = format!("{why}; health check failed ({})", h.reason);
+        let why = format!("{why}; {}", h.describe());
         out.view(at, Some(WorkerStatus::Preparing), Some(why));
     } else if success {
         joins.push(at);

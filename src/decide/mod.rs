@@ -7,7 +7,8 @@
 //! changed), changes the [`State`], and writes a [`draft::Draft`] of the [`Outcome`]. Each rule
 //! family is a file of free functions over those three: `notices`, `classify` (who stays, who
 //! joins, who leaves), `joining`, `leaving`, `group` and `launch` (the worker group and its
-//! launching hook), `removal` (the removal lifecycle), `stall` (the job's step standing still),
+//! launching hook), `removal` (the removal lifecycle), `launcher` (the workers' torchrun
+//! launchers), `stall` (the job's step standing still),
 //! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
 //! `report` (rows, tags, host files).
 
@@ -17,6 +18,7 @@ mod group;
 mod health;
 mod joining;
 mod launch;
+mod launcher;
 mod leaving;
 mod mount_targets;
 mod notices;
@@ -58,6 +60,7 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     group::scale_in(&p, &mut st, &mut out);
     launch::prune(&p, &mut st);
     removal::advance_all(&p, &mut st, &mut out);
+    launcher::watch(&p, &mut st, &mut out);
     // After joins and leaves: whether the job has workers is this pass's answer.
     stall::watch(&p, &mut st, &mut out);
     trust::forget_stale(&p, &mut st, &out);

@@ -167,7 +167,7 @@ fn advance(p: &Pass, st: &mut State, out: &mut Draft, r: &mut Removal) -> bool {
         return false;
     }
     match &r.stage {
-        Stage::AwaitingAck { .. } => return await_ack(p, out, r),
+        Stage::AwaitingAck { .. } => return await_ack(p, st, out, r),
         Stage::Ending(e) => {
             // The last call was never confirmed (it failed, or the daemon died): send it again.
             send(out, &r.id, e);
@@ -181,11 +181,21 @@ fn advance(p: &Pass, st: &mut State, out: &mut Draft, r: &mut Removal) -> bool {
     true
 }
 
-/// Returns false when the removal is finished and can be forgotten.
-fn await_ack(p: &Pass, out: &mut Draft, r: &mut Removal) -> bool {
+/// Returns false when the removal is finished and can be forgotten. With a launcher, an
+/// acknowledged worker also waits (within the ack timeout) for its launcher to stop, so it is
+/// terminated only once its processes are gone.
+fn await_ack(p: &Pass, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
     let by_file = p.ack.is_some_and(|g| g >= r.generation);
     let by_log = (p.acks.and_then(|a| a.log_removed.get(&r.ip))).is_some_and(|l| *l > r.log_mark);
-    let (kind, msg) = if by_file || by_log {
+    let running = (by_file || by_log)
+        .then(|| super::launcher::still_running(p, st, r))
+        .flatten()
+        .filter(|_| p.now < r.deadline);
+    let (kind, msg) = if let Some(why) = running {
+        out.view_id(p, &r.id, WorkerStatus::RemovalQueued, Some(why));
+        heartbeat(p, out, r);
+        return true;
+    } else if by_file || by_log {
         let how = if by_file {
             "ack file"
         } else {

@@ -204,6 +204,20 @@ fn unseen_member(index: usize, m: &Member) -> Row {
     }
 }
 
+/// A worker's launcher in a few words, from the report its instance wrote.
+fn launcher_line(snap: &Snapshot, id: &str, ip: std::net::IpAddr) -> Option<String> {
+    let l = snap.markers.as_ref().ok()?.launchers.get(&ip)?;
+    if l.instance_id != id {
+        return None;
+    }
+    let g = l.generation.map_or(String::new(), |g| format!(" g{g}"));
+    let restarts = match l.restarts {
+        0 => String::new(),
+        n => format!(", {n} restart(s)"),
+    };
+    Some(format!("{}{g} ({}{restarts})", l.state.as_str(), l.reason))
+}
+
 /// The status report's table: base hosts first, then by IP.
 /// `state` is the one the rows were decided with: its members and when each status began.
 pub fn worker_views(rows: &[Row], snap: &Snapshot, state: &State) -> Vec<WorkerView> {
@@ -236,6 +250,7 @@ pub fn worker_views(rows: &[Row], snap: &Snapshot, state: &State) -> Vec<WorkerV
                     .filter(|s| s.id == *id && Shown::Status(s.status) == row.shown)
                     .map(|s| s.at),
                 waiting_for: row.waiting_for.clone(),
+                launcher: launcher_line(snap, id, ip),
             })
         })
         .collect();

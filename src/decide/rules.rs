@@ -37,6 +37,9 @@ pub struct Rules {
     pub replace_unhealthy: bool,
     /// `job.stall.after`: how long the job's step may stand still; `None`: no stall detection.
     pub stall_after_ms: Option<u64>,
+    /// `job.launcher.silent_after`: a training member whose agent's launcher report has not
+    /// changed for this long stopped answering. `None`: no launcher configured.
+    pub launcher_silent_ms: Option<u64>,
 }
 
 /// What the rules read from one instance's tags.
@@ -69,6 +72,8 @@ impl Rules {
             health_leave: cfg.health.leave,
             replace_unhealthy: cfg.workers.replace_unhealthy,
             stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
+            launcher_silent_ms: (cfg.job.launcher.as_ref())
+                .map(|l| l.silent_after.as_millis() as u64),
         }
     }
 

@@ -120,6 +120,16 @@ pub enum EventKind {
     /// A job file (`ack`, `host_worker_log`, `progress`, `job.pid`) owned by someone other than
     /// the job's user: ignored.
     FileRefused,
+    /// A worker's launcher (`job.launcher`) started for a generation.
+    LauncherStarted,
+    /// Its agent stopped it (a new generation, or the worker left).
+    LauncherStopped,
+    /// It exited non-zero (or could not start) while listed: started again after a backoff.
+    LauncherFailed,
+    /// It exited 0 on its own.
+    LauncherFinished,
+    /// Every member's launcher finished in the current generation, and none is started again.
+    JobFinished,
     #[serde(untagged)]
     Other(String),
 }
@@ -183,6 +193,11 @@ impl EventKind {
             EventKind::AckRefused => "ack_refused",
             EventKind::MarkerRefused => "marker_refused",
             EventKind::FileRefused => "file_refused",
+            EventKind::LauncherStarted => "launcher_started",
+            EventKind::LauncherStopped => "launcher_stopped",
+            EventKind::LauncherFailed => "launcher_failed",
+            EventKind::LauncherFinished => "launcher_finished",
+            EventKind::JobFinished => "job_finished",
             EventKind::Other(_) => "",
         }
     }

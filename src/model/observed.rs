@@ -60,6 +60,34 @@ pub struct Markers {
     /// names one: believed only for the instance EC2 lists at that IP (a 2018 marker names none).
     pub success_named: BTreeMap<IpAddr, String>,
     pub failed_named: BTreeMap<IpAddr, String>,
+    /// What each worker's launcher last did (`launcher_<ip>`, with `job.launcher`).
+    pub launchers: BTreeMap<IpAddr, Launcher>,
+}
+
+/// A worker's launcher (torchrun), as its agent last reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    /// The instance that wrote it: a report left by an earlier owner of the IP is not this one's.
+    pub instance_id: String,
+    pub state: crate::protocol::launcher::LauncherState,
+    pub generation: Option<u64>,
+    pub restarts: u32,
+    /// One line for people.
+    pub reason: String,
+    /// When `dtd` last saw the agent replace or touch the report (by its own clock, not the
+    /// file's): a member not heard from for `job.launcher.silent_after` stopped answering.
+    pub heard_at: Millis,
+}
+
+impl Health {
+    /// Why the worker is unhealthy, for the journal and `dtctl status`.
+    pub fn describe(&self) -> String {
+        if self.vanished {
+            self.reason.clone()
+        } else {
+            format!("health check failed ({})", self.reason)
+        }
+    }
 }
 
 /// A worker's last health check, as its agent wrote it.
@@ -70,6 +98,9 @@ pub struct Health {
     pub ok: bool,
     /// The check said the GPUs are gone: the worker leaves the job at once.
     pub gpus_lost: bool,
+    /// Not a check's verdict: the node stopped answering (its launcher report went silent), so
+    /// it leaves at once too.
+    pub vanished: bool,
     /// One line for people.
     pub reason: String,
     /// When the check finished, if the report says so readably.

@@ -122,6 +122,13 @@ pub struct State {
     /// The job's step as last read from its progress file, with `job.stall` configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,
+    /// Each worker's launcher state and generation as last journaled (`job.launcher`), by
+    /// instance id: a change is journaled once.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub launchers: BTreeMap<String, (crate::protocol::launcher::LauncherState, Option<u64>)>,
+    /// The generation whose every launcher finished (exit code 0): `job_finished` journaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<u64>,
 }
 
 /// A launch from the template owed for an unhealthy worker.

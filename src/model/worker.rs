@@ -61,6 +61,9 @@ pub struct WorkerView {
     pub status: String,
     pub since: Option<Millis>,
     pub waiting_for: Option<String>,
+    /// Its launcher (`job.launcher`), as its agent last reported it: `running g7 (node 0 of 3)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<String>,
 }
 
 /// Where a status row's instance details come from.

@@ -10,9 +10,10 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::fsutil::millis_from_rfc3339;
-use crate::model::{Health, Markers, Millis, Notice, NoticeKind, NoticeTarget};
+use crate::model::{Health, Launcher, Markers, Millis, Notice, NoticeKind, NoticeTarget};
 use crate::protocol::health::HealthReport;
 use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
+use crate::protocol::launcher::LauncherReport;
 use crate::protocol::markers::{
     MarkerKind, MarkerName, NameError, MAX_REPORT_BYTES, PREPARE_DATA_PREFIX,
 };
@@ -35,7 +36,23 @@ pub struct MarkerScanner {
     health: BTreeMap<IpAddr, (u64, Option<Health>)>,
     /// The IPs with a health report in the directory on this scan.
     health_seen: HashSet<IpAddr>,
+    /// Launcher reports by IP: read once per inode (the agent replaces the file when its state
+    /// changes) and `stat`ed for their modification time (its heartbeat) at most once a second.
+    launchers: BTreeMap<IpAddr, LauncherSeen>,
+    launchers_seen: HashSet<IpAddr>,
+    launchers_statted: Option<Millis>,
 }
+
+/// A launcher report as last read, and when its file last changed in dtd's eyes.
+struct LauncherSeen {
+    ino: u64,
+    modified: Option<std::time::SystemTime>,
+    report: Option<Launcher>,
+}
+
+/// How often launcher reports are `stat`ed for their heartbeat: far more often than the silence
+/// that counts (`job.launcher.silent_after`, at least 6 s), far less than every pass.
+const LAUNCHER_STAT_EVERY: Millis = 1000;
 
 /// What a success marker said when it was first seen (its time) and last read (its inode).
 struct SuccessSeen {
@@ -52,6 +69,9 @@ impl MarkerScanner {
             success: BTreeMap::new(),
             health: BTreeMap::new(),
             health_seen: HashSet::new(),
+            launchers: BTreeMap::new(),
+            launchers_seen: HashSet::new(),
+            launchers_statted: None,
         }
     }
 
@@ -59,9 +79,23 @@ impl MarkerScanner {
         let entries = fs::read_dir(&self.dir)
             .map_err(|e| format!("cannot read {}: {e}", self.dir.display()))?;
         let mut markers = Markers::default();
+        let now = crate::fsutil::now_millis();
+        let stat = self
+            .launchers_statted
+            .is_none_or(|at| now.saturating_sub(at) >= LAUNCHER_STAT_EVERY);
+        if stat {
+            self.launchers_statted = Some(now);
+        }
         for entry in entries {
             let entry = entry.map_err(|e| format!("listing {}: {e}", self.dir.display()))?;
-            self.consider(&entry, &mut markers);
+            self.consider(&entry, &mut markers, (now, stat));
+        }
+        let seen = std::mem::take(&mut self.launchers_seen);
+        self.launchers.retain(|ip, _| seen.contains(ip));
+        for (ip, l) in &self.launchers {
+            if let Some(report) = &l.report {
+                markers.launchers.insert(*ip, report.clone());
+            }
         }
         self.success.retain(|ip, _| markers.success.contains(ip));
         for (ip, seen) in &self.success {
@@ -79,7 +113,7 @@ impl MarkerScanner {
         Ok(markers)
     }
 
-    fn consider(&mut self, entry: &fs::DirEntry, markers: &mut Markers) {
+    fn consider(&mut self, entry: &fs::DirEntry, markers: &mut Markers, clock: (Millis, bool)) {
         let name = entry.file_name();
         let Some(text) = name.to_str() else {
             if name.to_string_lossy().starts_with(PREPARE_DATA_PREFIX) {
@@ -116,7 +150,50 @@ impl MarkerScanner {
                 Err(e) => self.warn(&name, &e),
             },
             MarkerKind::Health => self.consider_health(entry, &name, ip, markers),
+            MarkerKind::Launcher => self.consider_launcher(entry, &name, ip, clock),
         }
+    }
+
+    /// Reads a launcher report when its inode changed; otherwise, when due, `stat`s it: a new
+    /// modification time is the agent's heartbeat. Either is heard at `now`.
+    fn consider_launcher(
+        &mut self,
+        entry: &fs::DirEntry,
+        name: &OsString,
+        ip: IpAddr,
+        (now, stat): (Millis, bool),
+    ) {
+        use std::os::unix::fs::DirEntryExt;
+        self.launchers_seen.insert(ip);
+        let ino = entry.ino();
+        if let Some(seen) = self.launchers.get_mut(&ip).filter(|s| s.ino == ino) {
+            if stat {
+                let modified = entry.metadata().ok().and_then(|m| m.modified().ok());
+                if modified.is_some() && modified != seen.modified {
+                    seen.modified = modified;
+                    if let Some(r) = seen.report.as_mut() {
+                        r.heard_at = now;
+                    }
+                }
+            }
+            return;
+        }
+        let modified = entry.metadata().ok().and_then(|m| m.modified().ok());
+        let read = read_small(&entry.path(), "launcher report")
+            .and_then(|body| LauncherReport::parse(body.as_bytes()));
+        let report = match read {
+            Ok(r) => Some(launcher_from(r, now)),
+            Err(e) => {
+                self.warn(name, &e);
+                None
+            }
+        };
+        let seen = LauncherSeen {
+            ino,
+            modified,
+            report,
+        };
+        self.launchers.insert(ip, seen);
     }
 
     /// Reads a health report only when its inode changed since the last read; an unreadable
@@ -185,12 +262,24 @@ impl MarkerScanner {
     }
 }
 
+fn launcher_from(r: LauncherReport, now: Millis) -> Launcher {
+    Launcher {
+        instance_id: r.instance_id,
+        state: r.state,
+        generation: r.generation,
+        restarts: r.restarts,
+        reason: r.reason,
+        heard_at: now,
+    }
+}
+
 fn health_from(r: HealthReport) -> Health {
     Health {
         when: millis_from_rfc3339(&r.when),
         instance_id: r.instance_id,
         ok: r.ok,
         gpus_lost: r.gpus_lost,
+        vanished: false,
         reason: r.reason,
     }
 }

@@ -11,6 +11,7 @@ pub const SUCCESS_PREFIX: &str = "prepare_data_success_";
 pub const FAILED_PREFIX: &str = "prepare_data_failed_";
 pub const INTERRUPTION_PREFIX: &str = "interruption_";
 pub const HEALTH_PREFIX: &str = "health_";
+pub const LAUNCHER_PREFIX: &str = "launcher_";
 /// What the two prepare-data prefixes share: a name that starts so but is not UTF-8 is someone's
 /// broken marker, worth a warning rather than silence.
 pub const PREPARE_DATA_PREFIX: &str = "prepare_data_";
@@ -30,14 +31,18 @@ pub enum MarkerKind {
     /// The agent's health check ran; the body is a
     /// [`HealthReport`](super::health::HealthReport).
     Health,
+    /// The agent's launcher (`job.launcher`) changed state, or its heartbeat; the body is a
+    /// [`LauncherReport`](super::launcher::LauncherReport).
+    Launcher,
 }
 
 impl MarkerKind {
-    const ALL: [MarkerKind; 4] = [
+    const ALL: [MarkerKind; 5] = [
         MarkerKind::Success,
         MarkerKind::Failed,
         MarkerKind::Interruption,
         MarkerKind::Health,
+        MarkerKind::Launcher,
     ];
 
     pub const fn prefix(self) -> &'static str {
@@ -46,6 +51,7 @@ impl MarkerKind {
             MarkerKind::Failed => FAILED_PREFIX,
             MarkerKind::Interruption => INTERRUPTION_PREFIX,
             MarkerKind::Health => HEALTH_PREFIX,
+            MarkerKind::Launcher => LAUNCHER_PREFIX,
         }
     }
 }

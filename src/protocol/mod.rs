@@ -8,6 +8,9 @@
 //! | `prepare_data_success_<ip>`, `prepare_data_failed_<ip>` | `dtd agent` (or a 2018 script) | `dtd run` | [`markers`] (names), [`report`] (bodies) |
 //! | `interruption_<ip>` | `dtd agent` | `dtd run` | [`markers`] (name), [`interruption`] (body) |
 //! | `health_<ip>` | `dtd agent` (its health check) | `dtd run` | [`markers`] (name), [`health`] (body) |
+//! | `launcher_<ip>` | `dtd agent` (with `job.launcher`) | `dtd run` | [`markers`] (name), [`launcher`] (body) |
+//! | `notices` | `dtd run`, before it signals the job | the job | [`notices`] (name) |
+//! | `launch_plan` | `dtd run` (with `job.launcher`), before `generation` | `dtd agent` | [`launch_plan`] |
 //! | `host_worker_log` | the job | `dtd run` | [`host_worker_log`] |
 //! | `generation` | `dtd run`, after the host files | the job | [`generation`] |
 //! | `ack` | the job, or `dtctl ack G` | `dtd run` | [`generation`] |
@@ -19,6 +22,9 @@ pub mod generation;
 pub mod health;
 pub mod host_worker_log;
 pub mod interruption;
+pub mod launch_plan;
+pub mod launcher;
 pub mod markers;
+pub mod notices;
 pub mod progress;
 pub mod report;

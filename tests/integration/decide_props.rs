@@ -77,6 +77,7 @@ fn rules(min: usize, max: usize) -> Rules {
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
         stall_after_ms: None,
+        launcher_silent_ms: None,
     }
 }
 
@@ -457,6 +458,7 @@ impl World {
                     instance_id: id_of(s, n),
                     ok,
                     gpus_lost,
+                    vanished: false,
                     reason: "check".into(),
                     when: None,
                 };

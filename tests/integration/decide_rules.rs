@@ -38,6 +38,7 @@ pub(crate) fn rules() -> Rules {
         prepare_timeout_ms: PREPARE_TIMEOUT,
         scheduled_change_lead_ms: 3_600_000,
         stall_after_ms: None,
+        launcher_silent_ms: None,
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
@@ -2175,6 +2176,7 @@ impl World {
             instance_id: id.into(),
             ok,
             gpus_lost,
+            vanished: false,
             reason: reason.into(),
             when: Some(1_000),
         };

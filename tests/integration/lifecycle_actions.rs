@@ -108,6 +108,7 @@ fn group_rules() -> Rules {
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
         stall_after_ms: None,
+        launcher_silent_ms: None,
     }
 }
 

@@ -29,5 +29,6 @@ mod sandbox;
 mod stack;
 mod stall;
 mod story;
+mod torchrun;
 mod untrusted_shared_dir;
 mod worker_lies;

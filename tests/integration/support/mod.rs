@@ -52,6 +52,24 @@ fn tool(var: &str, name: &str) -> PathBuf {
     path
 }
 
+/// The virtualenv with PyPI's torch that `scripts/setup --tests` keeps outside the clone
+/// (`$DT_TORCH_VENV`, see scripts/env.sh); the torchrun tests fail, never skip, without it.
+pub fn torch_venv() -> PathBuf {
+    let venv = std::env::var_os("DT_TORCH_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var_os("HOME")?;
+            Some(PathBuf::from(home).join(".cache/dynamic-training/torch"))
+        })
+        .expect("DT_TORCH_VENV or HOME");
+    assert!(
+        venv.join("bin/torchrun").exists(),
+        "{}/bin/torchrun not found: run scripts/setup --tests (it installs PyTorch there) or set DT_TORCH_VENV",
+        venv.display()
+    );
+    venv
+}
+
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
     l.local_addr().expect("local addr").port()
@@ -343,6 +361,47 @@ impl Cluster {
                 )
             })
             .collect()
+    }
+
+    /// A VPC and a subnet on 127.0.0.0/24 (moto accepts it; EC2 would not): instances launched
+    /// into it at 127.0.0.N are reachable on this machine's loopback, so their agents and
+    /// whatever those start can talk to each other for real.
+    pub fn loopback_subnet(&self) -> String {
+        let (_, subnets) = self.vpc_with_subnets("127.0.0.0/24", &[("127.0.0.0/24", "us-east-1a")]);
+        subnets[0].clone()
+    }
+
+    /// One instance from the cluster's template at `ip` in `subnet`, Spot when `spot`: its id.
+    pub fn launch_at(&self, subnet: &str, ip: &str, spot: bool) -> String {
+        let spec = LaunchTemplateSpecification::builder()
+            .launch_template_id(&self.template_id)
+            .build();
+        let market = spot.then(|| {
+            aws_sdk_ec2::types::InstanceMarketOptionsRequest::builder()
+                .market_type(aws_sdk_ec2::types::MarketType::Spot)
+                .build()
+        });
+        let out = self
+            .rt
+            .block_on(
+                self.ec2
+                    .run_instances()
+                    .launch_template(spec)
+                    .subnet_id(subnet)
+                    .private_ip_address(ip)
+                    .set_instance_market_options(market)
+                    .min_count(1)
+                    .max_count(1)
+                    .send(),
+            )
+            .expect("RunInstances");
+        let inst = &out.instances()[0];
+        assert_eq!(
+            inst.private_ip_address(),
+            Some(ip),
+            "moto kept the IP asked for"
+        );
+        inst.instance_id().unwrap().to_string()
     }
 
     pub fn launch(&self, count: i32) -> Vec<(String, String)> {

@@ -1,0 +1,378 @@
+//! The node's launcher (`job.launcher`, torchrun): started for every generation whose launch plan
+//! lists this node, stopped (its signal, its grace, then SIGKILL of its process group) when a
+//! plan no longer does or names a newer generation, started again after a backoff when it fails
+//! while listed. Every change and every heartbeat is reported in `launcher_<ip>`.
+//!
+//! The plan is read only when dtd's user owns it (workers write the shared directory through
+//! an access point that makes their files someone else's), and a plan older than one already
+//! followed is ignored: a worker cannot replay an old membership.
+
+mod argv;
+mod report;
+mod tree;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::program::{self, Program, Running, Status};
+use super::Identity;
+use crate::config::{Config, Launcher};
+use crate::protocol::launch_plan::{self, LaunchPlan};
+use crate::protocol::launcher::{LauncherState, HEARTBEAT};
+pub use argv::Placement;
+use report::Reporter;
+
+/// How often the plan is read: a directory entry and a small file.
+const POLL: Duration = Duration::from_millis(250);
+
+/// The longest pause between two starts of a launcher that keeps failing.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// How long the processes of a stopped launcher may take to be gone after SIGKILL.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// One run of the launcher, for one placement.
+struct Run {
+    at: Placement,
+    running: Running,
+    /// torchrun's descendants when last looked at (its workers, in sessions of their own).
+    procs: Vec<tree::Proc>,
+}
+
+impl Run {
+    /// Notes torchrun's descendants now, keeping those noted before.
+    fn look(&mut self) {
+        let Some(pid) = self.running.pid().and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        for p in tree::descendants(pid) {
+            if !self.procs.contains(&p) {
+                self.procs.push(p);
+            }
+        }
+    }
+
+    /// Kills what is left of the processes it started and waits (a few seconds at most) until
+    /// they are gone.
+    async fn reap(&self) {
+        tree::kill(&self.procs);
+        let until = Instant::now() + REAP_WAIT;
+        while tree::any_alive(&self.procs) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// What holds a listed node's launcher from starting for the current generation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Hold {
+    None,
+    /// It exited 0 in this generation: the job is done here.
+    Finished(u64),
+    /// It failed `failures` times in this generation; next start at the instant.
+    Failed {
+        generation: u64,
+        failures: u32,
+        next: Instant,
+    },
+}
+
+pub struct Supervisor<'a> {
+    cfg: &'a Config,
+    launcher: &'a Launcher,
+    identity: Identity,
+    plan_path: PathBuf,
+    /// The newest generation of a plan followed: an older plan is a replay.
+    newest: Option<u64>,
+    /// The last problem with the plan, warned once until it changes.
+    plan_problem: Option<String>,
+    hold: Hold,
+    reporter: Reporter,
+}
+
+/// Runs for ever (until the agent stops, which kills the launcher's process group).
+pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity) {
+    let mut s = Supervisor::new(cfg, launcher, identity);
+    s.reporter.set(
+        LauncherState::Idle,
+        None,
+        "no launch plan lists this node yet",
+    );
+    let mut current: Option<Run> = None;
+    loop {
+        let wanted = s.wanted();
+        if let Some(run) = current.take() {
+            match &wanted {
+                Some(Some(at)) if *at == run.at => current = Some(run),
+                Some(Some(at)) => {
+                    s.stop(run, &format!("generation {} began", at.generation))
+                        .await
+                }
+                Some(None) => {
+                    s.stop(run, "the launch plan no longer lists this node")
+                        .await
+                }
+                None => current = Some(run),
+            }
+        }
+        if current.is_none() {
+            if let Some(Some(at)) = wanted {
+                current = s.start(at).await;
+            }
+        }
+        let exited = match current.as_mut() {
+            Some(run) => tokio::select! {
+                status = run.running.wait() => Some(status),
+                () = tokio::time::sleep(POLL) => None,
+            },
+            None => {
+                tokio::time::sleep(POLL).await;
+                None
+            }
+        };
+        if let Some(status) = exited {
+            if let Some(run) = current.take() {
+                s.exited(run, status).await;
+            }
+        }
+        if s.reporter.heartbeat() {
+            if let Some(run) = current.as_mut() {
+                run.look();
+            }
+        }
+    }
+}
+
+impl<'a> Supervisor<'a> {
+    fn new(cfg: &'a Config, launcher: &'a Launcher, identity: Identity) -> Self {
+        let reporter = Reporter::new(&cfg.shared_dir, &identity);
+        Supervisor {
+            cfg,
+            launcher,
+            plan_path: cfg.shared_dir.join(launch_plan::PLAN_FILE),
+            identity,
+            newest: None,
+            plan_problem: None,
+            hold: Hold::None,
+            reporter,
+        }
+    }
+
+    /// Where the newest plan places this node: `Some(None)` when it does not list it, `None`
+    /// when there is no plan to follow (none yet, unreadable, or a replay).
+    fn wanted(&mut self) -> Option<Option<Placement>> {
+        let plan = self.read_plan()?;
+        if self.newest.is_some_and(|n| plan.generation < n) {
+            let problem = format!(
+                "ignoring a launch plan of generation {}: generation {} was already followed",
+                plan.generation,
+                self.newest.unwrap_or_default()
+            );
+            self.problem(problem);
+            return None;
+        }
+        self.newest = Some(plan.generation);
+        self.plan_problem = None;
+        let port = self.launcher.rdzv.port;
+        Some(Placement::of(&plan, self.identity.ip, port))
+    }
+
+    fn read_plan(&mut self) -> Option<LaunchPlan> {
+        let owner = Some(crate::fsutil::own_uid());
+        let read = crate::untrusted::read_owned(&self.plan_path, launch_plan::MAX_BYTES, owner);
+        let body = match read {
+            Ok(Some(body)) => body,
+            Ok(None) => return None,
+            Err(e) => {
+                self.problem(format!("cannot use {}: {e}", self.plan_path.display()));
+                return None;
+            }
+        };
+        match LaunchPlan::parse(&body) {
+            Ok(plan) => Some(plan),
+            Err(e) => {
+                self.problem(format!("{}: {e}", self.plan_path.display()));
+                None
+            }
+        }
+    }
+
+    fn problem(&mut self, problem: String) {
+        if self.plan_problem.as_ref() != Some(&problem) {
+            tracing::warn!("launcher: {problem}");
+            self.plan_problem = Some(problem);
+        }
+    }
+
+    /// Starts the launcher for `at` unless this generation finished here or is backing off.
+    async fn start(&mut self, at: Placement) -> Option<Run> {
+        let restarts = match self.hold {
+            Hold::Finished(g) if g == at.generation => return None,
+            Hold::Failed {
+                generation,
+                failures,
+                next,
+            } if generation == at.generation => {
+                if Instant::now() < next {
+                    return None;
+                }
+                failures
+            }
+            _ => 0,
+        };
+        let args = argv::args(self.launcher, &self.cfg.cluster, &at);
+        let env = self.env(&at);
+        let rdzv_id = at.rdzv_id(&self.cfg.cluster);
+        let program = Program {
+            path: std::path::Path::new(&self.launcher.torchrun[0]),
+            sha256: self.launcher.sha256.as_ref(),
+            args: &args,
+            env,
+            timeout: Duration::MAX,
+            what: "launcher",
+            echo: true,
+        };
+        match program::start(&program).await {
+            Ok(running) => {
+                let pid = running.pid();
+                tracing::info!(generation = at.generation, rank = at.rank, nnodes = at.nnodes, %rdzv_id, ?pid, "launcher started");
+                self.reporter.started(&at, rdzv_id, pid, restarts);
+                Some(Run {
+                    at,
+                    running,
+                    procs: Vec::new(),
+                })
+            }
+            Err(status) => {
+                self.failed(&at, &status, Vec::new());
+                None
+            }
+        }
+    }
+
+    /// What torchrun and the script it starts learn from the agent, then the config's `env`.
+    fn env(&self, at: &Placement) -> Vec<program::EnvVar> {
+        let cfg = self.cfg;
+        let mut env = program::agent_env(&self.identity, &cfg.shared_dir, &cfg.cluster);
+        let path = |p: &std::path::Path| OsString::from(p);
+        env.extend([
+            ("DT_GENERATION".into(), at.generation.to_string().into()),
+            ("DT_NNODES".into(), at.nnodes.to_string().into()),
+            ("DT_ACK_FILE".into(), path(&cfg.job.ack.file)),
+            ("DT_PROGRESS_FILE".into(), path(&cfg.job.progress)),
+            (
+                "DT_NOTICES_FILE".into(),
+                path(&cfg.shared_dir.join(crate::protocol::notices::NOTICES_FILE)),
+            ),
+        ]);
+        let user = self.launcher.env.iter();
+        env.extend(user.map(|(k, v)| (k.clone().into(), OsString::from(v))));
+        env
+    }
+
+    /// Stops a run: the stop signal to torchrun, the grace (heartbeats go on meanwhile, so the
+    /// master does not take a slow stop for a dead node), then SIGKILL of the whole group.
+    async fn stop(&mut self, mut run: Run, why: &str) {
+        let stop = &self.launcher.stop;
+        tracing::info!(
+            generation = run.at.generation,
+            "stopping the launcher: {why}"
+        );
+        self.reporter.stopping(why);
+        run.look();
+        run.running.signal(stop.signal);
+        let deadline = Instant::now() + stop.grace;
+        let status = loop {
+            let tick = (deadline - Instant::now()).min(HEARTBEAT);
+            tokio::select! {
+                status = run.running.wait() => break status,
+                () = tokio::time::sleep(tick) => {}
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(grace = ?stop.grace, "the launcher outlived its grace: killing its process group");
+                run.look();
+                run.running.kill_group();
+                break run.running.wait().await;
+            }
+            if self.reporter.heartbeat() {
+                run.look();
+            }
+        };
+        run.reap().await;
+        let tail = run.running.finish(true).await;
+        tracing::info!(
+            generation = run.at.generation,
+            "launcher stopped ({})",
+            describe(&status)
+        );
+        self.reporter.stopped(&status, why, tail);
+    }
+
+    /// It ended on its own: finished (exit 0) or failed (started again after the backoff).
+    async fn exited(&mut self, run: Run, status: Status) {
+        run.reap().await;
+        let tail = run.running.finish(true).await;
+        if status == Status::Exited(0) {
+            tracing::info!(
+                generation = run.at.generation,
+                "the launcher finished (exit code 0)"
+            );
+            self.hold = Hold::Finished(run.at.generation);
+            self.reporter.finished(tail);
+            return;
+        }
+        self.failed(&run.at, &status, tail);
+    }
+
+    fn failed(&mut self, at: &Placement, status: &Status, tail: Vec<String>) {
+        let failures = match self.hold {
+            Hold::Failed {
+                generation,
+                failures,
+                ..
+            } if generation == at.generation => failures.saturating_add(1),
+            _ => 1,
+        };
+        let pause = backoff(self.launcher.backoff, failures);
+        self.hold = Hold::Failed {
+            generation: at.generation,
+            failures,
+            next: Instant::now() + pause,
+        };
+        let why = format!(
+            "{}; started again in {}",
+            describe(status),
+            humantime::format_duration(pause)
+        );
+        tracing::warn!(generation = at.generation, "the launcher failed: {why}");
+        self.reporter.failed(status, why, tail);
+    }
+}
+
+/// `base`, doubled for every failure after the first, at most [`MAX_BACKOFF`].
+fn backoff(base: Duration, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    base.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+}
+
+fn describe(status: &Status) -> String {
+    status.describe(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_five_minutes() {
+        let base = Duration::from_secs(5);
+        let got: Vec<u64> = [1, 2, 3, 7, 100, u32::MAX]
+            .into_iter()
+            .map(|f| backoff(base, f).as_secs())
+            .collect();
+        assert_eq!(got, [5, 10, 20, 300, 300, 300]);
+    }
+}

@@ -1,0 +1,125 @@
+//! The processes a launcher started. torchrun starts each worker in a session of its own
+//! (`start_new_session`), so SIGKILL to torchrun's process group does not reach them: the agent
+//! notes torchrun's descendants from `/proc` while torchrun lives, and kills each one's group
+//! after, so that "stopped" means no process of the launcher is left.
+
+use std::collections::HashMap;
+
+/// A process as `/proc/<pid>/stat` shows it: its start time tells it from a later process that
+/// reuses the PID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Proc {
+    pub pid: i32,
+    start: u64,
+}
+
+/// Every process below `root`, found by walking each process's parent in `/proc`.
+pub fn descendants(root: i32) -> Vec<Proc> {
+    let mut parent_of: HashMap<i32, (i32, u64)> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some((ppid, start)) = stat(pid) {
+            parent_of.insert(pid, (ppid, start));
+        }
+    }
+    let below = |mut pid: i32| {
+        // A chain longer than the table is a loop a racing read made: not below.
+        for _ in 0..=parent_of.len() {
+            match parent_of.get(&pid) {
+                Some((ppid, _)) if *ppid == root => return true,
+                Some((ppid, _)) if *ppid > 1 => pid = *ppid,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut found: Vec<Proc> = (parent_of.iter())
+        .filter(|(pid, _)| below(**pid))
+        .map(|(pid, (_, start))| Proc {
+            pid: *pid,
+            start: *start,
+        })
+        .collect();
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+/// SIGKILL to each process still alive as the same process, and to its process group.
+pub fn kill(procs: &[Proc]) {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::Pid;
+    for p in procs {
+        if stat(p.pid).is_none_or(|(_, start)| start != p.start) {
+            continue;
+        }
+        let pid = Pid::from_raw(p.pid);
+        let _ = killpg(pid, Signal::SIGKILL);
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+}
+
+/// Whether any of them is still alive as the same process.
+pub fn any_alive(procs: &[Proc]) -> bool {
+    procs
+        .iter()
+        .any(|p| stat(p.pid).is_some_and(|(_, start)| start == p.start))
+}
+
+/// The parent and the start time of `pid` (fields 4 and 22 of `/proc/<pid>/stat`; the command
+/// name before them is in parentheses and may hold spaces and parentheses itself). A zombie
+/// counts as gone.
+fn stat(pid: i32) -> Option<(i32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state (3), ppid (4), ... starttime (22).
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((ppid, start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_and_kills_a_grandchild_in_a_session_of_its_own() {
+        // sh starts a sleep in a new session (setsid), as torchrun starts its workers.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 60 & wait"])
+            .spawn()
+            .unwrap();
+        let root = child.id() as i32;
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = descendants(root);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!found.is_empty(), "the sleep below sh");
+        assert!(any_alive(&found));
+        kill(&found);
+        let _ = child.wait();
+        for _ in 0..100 {
+            if !any_alive(&found) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("still alive: {found:?}");
+    }
+}

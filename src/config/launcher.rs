@@ -1,0 +1,249 @@
+//! `job.launcher`: the command `dtd agent` runs on every listed node to start the job (torchrun),
+//! and how it is stopped. Read by the agent (it runs it) and by `dtd run` (it writes the launch
+//! plan and watches the agents' reports).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::de::{duration, sha256};
+use crate::digest::Sha256;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Launcher {
+    /// torchrun as an argv (never a shell): the program, then any arguments of its own that
+    /// come before the ones the agent adds.
+    #[serde(deserialize_with = "program_argv")]
+    pub torchrun: Vec<String>,
+    /// The training script and its arguments, after torchrun's.
+    #[serde(deserialize_with = "script_argv")]
+    pub script: Vec<String>,
+    /// Processes per node: a number, or `gpu` (one per GPU), `cpu` or `auto`, as torchrun takes.
+    #[serde(default)]
+    pub nproc_per_node: NprocPerNode,
+    #[serde(default)]
+    pub rdzv: Rdzv,
+    /// torchrun's own `--max-restarts` within one generation (its workers, not the node).
+    #[serde(default)]
+    pub max_restarts: u32,
+    #[serde(default)]
+    pub stop: Stop,
+    /// Added to torchrun's environment (after the agent's `DT_*`).
+    #[serde(default, deserialize_with = "environment")]
+    pub env: BTreeMap<String, String>,
+    /// The first pause before a launcher that failed while listed starts again; it doubles at
+    /// every failure in the same generation, up to five minutes.
+    #[serde(default = "default_backoff", deserialize_with = "backoff")]
+    pub backoff: Duration,
+    /// A member whose agent has not replaced its launcher report for this long has stopped
+    /// answering: it leaves the job at once, so the others start a new world without it.
+    #[serde(default = "default_silent_after", deserialize_with = "silent_after")]
+    pub silent_after: Duration,
+    /// The digest torchrun's program (the first element) must have, if pinned.
+    #[serde(default, deserialize_with = "torchrun_sha256")]
+    pub sha256: Option<Sha256>,
+}
+
+/// torchrun's `--nproc-per-node`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NprocPerNode {
+    Count(u32),
+    /// `gpu`, `cpu` or `auto`.
+    Word(&'static str),
+}
+
+impl Default for NprocPerNode {
+    fn default() -> Self {
+        NprocPerNode::Word("gpu")
+    }
+}
+
+impl std::fmt::Display for NprocPerNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NprocPerNode::Count(n) => write!(f, "{n}"),
+            NprocPerNode::Word(w) => f.write_str(w),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NprocPerNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Count(u32),
+            Word(String),
+        }
+        match Either::deserialize(d)? {
+            Either::Count(n) if (1..=1024).contains(&n) => Ok(NprocPerNode::Count(n)),
+            Either::Word(w) => match ["gpu", "cpu", "auto"].into_iter().find(|k| *k == w) {
+                Some(k) => Ok(NprocPerNode::Word(k)),
+                None => Err(D::Error::custom(format!(
+                    "job.launcher.nproc_per_node: `{w}` is not 1..1024, gpu, cpu or auto"
+                ))),
+            },
+            Either::Count(n) => Err(D::Error::custom(format!(
+                "job.launcher.nproc_per_node: {n} is not 1..1024, gpu, cpu or auto"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rdzv {
+    /// The c10d rendezvous port on the first listed node (open from workers to workers).
+    #[serde(default = "default_port", deserialize_with = "port")]
+    pub port: u16,
+}
+
+impl Default for Rdzv {
+    fn default() -> Self {
+        Rdzv {
+            port: default_port(),
+        }
+    }
+}
+
+/// How a launcher is stopped: `signal` to torchrun (which passes it to its workers), then after
+/// `grace` SIGKILL to its whole process group.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stop {
+    #[serde(default = "default_signal", deserialize_with = "signal")]
+    pub signal: nix::sys::signal::Signal,
+    #[serde(default = "default_grace", deserialize_with = "grace")]
+    pub grace: Duration,
+}
+
+impl Default for Stop {
+    fn default() -> Self {
+        Stop {
+            signal: default_signal(),
+            grace: default_grace(),
+        }
+    }
+}
+
+fn default_port() -> u16 {
+    29400
+}
+
+fn default_signal() -> nix::sys::signal::Signal {
+    nix::sys::signal::Signal::SIGTERM
+}
+
+/// Well inside a Spot warning's two minutes, with room for a checkpoint.
+fn default_grace() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_backoff() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_silent_after() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// Inside `launcher` serde loses the key's path, so these name the key themselves.
+fn named<T, E: serde::de::Error>(key: &str, r: Result<T, E>) -> Result<T, E> {
+    r.map_err(|e| E::custom(format!("job.launcher.{key}: {e}")))
+}
+
+fn argv<'de, D: Deserializer<'de>>(key: &str, d: D) -> Result<Vec<String>, D::Error> {
+    use serde::de::Error;
+    let v = Vec::<String>::deserialize(d)?;
+    if v.first().is_none_or(|p| p.is_empty()) {
+        return Err(D::Error::custom(format!(
+            "job.launcher.{key}: a list whose first element is not empty, e.g. [/opt/venv/bin/torchrun]"
+        )));
+    }
+    if v.iter().any(|a| a.contains('\0')) {
+        return Err(D::Error::custom(format!(
+            "job.launcher.{key}: an argument holds a NUL byte"
+        )));
+    }
+    Ok(v)
+}
+
+fn program_argv<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    argv("torchrun", d)
+}
+
+fn script_argv<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    argv("script", d)
+}
+
+fn port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    use serde::de::Error;
+    match u16::deserialize(d) {
+        Ok(p) if p >= 1024 => Ok(p),
+        Ok(p) => Err(D::Error::custom(format!(
+            "job.launcher.rdzv.port: {p} is a privileged port; use 1024..65535"
+        ))),
+        Err(e) => Err(D::Error::custom(format!("job.launcher.rdzv.port: {e}"))),
+    }
+}
+
+fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<nix::sys::signal::Signal, D::Error> {
+    use serde::de::Error;
+    let name = String::deserialize(d)?;
+    named(
+        "stop.signal",
+        super::notify::parse_signal(&name).map_err(D::Error::custom),
+    )
+}
+
+fn grace<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    named("stop.grace", duration(d))
+}
+
+fn backoff<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    named("backoff", duration(d))
+}
+
+fn silent_after<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    use serde::de::Error;
+    let after = named("silent_after", duration(d))?;
+    // The agent replaces its report every two seconds; less than three heartbeats would take a
+    // slow file system for a dead node.
+    let least = 3 * crate::protocol::launcher::HEARTBEAT;
+    if after < least {
+        return Err(D::Error::custom(format!(
+            "job.launcher.silent_after: at least {}s (three of the agent's heartbeats)",
+            least.as_secs()
+        )));
+    }
+    Ok(after)
+}
+
+fn torchrun_sha256<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Sha256>, D::Error> {
+    sha256("job.launcher.sha256", d)
+}
+
+/// Variable names only, and no `DT_*`: those are the agent's own, which torchrun's children read.
+fn environment<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    use serde::de::Error;
+    let env = BTreeMap::<String, String>::deserialize(d)?;
+    for (k, v) in &env {
+        let name_ok = !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok || v.contains('\0') {
+            return Err(D::Error::custom(format!(
+                "job.launcher.env: `{k}` is not a variable name (letters, digits, _) or its value holds a NUL byte"
+            )));
+        }
+        if k.starts_with("DT_") {
+            return Err(D::Error::custom(format!(
+                "job.launcher.env: `{k}`: DT_* variables are the agent's own"
+            )));
+        }
+    }
+    Ok(env)
+}

@@ -1,0 +1,392 @@
+//! A real PyTorch elastic job under `dtd agent`'s launcher (`job.launcher`): torch from PyPI
+//! (`scripts/setup --tests`), torchrun with the c10d rendezvous and gloo on the CPU, one agent
+//! per "node" on its own loopback address (moto gives the instances 127.0.0.N), `dtd run`
+//! against moto. `examples/torch_job.py` trains a small DDP model and checkpoints every 20 steps.
+//!
+//! One story, in order: two nodes train; a third joins (world 2 -> 3); one vanishes (all its
+//! processes SIGSTOPped: the others train again without it, long before gloo's 30 minutes);
+//! `dtd run` is killed -9 and started again without disturbing training; the node holding the
+//! rendezvous leaves by its elastic tag (terminated only after the job acknowledged and its
+//! launcher stopped); a Spot node joins and gets a Spot warning (its processes gone before the
+//! deadline); the job finishes (`job_finished`) with the loss of a single-process run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::agent::process_gone;
+use crate::support::imds::ImdsStandIn;
+use crate::support::{self, free_port, signal, wait_until, Cluster};
+
+const STEPS: u64 = 1500;
+const PHASE: Duration = Duration::from_secs(150);
+
+struct Node {
+    ip: &'static str,
+    id: String,
+    imds: ImdsStandIn,
+    agent: Child,
+    log: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("---- agent {} (last lines) ----", self.ip);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+        for pid in tree(self.agent.id() as i32).into_iter().rev() {
+            signal(pid, "KILL");
+        }
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
+    }
+}
+
+struct Story {
+    c: Cluster,
+    subnet: String,
+}
+
+impl Story {
+    fn node(&self, ip: &'static str, spot: bool) -> Node {
+        let id = self.c.launch_at(&self.subnet, ip, spot);
+        let imds = ImdsStandIn::with_identity(ip, &id);
+        let path = self.c.dir.path().join(format!("agent-{ip}.log"));
+        let log = std::fs::File::create(&path).unwrap();
+        let agent = Command::new(env!("CARGO_BIN_EXE_dtd"))
+            .args(["agent", "--config"])
+            .arg(self.c.config_path())
+            .args(["--ip", ip, "--instance-id", &id])
+            .envs(imds.env())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting dtd agent");
+        Node {
+            ip,
+            id,
+            imds,
+            agent,
+            log: path,
+        }
+    }
+
+    /// The job's progress file: step, generation, world size (rank 0 writes it through dt_torch).
+    fn progress(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.c.efs().join("progress")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Waits until a world of `world` trains in a generation after `after` and its step has
+    /// advanced 10 past where that world was first seen; returns that generation.
+    fn wait_world(&self, world: u64, after: u64, what: &str) -> u64 {
+        let mut first: Option<(u64, u64)> = None;
+        let mut probe = || {
+            let p = self.progress();
+            let seen = p.as_ref().and_then(|p| {
+                let g = p["generation"].as_u64()?;
+                let (w, step) = (p["world_size"].as_u64()?, p["step"].as_u64()?);
+                if w != world || g <= after {
+                    return None;
+                }
+                let (fg, fstep) = *first.get_or_insert((g, step));
+                (g == fg && step >= fstep + 10).then_some(g)
+            });
+            (seen, p)
+        };
+        let (seen, _) = support::wait_for(what, PHASE, &mut probe, |(g, _)| g.is_some());
+        seen.unwrap_or_default()
+    }
+
+    fn generation(&self) -> u64 {
+        self.progress()
+            .and_then(|p| p["generation"].as_u64())
+            .unwrap_or(0)
+    }
+
+    fn launcher(&self, ip: &str) -> Value {
+        let path = self.c.efs().join(format!("launcher_{ip}"));
+        serde_json::from_slice(&std::fs::read(path).unwrap_or_default()).unwrap_or(Value::Null)
+    }
+
+    fn log(&self, ip: &str) -> String {
+        std::fs::read_to_string(self.c.dir.path().join(format!("agent-{ip}.log")))
+            .unwrap_or_default()
+    }
+
+    /// The journal time (ms) of the first event of `kind` about `id`.
+    fn event_time(&self, kind: &str, id: &str) -> Option<u64> {
+        (self.c.journal_of(id).iter())
+            .find(|e| e["kind"] == kind)
+            .and_then(|e| e["time"].as_u64())
+    }
+}
+
+/// Every process below `root` (torchrun's workers run in sessions of their own).
+fn tree(root: i32) -> Vec<i32> {
+    let mut parent = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+            continue;
+        };
+        if let Some(ppid) = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<i32>().ok())
+        {
+            parent.insert(pid, ppid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (child, pp) in &parent {
+            if *pp == p {
+                out.push(*child);
+                frontier.push(*child);
+            }
+        }
+    }
+    out
+}
+
+fn config(c: &Cluster, venv: &Path, prepare: &Path) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/torch_job.py");
+    let efs = c.efs().display().to_string();
+    let job = format!(
+        "  notify: none\n  ack: {{ timeout: 3m }}\n  launcher:\n    torchrun: [{}]\n    \
+         script: [{script}, --dir, {efs}, --steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3']\n    \
+         nproc_per_node: 1\n    rdzv: {{ port: {} }}\n    stop: {{ grace: 20s }}\n    silent_after: 8s\n    \
+         backoff: 1s\n    env: {{ PYTHONWARNINGS: ignore, OMP_NUM_THREADS: '1' }}",
+        venv.join("bin/torchrun").display(),
+        free_port()
+    );
+    let mut text = c.config(0, 8, &[], &job);
+    text.push_str(&format!(
+        "agent:\n  prepare_data: {}\n  imds_interval: 200ms\n",
+        prepare.display()
+    ));
+    text
+}
+
+#[test]
+fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
+    let venv = support::torch_venv();
+    let c = Cluster::new();
+    let subnet = c.loopback_subnet();
+    let prepare = c.dir.path().join("prepare.sh");
+    std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&prepare).unwrap().permissions(),
+        0o755,
+    );
+    install_mode(&prepare, 0o755);
+    c.write_config(&config(&c, &venv, &prepare));
+    let mut s = Story { c, subnet };
+    s.c.start_dtd();
+
+    // Two nodes train.
+    let a = s.node("127.0.0.2", false);
+    let b = s.node("127.0.0.3", false);
+    let g1 = s.wait_world(2, 0, "a world of 2 training");
+
+    // A third joins: the figure is from its marker to the world of 3 training.
+    let mut c3 = s.node("127.0.0.4", false);
+    let marker = s.c.efs().join("prepare_data_success_127.0.0.4");
+    wait_until("127.0.0.4's marker", PHASE, || marker.exists());
+    let t = Instant::now();
+    let g2 = s.wait_world(3, g1, "a world of 3 training");
+    eprintln!(
+        "FIGURE marker -> world of 3 training: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // It vanishes: every process of that node stopped. The others train again within 60 s.
+    let pids: Vec<i32> = std::iter::once(c3.agent.id() as i32)
+        .chain(tree(c3.agent.id() as i32))
+        .collect();
+    let t = Instant::now();
+    for pid in &pids {
+        signal(*pid, "STOP");
+    }
+    let g3 = s.wait_world(2, g2, "a world of 2 after the node vanished");
+    let back = t.elapsed();
+    eprintln!(
+        "FIGURE vanished node -> world of 2 training: {:.1}s",
+        back.as_secs_f64()
+    );
+    assert!(
+        back < Duration::from_secs(60),
+        "survivors trained again after {back:?}"
+    );
+    let unhealthy = s.c.journal_of(&c3.id);
+    assert!(
+        unhealthy.iter().any(|e| e["kind"] == "unhealthy"
+            && e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("stopped answering")),
+        "{unhealthy:?}"
+    );
+    wait_until("the vanished node terminated", PHASE, || {
+        s.c.state_of(&c3.id) == "terminated"
+    });
+    for pid in &pids {
+        signal(*pid, "KILL");
+    }
+    let _ = c3.agent.wait();
+
+    // kill -9 of dtd run disturbs nothing: the same launchers train on in the same generation.
+    let pid_a = s.launcher(a.ip)["pid"].clone();
+    let pid_b = s.launcher(b.ip)["pid"].clone();
+    let step = s.progress().unwrap()["step"].as_u64().unwrap();
+    s.c.kill_dtd();
+    wait_until("training on without dtd", PHASE, || {
+        s.progress()
+            .and_then(|p| p["step"].as_u64())
+            .is_some_and(|n| n >= step + 20)
+    });
+    s.c.start_dtd();
+    s.c.wait_passes(5);
+    assert_eq!(s.generation(), g3, "no new generation after dtd's restart");
+    assert_eq!(
+        s.launcher(a.ip)["pid"],
+        pid_a,
+        "127.0.0.2's launcher was not restarted"
+    );
+    assert_eq!(
+        s.launcher(b.ip)["pid"],
+        pid_b,
+        "127.0.0.3's launcher was not restarted"
+    );
+
+    // The node holding the rendezvous (first in the host file) leaves by its elastic tag.
+    let holder = s.c.hosts()[0].clone();
+    let (leaving, staying) = if holder == a.ip { (&a, &b) } else { (&b, &a) };
+    let torchrun = s.launcher(leaving.ip)["pid"].as_i64().unwrap() as i32;
+    let procs: Vec<i32> = std::iter::once(torchrun).chain(tree(torchrun)).collect();
+    let t = Instant::now();
+    s.c.delete_elastic_tag(&leaving.id);
+    wait_until("the leaving node's processes gone", PHASE, || {
+        procs.iter().all(|p| process_gone(*p))
+    });
+    eprintln!(
+        "FIGURE delete-tags -> leaving node's processes gone: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let g4 = s.wait_world(1, g3, "a world of 1 after the rendezvous holder left");
+    wait_until("the leaving node terminated", PHASE, || {
+        s.c.state_of(&leaving.id) == "terminated"
+    });
+    let stopped = s
+        .event_time("launcher_stopped", &leaving.id)
+        .expect("launcher_stopped journaled");
+    let acked = s
+        .event_time("acknowledged", &leaving.id)
+        .expect("acknowledged journaled");
+    let ended = s
+        .event_time("terminated", &leaving.id)
+        .expect("terminated journaled");
+    assert!(
+        stopped <= ended && acked <= ended,
+        "stopped {stopped}, acknowledged {acked}, terminated {ended}"
+    );
+
+    // A Spot node joins, then gets its two-minute warning: its processes are gone well before.
+    let d = s.node("127.0.0.5", true);
+    let g5 = s.wait_world(2, g4, "a world of 2 with the Spot node");
+    let torchrun = s.launcher(d.ip)["pid"].as_i64().unwrap() as i32;
+    let procs: Vec<i32> = std::iter::once(torchrun).chain(tree(torchrun)).collect();
+    let deadline = std::time::SystemTime::now() + Duration::from_secs(120);
+    let at = humantime::format_rfc3339_seconds(deadline);
+    let t = Instant::now();
+    d.imds.set(
+        "spot/instance-action",
+        &format!(r#"{{"action":"terminate","time":"{at}"}}"#),
+    );
+    wait_until("the Spot node's processes gone", PHASE, || {
+        procs.iter().all(|p| process_gone(*p))
+    });
+    let gone = t.elapsed();
+    eprintln!(
+        "FIGURE Spot warning -> its processes gone: {:.1}s",
+        gone.as_secs_f64()
+    );
+    assert!(
+        gone < Duration::from_secs(120),
+        "gone after {gone:?}, past the deadline"
+    );
+    s.wait_world(1, g5, "a world of 1 after the Spot warning");
+    assert_eq!(s.c.events_of("interrupted", &d.id), 1);
+
+    // The job finishes on the node left; its loss is a single-process run's.
+    wait_until("job_finished journaled", Duration::from_secs(300), || {
+        s.c.journal().iter().any(|e| e["kind"] == "job_finished")
+    });
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(s.c.efs().join("torch_job_result.json")).unwrap())
+            .unwrap();
+    assert_eq!(result["steps"].as_u64(), Some(STEPS));
+    let single = single_run(&venv, s.c.dir.path());
+    let (elastic, alone) = (
+        result["loss"].as_f64().unwrap(),
+        single["loss"].as_f64().unwrap(),
+    );
+    assert!(
+        (elastic - alone).abs() <= 0.05 * alone,
+        "elastic loss {elastic}, single-process {alone}"
+    );
+    assert_eq!(
+        s.launcher(staying.ip)["state"],
+        "finished",
+        "{}",
+        s.log(staying.ip)
+    );
+    let text = crate::support::stdout(&s.c.dtctl(&["status"]));
+    assert!(
+        text.contains("LAUNCHER") && text.contains("finished"),
+        "{text}"
+    );
+    drop((a, b, d));
+}
+
+/// The same training in one process, without torchrun: the loss the elastic run must match.
+fn single_run(venv: &Path, dir: &Path) -> Value {
+    let out = dir.join("single");
+    std::fs::create_dir_all(&out).unwrap();
+    let status = Command::new(venv.join("bin/python3"))
+        .args([
+            "-W",
+            "ignore",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/torch_job.py"),
+            "--single",
+            "--steps",
+        ])
+        .arg(STEPS.to_string())
+        .arg("--dir")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .status()
+        .expect("the single-process run");
+    assert!(status.success());
+    serde_json::from_slice(&std::fs::read(out.join("torch_job_single.json")).unwrap()).unwrap()
+}
+
+fn install_mode(path: &PathBuf, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
