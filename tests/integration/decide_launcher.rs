@@ -1,0 +1,194 @@
+//! The rules about workers' launchers (`job.launcher`), through `decide` alone: a training member
+//! whose agent went silent leaves at once; an acknowledged leaving worker waits for its launcher
+//! to stop; `job_finished` once; and what a forged report cannot do.
+
+use dt::decide::Rules;
+use dt::model::*;
+use dt::protocol::launcher::LauncherState;
+
+use crate::decide_rules::{
+    hosts, ip, kinds, pass, rules, two_members, waiting_for, with_base, World,
+};
+
+const SILENT: u64 = 30_000;
+
+fn launcher_rules() -> Rules {
+    Rules {
+        launcher_silent_ms: Some(SILENT),
+        ..rules()
+    }
+}
+
+/// The agent at `addr` reported `state` in generation `g`, heard at `at`.
+fn report(w: &mut World, addr: &str, id: &str, state: LauncherState, g: u64, at: Millis) {
+    let l = Launcher {
+        instance_id: id.into(),
+        state,
+        generation: Some(g),
+        restarts: 0,
+        reason: "node 0 of 2".into(),
+        heard_at: at,
+    };
+    w.markers.launchers.insert(ip(addr), l);
+}
+
+/// Two members training in generation 1, their launchers running and heard at 2 s.
+fn training() -> (Rules, World, State) {
+    let (_, mut w, state) = two_members();
+    report(&mut w, "10.0.1.1", "i-1", LauncherState::Running, 1, 2_000);
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Running, 1, 2_000);
+    (launcher_rules(), w, state)
+}
+
+#[test]
+fn each_launcher_change_is_journaled_once() {
+    let (r, mut w, state) = training();
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(kinds(&plan), ["launcher_started", "launcher_started"]);
+    let plan = pass(&r, &mut w, &plan.state, 4_000);
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    report(&mut w, "10.0.1.1", "i-1", LauncherState::Failed, 1, 5_000);
+    let plan = pass(&r, &mut w, &plan.state, 5_000);
+    assert_eq!(kinds(&plan), ["launcher_failed"]);
+    assert_eq!(plan.outcome.events[0].instance.as_deref(), Some("i-1"));
+}
+
+#[test]
+fn a_training_member_whose_agent_went_silent_leaves_at_once_and_is_terminated() {
+    let (r, mut w, state) = training();
+    // i-2's agent keeps touching its report; i-1's stops at 2 s.
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Running, 1, 31_000);
+    let plan = pass(&r, &mut w, &state, 31_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.1", "10.0.1.2"]),
+        "29 s is not silent"
+    );
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Running, 1, 32_000);
+    let plan = pass(&r, &mut w, &plan.state, 32_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.2"]),
+        "out of the job at once"
+    );
+    assert_eq!(
+        plan.outcome.terminate(),
+        ["i-1"],
+        "not waiting for an ack it cannot give"
+    );
+    let e = plan
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "unhealthy")
+        .unwrap();
+    assert!(e.message.contains("stopped answering"), "{}", e.message);
+    assert!(e.message.contains("30s"), "{}", e.message);
+}
+
+#[test]
+fn a_silent_report_of_a_worker_not_training_removes_nothing() {
+    let (r, mut w, state) = training();
+    report(&mut w, "10.0.1.1", "i-1", LauncherState::Stopped, 1, 2_000);
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Finished, 1, 2_000);
+    let plan = pass(&r, &mut w, &state, 600_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert!(plan.outcome.terminate().is_empty());
+}
+
+#[test]
+fn a_report_naming_another_instance_or_an_unwritten_generation_is_not_believed() {
+    let (r, mut w, state) = training();
+    // A worker's user code writes i-1's report in i-2's name, and one from the future.
+    report(&mut w, "10.0.1.1", "i-2", LauncherState::Running, 1, 2_000);
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Running, 99, 2_000);
+    let plan = pass(&r, &mut w, &state, 600_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.1", "10.0.1.2"]),
+        "nobody taken for gone"
+    );
+    assert!(plan.outcome.terminate().is_empty());
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+}
+
+#[test]
+fn an_acknowledged_leaving_worker_is_terminated_only_once_its_launcher_stopped() {
+    let (r, mut w, state) = training();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(plan.state.generation, 2);
+    w.acks.generation = Some(2);
+    report(
+        &mut w,
+        "10.0.1.1",
+        "i-1",
+        LauncherState::Stopping,
+        1,
+        11_000,
+    );
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Running, 2, 11_000);
+    let plan = pass(&r, &mut w, &plan.state, 11_000);
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "its processes still run"
+    );
+    assert!(waiting_for(&plan, &w, "i-1").contains("its launcher to stop (stopping"));
+    report(&mut w, "10.0.1.1", "i-1", LauncherState::Stopped, 1, 12_000);
+    let plan = pass(&r, &mut w, &plan.state, 12_000);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
+    assert!(kinds(&plan).contains(&"acknowledged"), "{:?}", kinds(&plan));
+}
+
+#[test]
+fn a_launcher_that_never_stops_holds_the_termination_only_until_the_ack_timeout() {
+    let (r, mut w, state) = training();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    w.acks.generation = Some(2);
+    let plan = pass(&r, &mut w, &plan.state, 11_000);
+    assert!(plan.outcome.terminate().is_empty());
+    let timeout = 10_000 + crate::decide_rules::TIMEOUT;
+    // Both agents still answer: i-1's torchrun just does not stop.
+    report(
+        &mut w,
+        "10.0.1.1",
+        "i-1",
+        LauncherState::Running,
+        1,
+        timeout,
+    );
+    report(
+        &mut w,
+        "10.0.1.2",
+        "i-2",
+        LauncherState::Running,
+        2,
+        timeout,
+    );
+    let plan = pass(&r, &mut w, &plan.state, timeout);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
+}
+
+#[test]
+fn job_finished_is_journaled_once_when_every_member_finished_in_the_generation() {
+    let (r, mut w, state) = training();
+    report(&mut w, "10.0.1.1", "i-1", LauncherState::Finished, 1, 3_000);
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert!(!kinds(&plan).contains(&"job_finished"), "one still runs");
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Finished, 1, 4_000);
+    let plan = pass(&r, &mut w, &plan.state, 4_000);
+    assert_eq!(kinds(&plan), ["launcher_finished", "job_finished"]);
+    assert_eq!(plan.outcome.events[1].generation, Some(1));
+    let plan = pass(&r, &mut w, &plan.state, 5_000);
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+}
+
+#[test]
+fn without_a_launcher_configured_reports_change_nothing() {
+    let (_, mut w, state) = training();
+    let r = rules();
+    let plan = pass(&r, &mut w, &state, 600_000);
+    assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+}

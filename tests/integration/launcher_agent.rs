@@ -1,0 +1,209 @@
+//! `dtd agent`'s launcher supervision, the real binary, with a small shell script as the
+//! launcher (the command `job.launcher.torchrun` names; what it runs is the user's): a plan a
+//! worker wrote is not followed, an older plan is a replay, a failing launcher is started again
+//! with a doubling backoff, and one that ignores the stop signal is killed after the grace with
+//! the processes it started in sessions of their own. The real torchrun is in `torchrun.rs`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::agent::process_gone;
+use crate::support::imds::ImdsStandIn;
+use crate::support::wait_until;
+
+const IP: &str = "10.0.4.7";
+const ID: &str = "i-0launchertest0001";
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Node {
+    dir: tempfile::TempDir,
+    _imds: ImdsStandIn,
+    agent: Child,
+}
+
+impl Node {
+    /// An agent whose launcher is the shell script `body` (its argv is appended to `argv.log`).
+    fn start(body: &str) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let efs = dir.path().join("efs");
+        std::fs::create_dir(&efs).unwrap();
+        let launcher = dir.path().join("launcher.sh");
+        let log = dir.path().join("argv.log");
+        let text = format!("#!/bin/sh\necho \"$@\" >> {}\n{body}\n", log.display());
+        std::fs::write(&launcher, text).unwrap();
+        std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let prepare = dir.path().join("prepare.sh");
+        std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&prepare, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = format!(
+            "cluster: itest\nworkers: {{ launch_template: lt-0abc, max: 4 }}\nshared_dir: {}\n\
+             agent: {{ prepare_data: {}, imds_interval: 100ms }}\n\
+             job:\n  launcher:\n    torchrun: [{}]\n    script: [/train.py]\n    \
+             stop: {{ grace: 1s }}\n    backoff: 1s\n",
+            efs.display(),
+            prepare.display(),
+            launcher.display()
+        );
+        std::fs::write(dir.path().join("dtd.yaml"), config).unwrap();
+        let imds = ImdsStandIn::with_identity(IP, ID);
+        let agent = Command::new(env!("CARGO_BIN_EXE_dtd"))
+            .args(["agent", "--config"])
+            .arg(dir.path().join("dtd.yaml"))
+            .envs(imds.env())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("agent.log")).unwrap())
+            .spawn()
+            .expect("starting dtd agent");
+        Node {
+            dir,
+            _imds: imds,
+            agent,
+        }
+    }
+
+    fn efs(&self) -> PathBuf {
+        self.dir.path().join("efs")
+    }
+
+    /// dtd's plan for `generation`, listing `hosts`.
+    fn plan(&self, generation: u64, hosts: &[&str]) {
+        let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+        let body = format!(
+            "{{\"generation\":{generation},\"hosts\":[{}]}}\n",
+            hosts.join(",")
+        );
+        dt::fsutil::write_atomic(&self.efs().join("launch_plan"), body.as_bytes()).unwrap();
+    }
+
+    fn report(&self) -> Value {
+        let body = std::fs::read(self.efs().join(format!("launcher_{IP}"))).unwrap_or_default();
+        serde_json::from_slice(&body).unwrap_or(Value::Null)
+    }
+
+    fn wait_report(&self, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        wait_until(what, WAIT, || f(&self.report()));
+        self.report()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    fn starts(&self) -> usize {
+        let log = std::fs::read_to_string(self.dir.path().join("argv.log")).unwrap_or_default();
+        log.lines().count()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
+    }
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
+}
+
+#[test]
+fn a_launch_plan_a_worker_wrote_is_not_followed_until_dtd_writes_one() {
+    let n = Node::start("exec sleep 60");
+    n.wait_report("the idle report", |r| r["state"] == "idle");
+    // A worker's user code (another uid, as the workers' access point makes every worker file)
+    // places a plan listing this node.
+    n.plan(4, &[IP]);
+    chown(&n.efs().join("launch_plan"), 65534);
+    wait_until("the refusal in the agent's log", WAIT, || {
+        n.log().contains("is owned by uid 65534")
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(n.report()["state"], "idle", "{}", n.log());
+    assert_eq!(n.starts(), 0);
+    n.plan(4, &[IP]);
+    let r = n.wait_report("running", |r| r["state"] == "running");
+    assert_eq!(r["generation"], 4);
+    assert_eq!(r["rdzv_id"], "itest-g4");
+}
+
+#[test]
+fn an_older_plan_is_a_replay_and_is_ignored() {
+    let n = Node::start("exec sleep 60");
+    n.plan(5, &[IP]);
+    let pid = n.wait_report("running", |r| r["state"] == "running")["pid"].clone();
+    n.plan(3, &["10.0.4.8", IP]);
+    wait_until("the replay warned about", WAIT, || {
+        n.log().contains("ignoring a launch plan of generation 3")
+    });
+    let r = n.report();
+    assert_eq!(
+        (
+            r["state"].clone(),
+            r["pid"].clone(),
+            r["generation"].clone()
+        ),
+        ("running".into(), pid, 5.into())
+    );
+    assert_eq!(n.starts(), 1);
+}
+
+#[test]
+fn a_failing_launcher_is_started_again_with_a_doubling_backoff_and_shown() {
+    let n = Node::start("echo 'CUDA error: out of memory' >&2\nexit 1");
+    n.plan(2, &["10.0.4.8", IP]);
+    let r = n.wait_report("a second failure", |r| {
+        r["state"] == "failed" && r["restarts"] == 1
+    });
+    assert_eq!(r["exit_code"], 1);
+    assert_eq!(r["reason"], "exit code 1; started again in 2s");
+    assert_eq!(
+        r["output_tail"].as_array().unwrap().last().unwrap(),
+        "CUDA error: out of memory"
+    );
+    let argv = std::fs::read_to_string(n.dir.path().join("argv.log")).unwrap();
+    let first = argv.lines().next().unwrap();
+    assert_eq!(
+        first,
+        "--nnodes=2 --nproc-per-node=gpu --rdzv-backend=c10d --rdzv-endpoint=10.0.4.8:29400 \
+         --rdzv-id=itest-g2 --rdzv-conf=is_host=false --local-addr=10.0.4.7 --max-restarts=0 /train.py"
+    );
+    // A new generation starts at once, whatever the backoff of the old one.
+    n.plan(3, &[IP]);
+    n.wait_report("started for generation 3", |r| r["generation"] == 3);
+}
+
+#[test]
+fn a_launcher_that_ignores_the_stop_signal_is_killed_after_the_grace_with_what_it_started() {
+    let pidfile_dir = tempfile::tempdir().unwrap();
+    let pidfile = pidfile_dir.path().join("worker.pid");
+    // Like torchrun's workers: a process in a session of its own.
+    let body = format!(
+        "trap '' TERM\nsetsid sh -c 'echo $$ > {}; exec sleep 300' &\nwhile :; do sleep 1; done",
+        pidfile.display()
+    );
+    let n = Node::start(&body);
+    n.plan(1, &[IP]);
+    let r = n.wait_report("running", |r| r["state"] == "running");
+    let launcher = r["pid"].as_i64().unwrap() as i32;
+    wait_until("the worker's pid", WAIT, || pidfile.exists());
+    let worker: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    n.plan(2, &["10.0.4.8"]);
+    let r = n.wait_report("stopped", |r| r["state"] == "stopped");
+    assert_eq!(r["reason"], "the launch plan no longer lists this node");
+    assert_eq!(r["signal"], 9, "SIGKILL after the 1 s grace: {r}");
+    assert!(process_gone(launcher), "the launcher is gone");
+    assert!(
+        process_gone(worker),
+        "its worker in another session is gone too"
+    );
+    assert!(n.log().contains("outlived its grace"), "{}", n.log());
+}
