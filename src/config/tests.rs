@@ -622,3 +622,76 @@ fn a_webhook_file_is_read_only_when_private_to_its_owner() {
     let e = WebhookUrl::read_file(&dir.path().join("none"), false).unwrap_err();
     assert!(e.contains("does not exist"), "{e}");
 }
+
+/// GOOD with a `job.launcher` whose lines (after `torchrun` and `script`) are `more`.
+fn with_launcher(more: &str) -> String {
+    GOOD.replace(
+        "  ack: {",
+        &format!(
+            "  launcher:\n    torchrun: [/opt/venv/bin/torchrun]\n    script: [/efs/train.py, --epochs, \"90\"]\n{more}  ack: {{"
+        ),
+    )
+}
+
+#[test]
+fn a_launcher_gets_its_defaults() {
+    let cfg = Config::parse(&with_launcher("")).unwrap();
+    let l = cfg.job.launcher.unwrap();
+    assert_eq!(l.torchrun, ["/opt/venv/bin/torchrun"]);
+    assert_eq!(l.script, ["/efs/train.py", "--epochs", "90"]);
+    assert_eq!(l.nproc_per_node.to_string(), "gpu");
+    assert_eq!(l.rdzv.port, 29400);
+    assert_eq!(l.max_restarts, 0);
+    assert_eq!(l.stop.signal, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(l.stop.grace, Duration::from_secs(30));
+    assert_eq!(l.backoff, Duration::from_secs(5));
+    assert_eq!(l.silent_after, Duration::from_secs(30));
+    assert!(Config::parse(GOOD).unwrap().job.launcher.is_none());
+    let more = "    nproc_per_node: 8\n    rdzv: { port: 29500 }\n    stop: { signal: SIGINT, grace: 2m }\n    env: { NCCL_DEBUG: WARN }\n";
+    let l = Config::parse(&with_launcher(more))
+        .unwrap()
+        .job
+        .launcher
+        .unwrap();
+    assert_eq!(l.nproc_per_node.to_string(), "8");
+    assert_eq!(
+        (l.rdzv.port, l.stop.grace),
+        (29500, Duration::from_secs(120))
+    );
+    assert_eq!(l.stop.signal, nix::sys::signal::Signal::SIGINT);
+    assert_eq!(l.env["NCCL_DEBUG"], "WARN");
+}
+
+#[test]
+fn a_bad_launcher_is_refused_naming_its_key() {
+    for (more, key) in [
+        ("    nproc_per_node: 0\n", "job.launcher.nproc_per_node"),
+        ("    nproc_per_node: many\n", "job.launcher.nproc_per_node"),
+        (
+            "    rdzv: { port: 22 }\n",
+            "job.launcher.rdzv.port: 22 is a privileged port",
+        ),
+        (
+            "    stop: { signal: SIGNOPE }\n",
+            "unknown signal `SIGNOPE`",
+        ),
+        (
+            "    silent_after: 2s\n",
+            "job.launcher.silent_after: at least 6s",
+        ),
+        (
+            "    env: { DT_GENERATION: \"7\" }\n",
+            "DT_* variables are the agent's own",
+        ),
+        ("    env: { \"LD PRELOAD\": x }\n", "is not a variable name"),
+        ("    strategy: elastic\n", "unknown field `strategy`"),
+    ] {
+        let e = error_of(&with_launcher(more));
+        assert!(e.contains(key), "{more:?}: {e}");
+    }
+    let e = error_of(&GOOD.replace(
+        "  ack: {",
+        "  launcher:\n    torchrun: []\n    script: [/t.py]\n  ack: {",
+    ));
+    assert!(e.contains("job.launcher.torchrun: a list"), "{e}");
+}

@@ -862,3 +862,43 @@ fn doctor_names_a_permission_the_role_lacks() {
         "{line:#}"
     );
 }
+
+#[test]
+fn doctor_checks_the_rendezvous_port_between_workers_with_a_launcher() {
+    let h = healthy();
+    let launcher = "job:\n  notify: none\n  launcher: { torchrun: [/opt/venv/bin/torchrun], \
+                    script: [/efs/train.py], rdzv: { port: 29500 } }\n";
+    let path = variant(&h, "launcher.yaml", "job:\n  notify: none\n", launcher);
+    let line = expect_only(&h, "workers.rendezvous", Some(&path));
+    let text = line["detail"].to_string();
+    assert!(
+        text.contains("TCP 29500") && text.contains(&h.n.worker_sg),
+        "{line:#}"
+    );
+    assert!(
+        line["fix"].as_str().unwrap().contains("--port 29500"),
+        "{line:#}"
+    );
+    h.c.aws(&[
+        "ec2",
+        "authorize-security-group-ingress",
+        "--group-id",
+        &h.n.worker_sg,
+        "--protocol",
+        "tcp",
+        "--port",
+        "29500",
+        "--source-group",
+        &h.n.worker_sg,
+    ]);
+    let (ok, report) = doctor(&h.c, Some(&path));
+    assert!(ok, "{report:#}");
+    let line = check_line(&report, "workers.rendezvous");
+    assert_eq!(line["outcome"], "pass", "{line:#}");
+    // Without a launcher there is nothing to check, and the line is not there at all.
+    let (_, report) = doctor(&h.c, None);
+    let ids: Vec<&str> = (report["checks"].as_array().unwrap().iter())
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert!(!ids.contains(&"workers.rendezvous"), "{ids:?}");
+}

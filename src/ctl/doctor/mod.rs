@@ -7,9 +7,11 @@ mod file_system;
 mod gpus;
 mod group;
 mod identity;
+mod ingress;
 mod mounts;
 mod permissions;
 mod policy;
+mod rendezvous;
 mod report;
 mod template;
 
@@ -51,15 +53,17 @@ pub async fn run(cfg: &Config) -> Report {
         events::checks(&cx),
     );
     let workers = template::Workers::merge(&template.workers, &group.workers);
-    let (file_system, permissions, gpus) = tokio::join!(
+    let (file_system, permissions, gpus, rendezvous) = tokio::join!(
         file_system::checks(&cx, &workers),
         permissions::checks(&cx, template.found.clone()),
         gpus::check(&cx, &workers.instance_types),
+        rendezvous::check(&cx, &workers),
     );
     let mut checks = identity;
     checks.extend(template.checks);
     checks.extend(group.checks);
     checks.push(gpus);
+    checks.extend(rendezvous);
     checks.extend(file_system);
     let region = cx.sdk.region().map_or("", |r| r.as_ref());
     checks.push(mounts::check(cfg, region));

@@ -82,13 +82,13 @@ async fn available(efs: &aws_sdk_efs::Client, fs: &str) -> Check {
 /// The mount targets, or why they could not be read.
 type Targets = Result<Vec<MountTargetDescription>, String>;
 /// Worker subnets by id: (Availability Zone, IPv4 CIDR), or why they could not be read.
-type Subnets = Result<BTreeMap<String, (String, String)>, String>;
+pub(super) type Subnets = Result<BTreeMap<String, (String, String)>, String>;
 
 async fn mount_targets(efs: &aws_sdk_efs::Client, fs: &str) -> Targets {
     (crate::observe::efs::mount_targets(efs, fs).await).map_err(|e| e.to_string())
 }
 
-async fn subnets(cx: &Context<'_>, ids: &BTreeSet<String>) -> Subnets {
+pub(super) async fn subnets(cx: &Context<'_>, ids: &BTreeSet<String>) -> Subnets {
     if ids.is_empty() {
         return Ok(BTreeMap::new());
     }
