@@ -155,9 +155,21 @@ fn named<T, E: serde::de::Error>(key: &str, r: Result<T, E>) -> Result<T, E> {
     r.map_err(|e| E::custom(format!("job.launcher.{key}: {e}")))
 }
 
+/// An argv: a list of words, where a number or a boolean is taken as it is written (`--epochs,
+/// 90` needs no quotes).
 fn argv<'de, D: Deserializer<'de>>(key: &str, d: D) -> Result<Vec<String>, D::Error> {
     use serde::de::Error;
-    let v = Vec::<String>::deserialize(d)?;
+    let words = Vec::<serde_yaml::Value>::deserialize(d)?;
+    let v = (words.into_iter())
+        .map(|w| match w {
+            serde_yaml::Value::String(s) => Ok(s),
+            serde_yaml::Value::Number(n) => Ok(n.to_string()),
+            serde_yaml::Value::Bool(b) => Ok(b.to_string()),
+            other => Err(D::Error::custom(format!(
+                "job.launcher.{key}: {other:?} is not a word of a command line"
+            ))),
+        })
+        .collect::<Result<Vec<String>, _>>()?;
     if v.first().is_none_or(|p| p.is_empty()) {
         return Err(D::Error::custom(format!(
             "job.launcher.{key}: a list whose first element is not empty, e.g. [/opt/venv/bin/torchrun]"

@@ -628,7 +628,7 @@ fn with_launcher(more: &str) -> String {
     GOOD.replace(
         "  ack: {",
         &format!(
-            "  launcher:\n    torchrun: [/opt/venv/bin/torchrun]\n    script: [/efs/train.py, --epochs, \"90\"]\n{more}  ack: {{"
+            "  launcher:\n    torchrun: [/opt/venv/bin/torchrun]\n    script: [/efs/train.py,--epochs,90]\n{more}  ack: {{"
         ),
     )
 }
@@ -694,4 +694,9 @@ fn a_bad_launcher_is_refused_naming_its_key() {
         "  launcher:\n    torchrun: []\n    script: [/t.py]\n  ack: {",
     ));
     assert!(e.contains("job.launcher.torchrun: a list"), "{e}");
+    let e = error_of(&GOOD.replace(
+        "  ack: {",
+        "  launcher:\n    torchrun: [/t]\n    script: [/t.py, {a: 1}]\n  ack: {",
+    ));
+    assert!(e.contains("is not a word of a command line"), "{e}");
 }

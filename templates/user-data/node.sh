@@ -41,13 +41,17 @@ fi
 retry mount /myEFSvolume
 hook after_mount
 
-# dtd, dtctl and the default health check from the release archive, checked against the
-# stack's SHA-256 before use.
+# dtd, dtctl, the default health check, the torchrun helper and dtd's unit from the release
+# archive, checked against the stack's SHA-256 before use. The unit (templates/systemd/) is
+# sandboxed; widen it with a drop-in (systemctl edit dtd).
 workdir=$(mktemp -d)
 retry curl -fsSL --proto '=https' -o "$workdir/dt.tar.gz" "${DtdReleaseUrl}"
 echo "${DtdReleaseSha256}  $workdir/dt.tar.gz" | sha256sum -c -
-tar -xzf "$workdir/dt.tar.gz" -C "$workdir" dtd dtctl gpu_health.py
+tar -xzf "$workdir/dt.tar.gz" -C "$workdir" dtd dtctl gpu_health.py dt_torch.py dtd.service
 install -m 0755 "$workdir/dtd" "$workdir/dtctl" "$workdir/gpu_health.py" /usr/local/bin/
+install -D -m 0644 "$workdir/dt_torch.py" /usr/local/lib/dt/dt_torch.py
+sed -e 's/@ROLE@/${DtdRole}/' -e 's/@REGION@/${AWS::Region}/' "$workdir/dtd.service" \
+    >/etc/systemd/system/dtd.service
 rm -rf "$workdir"
 
 # Root's only (0600): run dtctl on the nodes with sudo.
@@ -59,40 +63,6 @@ DT_CONFIG_END
 mv /etc/dt/dtd.yaml.new /etc/dt/dtd.yaml
 echo 'DT_CONFIG=/etc/dt/dtd.yaml' >/etc/profile.d/dt.sh
 
-# Sandboxed: all read-only to dtd and what it starts (prepare-data, job hooks) but the shared
-# directory and the Deep Learning AMI's local NVMe; private /tmp; no /home, /root; root's
-# capabilities only those to own, read and signal files and processes of other users (and read
-# the kernel log: the GPU check's Xids); no module loading or kernel tunables; IP and local
-# sockets only. Widen it with a drop-in (systemctl edit dtd), e.g. CapabilityBoundingSet=
-# CAP_SYS_ADMIN for a prepare-data that mounts. A dtd that keeps failing is not restarted
-# after 5 tries in 10 minutes.
-cat >/etc/systemd/system/dtd.service <<'DT_UNIT_END'
-[Unit]
-Description=dynamic-training: dtd ${DtdRole}
-Wants=network-online.target
-After=network-online.target remote-fs.target
-RequiresMountsFor=/myEFSvolume
-StartLimitIntervalSec=10min
-StartLimitBurst=5
-
-[Service]
-Environment=AWS_REGION=${AWS::Region}
-ExecStart=/usr/local/bin/dtd ${DtdRole} --config /etc/dt/dtd.yaml
-Restart=on-failure
-RestartSec=5s
-NoNewPrivileges=yes
-ProtectSystem=strict
-ReadWritePaths=/myEFSvolume -/opt/dlami/nvme
-PrivateTmp=yes
-ProtectHome=yes
-CapabilityBoundingSet=CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_KILL CAP_SETGID CAP_SETUID CAP_SYSLOG
-ProtectKernelModules=yes
-ProtectKernelTunables=yes
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
-
-[Install]
-WantedBy=multi-user.target
-DT_UNIT_END
 hook before_start
 systemctl daemon-reload
 systemctl enable --now dtd.service

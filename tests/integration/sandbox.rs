@@ -1,10 +1,11 @@
 //! The real `dtd agent` and `dtd run` inside the file-system view of the stack's systemd unit
-//! (`dtd.service` in templates/user-data/node.sh): they must still do their work when everything
-//! but the shared directory is read-only, /tmp is private and the home directories are gone.
+//! (templates/systemd/dtd.service, which node.sh installs): they must still do their work when
+//! everything but the shared directory is read-only, /tmp is private and the home directories
+//! are gone.
 //!
 //! systemd cannot start the unit here (it is not PID 1 in this container), so the test builds
 //! the same view by hand, in a private mount namespace (`unshare --mount --propagation
-//! private`), from the unit's own settings, read from node.sh so the test follows the unit:
+//! private`), from the unit's own settings, read from that file so the test follows the unit:
 //! - `ProtectSystem=strict`: a new root (a tmpfs) with every top-level directory and file of the
 //!   host bind-mounted into it read-only, except /dev, /proc and /sys (bound as they are);
 //! - `ReadWritePaths=`: read-write binds; the unit's /myEFSvolume is the test's shared
@@ -37,7 +38,7 @@ use std::time::Duration;
 use crate::support::imds::ImdsStandIn;
 use crate::support::{aws_env, wait_for, Cluster};
 
-/// The sandbox settings of dtd.service, as node.sh writes it.
+/// The sandbox settings of dtd.service, as the release ships it (node.sh fills in its role).
 #[derive(Debug)]
 struct Unit {
     /// (path, optional): `-/x` is optional.
@@ -54,15 +55,10 @@ struct Unit {
 }
 
 fn unit() -> Unit {
-    let node = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/user-data/node.sh"),
+    let body = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/systemd/dtd.service"),
     )
     .unwrap();
-    let start = node
-        .find("/etc/systemd/system/dtd.service <<'DT_UNIT_END'\n")
-        .expect("node.sh writes dtd.service");
-    let body = &node[start..];
-    let body = &body[body.find('\n').unwrap() + 1..body.find("\nDT_UNIT_END").unwrap()];
     let get = |key: &str| -> Option<String> {
         let values: Vec<&str> = body
             .lines()

@@ -247,7 +247,8 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
     let user_data = moto_access_point_ref(&user_data, ap_id);
     let source = std::fs::read_to_string(repo().join("templates/user-data/node.sh")).unwrap();
     assert_embedded(&user_data, &source);
-    assert!(user_data.contains("ExecStart=/usr/local/bin/dtd agent --config /etc/dt/dtd.yaml"));
+    // The release's unit, filled in: `dtd agent` (tests/python/test_units.py verifies the unit).
+    assert!(user_data.contains("s/@ROLE@/agent/"), "{user_data}");
     // Workers mount through the access point (amazon-efs-utils' accesspoint= option).
     assert!(
         user_data.contains(&format!(
@@ -280,19 +281,29 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
         "health: { command: [/usr/local/bin/gpu_health.py] }",
         "# no GpuHealthCheck",
     );
+    // TrainingScript defaults to blank: the launcher line is a comment; set, it is job.launcher.
+    let off = "\n  # launcher: { torchrun: [/opt/pytorch/bin/torchrun], script: [] }\n";
+    assert!(config.contains(off), "{config}");
+    let on = "\n  launcher: { torchrun: [/opt/pytorch/bin/torchrun], \
+              script: [/myEFSvolume/job/train.py,--epochs,90,--lr=0.1] }\n";
+    let with_launcher = without.replace(off, on);
+    // The release's files are installed: the unit filled in, the torchrun helper beside.
+    assert!(user_data.contains("/usr/local/lib/dt/dt_torch.py"));
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("dtd.yaml");
-    std::fs::write(&path, without).unwrap();
-    let check = dtctl(
-        moto,
-        &path,
-        &["config", "check", &path.display().to_string()],
-    );
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    for (name, body) in [("dtd.yaml", without), ("launcher.yaml", with_launcher)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        let check = dtctl(
+            moto,
+            &path,
+            &["config", "check", &path.display().to_string()],
+        );
+        assert!(
+            check.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
     bash_syntax_ok(&user_data);
 }
 
@@ -373,7 +384,7 @@ fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
         let text = std::fs::read_to_string(repo().join("templates/user-data").join(source));
         assert_embedded(&user_data, &text.unwrap());
     }
-    assert!(user_data.contains("ExecStart=/usr/local/bin/dtd run --config /etc/dt/dtd.yaml"));
+    assert!(user_data.contains("s/@ROLE@/run/"), "{user_data}");
     // The webhook's URL is read from Secrets Manager into a file only root reads, which the
     // master's config names; the secret's value is in no config.
     let config = config_in(&user_data);

@@ -1,10 +1,11 @@
 """The systemd units the node bootstrap writes pass `systemd-analyze verify`.
 
-templates/user-data/node.sh writes dtd.service, and on the master templates/user-data/master.sh
-adds a drop-in (OnFailure=) and dt-replace-master.service with its script. The test renders them
-the way the bootstrap does: every `cat >PATH <<'MARK'` here-document and `printf '...' >PATH` of
-the two scripts becomes PATH under a temporary root, with the stack's variables replaced by
-plain values. `dtd` itself comes from the release archive, so a stub stands in at
+templates/user-data/node.sh installs dtd.service from the release (templates/systemd/, its
+@ROLE@ and @REGION@ filled in by sed), and on the master templates/user-data/master.sh adds a
+drop-in (OnFailure=) and dt-replace-master.service with its script. The test renders them the
+way the bootstrap does: the unit with its placeholders filled in, and every `cat >PATH <<'MARK'`
+here-document and `printf '...' >PATH` of the two scripts becomes PATH under a temporary root,
+with the stack's variables replaced by plain values. `dtd` itself comes from the release archive, so a stub stands in at
 /usr/local/bin/dtd (verify checks that ExecStart= is executable).
 
 `systemd-analyze verify` works here without systemd as PID 1: it loads the units itself. With
@@ -24,6 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_DATA = ROOT / "templates" / "user-data"
+UNIT = ROOT / "templates" / "systemd" / "dtd.service"
+UNIT_PATH = "/etc/systemd/system/dtd.service"
+# The line of node.sh that installs the unit, as the stack's variables leave it.
+INSTALL_UNIT = ("sed -e 's/@ROLE@/${DtdRole}/' -e 's/@REGION@/${AWS::Region}/' "
+                "\"$workdir/dtd.service\" \\\n    >/etc/systemd/system/dtd.service")
 ANALYZE = shutil.which("systemd-analyze")
 HOST_UNITS = Path("/usr/lib/systemd/system")
 
@@ -46,6 +52,9 @@ def written_files(script, role):
     files = {m["path"]: render(m["body"], role) for m in HEREDOC.finditer(text)}
     for m in PRINTF.finditer(text):
         files[m["path"]] = m["body"].replace("\\n", "\n")
+    if INSTALL_UNIT in text:
+        unit = UNIT.read_text().replace("@ROLE@", "${DtdRole}").replace("@REGION@", "${AWS::Region}")
+        files[UNIT_PATH] = render(unit, role)
     return {p: c for p, c in files.items() if p.startswith(("/etc/systemd/", "/usr/local/"))}
 
 
