@@ -282,10 +282,12 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
         "# no GpuHealthCheck",
     );
     // TrainingScript defaults to blank: the launcher line is a comment; set, it is job.launcher.
-    let off = "\n  # launcher: { torchrun: [/opt/pytorch/bin/torchrun], script: [] }\n";
+    let off = "\n  # launcher: { torchrun: [/opt/pytorch/bin/torchrun], script: [], \
+               env: { PYTHONPATH: /usr/local/lib/dt } }\n";
     assert!(config.contains(off), "{config}");
     let on = "\n  launcher: { torchrun: [/opt/pytorch/bin/torchrun], \
-              script: [/myEFSvolume/job/train.py,--epochs,90,--lr=0.1] }\n";
+              script: [/myEFSvolume/job/train.py,--epochs,90,--lr=0.1], \
+              env: { PYTHONPATH: /usr/local/lib/dt } }\n";
     let with_launcher = without.replace(off, on);
     // The release's files are installed: the unit filled in, the torchrun helper beside.
     assert!(user_data.contains("/usr/local/lib/dt/dt_torch.py"));
