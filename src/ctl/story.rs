@@ -167,7 +167,10 @@ pub fn who_asked(cause: Cause) -> &'static str {
         Cause::ScaleIn => "its Auto Scaling group: scale-in",
         Cause::OutOfService => "its Auto Scaling group: it left the group's service",
         Cause::PrepareFailed => "dtd: its prepare-data failed, the group replaces it",
-        Cause::Unhealthy => "dtd: its health check failed (`health_<ip>`), it is replaced",
+        Cause::Unhealthy => {
+            "dtd: its health check failed (`health_<ip>`) or its node stopped answering (a \
+             silent `launcher_<ip>`), it is replaced"
+        }
     }
 }
 

@@ -49,7 +49,8 @@ dt_after_mount() {
 # them (job.owner, by default this directory's owner: root, for a job started on this master).
 # A directory someone else made first is moved aside, and each file is created empty (ack: 0),
 # 0644, if it is not there. For a job that runs on the workers, chown the files to their uid
-# and set job.owner (README, "What dtd believes of it").
+# and set job.owner (README, "What dtd believes of it"). With a TrainingScript the job is the
+# workers' torchrun: their group may write here, and the config's job.owner is their uid.
 dt_job_files() {
     local d=/myEFSvolume/job f
     [ "$(stat -c %u $d 2>/dev/null || echo 0)" = 0 ] || mv $d $d.untrusted-$RANDOM
@@ -57,6 +58,7 @@ dt_job_files() {
     for f in host_worker_log job.pid progress; do [ -e $d/$f ] || : >$d/$f; done
     [ -e $d/ack ] || echo 0 >$d/ack
     chmod 644 $d/*
+    [ -z '${TrainingScript}' ] || { chgrp ${WorkerGid} $d && chmod 775 $d; }
 }
 
 # A dtd that stays down (its unit fails after its start limit) marks this instance Unhealthy

@@ -288,7 +288,10 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
     let on = "\n  launcher: { torchrun: [/opt/pytorch/bin/torchrun], \
               script: [/myEFSvolume/job/train.py,--epochs,90,--lr=0.1], \
               env: { PYTHONPATH: /usr/local/lib/dt } }\n";
-    let with_launcher = without.replace(off, on);
+    let with_launcher = without
+        .replace(off, on)
+        .replace("\n  # owner: 50000\n", "\n  owner: 50000\n");
+    assert!(config.contains("\n  # owner: 50000\n"), "{config}");
     // The release's files are installed: the unit filled in, the torchrun helper beside.
     assert!(user_data.contains("/usr/local/lib/dt/dt_torch.py"));
     let dir = tempfile::tempdir().unwrap();

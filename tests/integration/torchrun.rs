@@ -242,6 +242,14 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
                 .contains("stopped answering")),
         "{unhealthy:?}"
     );
+    let explain = crate::support::stdout(&s.c.dtctl(&["explain", &c3.id]));
+    for text in [
+        "launcher_started",
+        "stopped answering",
+        "its node stopped answering",
+    ] {
+        assert!(explain.contains(text), "{text} not in {explain}");
+    }
     wait_until("the vanished node terminated", PHASE, || {
         s.c.state_of(&c3.id) == "terminated"
     });

@@ -22,7 +22,7 @@ MASTER = ROOT / "templates" / "user-data" / "master.sh"
 WORKER = 65534
 
 
-def after_mount(shared, script):
+def after_mount(shared, script, training_script=""):
     """The text of dt_after_mount with the stack's values and the shared directory's path."""
     text = MASTER.read_text()
     body = "".join(
@@ -30,14 +30,14 @@ def after_mount(shared, script):
         for name in ("dt_job_files", "dt_after_mount")
     ).replace("/myEFSvolume", str(shared))
     body = body.replace("${WorkerGid}", "50000").replace("${PrepareDataScriptPath}", str(script))
-    return body
+    return body.replace("${TrainingScript}", training_script)
 
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root: files owned by another user")
 class AfterMountTest(unittest.TestCase):
-    def run_after_mount(self, shared, script):
+    def run_after_mount(self, shared, script, training_script=""):
         r = subprocess.run(["bash", "-euo", "pipefail", "-c",
-                            after_mount(shared, script) + "dt_after_mount\n"],
+                            after_mount(shared, script, training_script) + "dt_after_mount\n"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout
@@ -103,6 +103,18 @@ class AfterMountTest(unittest.TestCase):
             (job / "ack").write_text("7\n")
             self.run_after_mount(shared, shared / "prepare" / "prepare-data.py")
             self.assertEqual((job / "ack").read_text(), "7\n")
+
+    def test_with_a_training_script_the_workers_group_may_write_the_jobs_directory(self):
+        # torchrun's rank 0 on a worker writes the ack and progress files (dt_torch.py), as the
+        # workers' access point uid and gid, by rename: the directory must let that group write.
+        with tempfile.TemporaryDirectory() as tmp:
+            shared = Path(tmp) / "efs"
+            shared.mkdir()
+            self.run_after_mount(shared, shared / "prepare" / "prepare-data.py",
+                                 "/myEFSvolume/job/train.py,--epochs,90")
+            st = (shared / "job").stat()
+            self.assertEqual((st.st_uid, st.st_gid, st.st_mode & 0o7777), (0, 50000, 0o775))
+            self.assertEqual((shared / "job" / "ack").read_text(), "0\n")
 
 
 if __name__ == "__main__":
