@@ -33,12 +33,7 @@ pub async fn check(cx: &Context<'_>, workers: &Workers) -> Option<Check> {
         .await
         .unwrap_or_default();
     let cidrs: Vec<&str> = subnets.values().map(|(_, c)| c.as_str()).collect();
-    let from = workers
-        .security_groups
-        .iter()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
+    let from = workers.groups_text();
     if ingress::admits(&groups, port, &workers.security_groups, &cidrs) {
         return Some(Check::pass(
             ID,

@@ -19,6 +19,12 @@ pub struct Workers {
 }
 
 impl Workers {
+    /// The workers' security groups, for a check's line: `sg-1, sg-2`.
+    pub fn groups_text(&self) -> String {
+        let groups: Vec<&str> = self.security_groups.iter().map(String::as_str).collect();
+        groups.join(", ")
+    }
+
     pub fn merge(a: &Workers, b: &Workers) -> Workers {
         let union = |x: &BTreeSet<String>, y: &BTreeSet<String>| x.union(y).cloned().collect();
         Workers {

@@ -337,6 +337,17 @@ impl Cluster {
         count: i32,
         market: Option<aws_sdk_ec2::types::InstanceMarketOptionsRequest>,
     ) -> Vec<(String, String)> {
+        self.run_in(template_id, count, market, None)
+    }
+
+    /// RunInstances from a template, optionally into a subnet at a private IP.
+    fn run_in(
+        &self,
+        template_id: &str,
+        count: i32,
+        market: Option<aws_sdk_ec2::types::InstanceMarketOptionsRequest>,
+        at: Option<(&str, &str)>,
+    ) -> Vec<(String, String)> {
         let spec = LaunchTemplateSpecification::builder()
             .launch_template_id(template_id)
             .build();
@@ -346,6 +357,8 @@ impl Cluster {
                 self.ec2
                     .run_instances()
                     .launch_template(spec)
+                    .set_subnet_id(at.map(|(subnet, _)| subnet.to_string()))
+                    .set_private_ip_address(at.map(|(_, ip)| ip.to_string()))
                     .set_instance_market_options(market)
                     .min_count(count)
                     .max_count(count)
@@ -373,35 +386,15 @@ impl Cluster {
 
     /// One instance from the cluster's template at `ip` in `subnet`, Spot when `spot`: its id.
     pub fn launch_at(&self, subnet: &str, ip: &str, spot: bool) -> String {
-        let spec = LaunchTemplateSpecification::builder()
-            .launch_template_id(&self.template_id)
-            .build();
         let market = spot.then(|| {
             aws_sdk_ec2::types::InstanceMarketOptionsRequest::builder()
                 .market_type(aws_sdk_ec2::types::MarketType::Spot)
                 .build()
         });
-        let out = self
-            .rt
-            .block_on(
-                self.ec2
-                    .run_instances()
-                    .launch_template(spec)
-                    .subnet_id(subnet)
-                    .private_ip_address(ip)
-                    .set_instance_market_options(market)
-                    .min_count(1)
-                    .max_count(1)
-                    .send(),
-            )
-            .expect("RunInstances");
-        let inst = &out.instances()[0];
-        assert_eq!(
-            inst.private_ip_address(),
-            Some(ip),
-            "moto kept the IP asked for"
-        );
-        inst.instance_id().unwrap().to_string()
+        let t = self.template_id.clone();
+        let (id, at) = self.run_in(&t, 1, market, Some((subnet, ip))).remove(0);
+        assert_eq!(at, ip, "moto kept the IP asked for");
+        id
     }
 
     pub fn launch(&self, count: i32) -> Vec<(String, String)> {

@@ -53,12 +53,7 @@ pub(super) async fn check(
             Err(e) => return Check::fail("efs.security_groups", NFS, e, "let the role read them"),
         }
     }
-    let from = workers
-        .security_groups
-        .iter()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
+    let from = workers.groups_text();
     if closed.is_empty() {
         return Check::pass(
             "efs.security_groups",
