@@ -26,6 +26,11 @@ fn report<'a>(p: &Pass<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
 /// timeout (30 minutes on gloo).
 pub(super) fn silent(p: &Pass, st: &State, at: usize) -> Option<Health> {
     let after = p.rules.launcher_silent_ms?;
+    // Only a member: a launcher runs only where the plan lists it, so a "running" report of any
+    // other worker is stale or forged, and must not get a preparing worker terminated.
+    if !st.members.iter().any(|m| m.id == p.list[at].id) {
+        return None;
+    }
     let l = report(p, st, at)?;
     let quiet = p.now.saturating_sub(l.heard_at);
     if !l.state.is_active() || quiet < after {

@@ -192,3 +192,36 @@ fn without_a_launcher_configured_reports_change_nothing() {
     assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
 }
+
+#[test]
+fn a_silent_running_report_of_a_worker_not_in_the_job_removes_nothing() {
+    let (r, mut w, state) = training();
+    // A third worker, still preparing: a worker's user code writes a "running" report in its
+    // name and lets it go silent, to get it terminated.
+    w.instances
+        .push(crate::decide_rules::instance("i-3", "10.0.1.3", 300));
+    report(&mut w, "10.0.1.3", "i-3", LauncherState::Running, 1, 2_000);
+    report(
+        &mut w,
+        "10.0.1.1",
+        "i-1",
+        LauncherState::Running,
+        1,
+        600_000,
+    );
+    report(
+        &mut w,
+        "10.0.1.2",
+        "i-2",
+        LauncherState::Running,
+        1,
+        600_000,
+    );
+    let plan = pass(&r, &mut w, &state, 600_000);
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "{:?}",
+        plan.outcome.events
+    );
+    assert!(!kinds(&plan).contains(&"unhealthy"), "{:?}", kinds(&plan));
+}

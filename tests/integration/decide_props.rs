@@ -77,7 +77,7 @@ fn rules(min: usize, max: usize) -> Rules {
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
         stall_after_ms: None,
-        launcher_silent_ms: None,
+        launcher_silent_ms: Some(30_000),
     }
 }
 
@@ -179,6 +179,9 @@ enum Op {
     /// The slot's agent reports its health: (slot, ok, GPUs gone, for the current instance
     /// rather than one that had the IP before).
     Health(usize, bool, bool, bool),
+    /// The slot's agent reports its launcher: (slot, state, for the current instance, heard
+    /// long ago rather than just now: a silent node, or a worker writing a silent report).
+    Launcher(usize, u8, bool, bool),
 }
 
 #[derive(Debug, Clone)]
@@ -279,8 +282,10 @@ fn op() -> impl Strategy<Value = Op> {
         2 => slot.clone().prop_map(Op::Vanish),
         2 => slot.clone().prop_map(Op::Launch),
         2 => (slot.clone(), any::<bool>(), any::<bool>(), 0u8..4).prop_map(|(s, r, b, e)| Op::Notice(s, r, b, e)),
-        2 => (slot, any::<bool>(), any::<bool>(), prop::bool::weighted(0.8))
+        2 => (slot.clone(), any::<bool>(), any::<bool>(), prop::bool::weighted(0.8))
             .prop_map(|(s, ok, lost, own)| Op::Health(s, ok, lost, own)),
+        2 => (slot, 0u8..6, prop::bool::weighted(0.8), any::<bool>())
+            .prop_map(|(s, state, own, silent)| Op::Launcher(s, state, own, silent)),
     ]
 }
 
@@ -463,6 +468,27 @@ impl World {
                     when: None,
                 };
                 self.markers.health.insert(slot_ip(s), h);
+            }
+            Op::Launcher(s, state, own, silent) => {
+                use dt::protocol::launcher::LauncherState as L;
+                let states = [
+                    L::Idle,
+                    L::Running,
+                    L::Stopping,
+                    L::Stopped,
+                    L::Finished,
+                    L::Failed,
+                ];
+                let n = self.incarnation[s] + u32::from(!own);
+                let l = Launcher {
+                    instance_id: id_of(s, n),
+                    state: states[usize::from(state) % states.len()],
+                    generation: None,
+                    restarts: 0,
+                    reason: "report".into(),
+                    heard_at: if silent { 0 } else { u64::MAX / 2 },
+                };
+                self.markers.launchers.insert(slot_ip(s), l);
             }
             Op::Launch(s) => {
                 if !self.instances.contains_key(&s) {
@@ -676,6 +702,23 @@ impl Pass<'_> {
         (!h.ok && h.instance_id == id).then_some(h)
     }
 
+    /// A member whose own launcher report says it trains and was last heard at least
+    /// `silent_after` ago: the node stopped answering, and it leaves at once.
+    fn silent(&self, id: &str) -> bool {
+        let (Some(inst), Some(after)) = (self.observed(id), self.rules.launcher_silent_ms) else {
+            return false;
+        };
+        let Some(l) = (self.snap.markers.as_ref().ok()).and_then(|m| m.launchers.get(&inst.ip))
+        else {
+            return false;
+        };
+        let member = self.prev.members.iter().any(|m| m.id == id);
+        member
+            && l.instance_id == id
+            && l.state.is_active()
+            && self.now.saturating_sub(l.heard_at) >= after
+    }
+
     fn fail(&self, what: String) -> Result<(), String> {
         Err(format!(
             "pass {} at now={}: {what}\nprevious state: {:?}\nplan.outcome.terminate(): {:?}\nplan.outcome.hosts: {:?}\nplan.outcome.events: {:?}",
@@ -868,8 +911,9 @@ proptest! {
         run(&sc, |p| {
             let Ok(acks) = &p.snap.acks else { return Ok(()) };
             for id in &p.plan.outcome.terminate() {
-                // Its own check said its GPUs are gone: no job can use it, it leaves at once.
-                if p.unhealthy(id).is_some_and(|h| h.gpus_lost) {
+                // Its own check said its GPUs are gone, or its node stopped answering: no job can
+                // use it, it leaves at once.
+                if p.unhealthy(id).is_some_and(|h| h.gpus_lost) || p.silent(id) {
                     continue;
                 }
                 if p.prev.members.iter().any(|m| &m.id == id) {
@@ -911,7 +955,7 @@ proptest! {
                 .map(|m| m.id.as_str())
                 .filter(|id| !kept.contains(id) && running(id) && !interrupted.contains(*id))
                 // A broken worker trains nobody: health removals ignore min.
-                .filter(|id| p.unhealthy(id).is_none())
+                .filter(|id| p.unhealthy(id).is_none() && !p.silent(id))
                 .collect();
             let after = p.rules.base_hosts.len() + p.plan.state.members.len();
             if !voluntary.is_empty() && after < p.rules.min {
@@ -921,8 +965,9 @@ proptest! {
         })?;
     }
 
-    /// Only a worker whose own report says it is unhealthy is removed for its health, never a
-    /// base host or the master, and none while more than `max_unhealthy` are unhealthy.
+    /// Only a worker whose own report says it is unhealthy (or a member whose launcher went
+    /// silent) is removed for its health, never a base host or the master, and none while more
+    /// than `max_unhealthy` are unhealthy.
     #[test]
     fn health_removes_only_the_unhealthy_and_never_past_the_limit(sc in scenario()) {
         run(&sc, |p| {
@@ -930,8 +975,8 @@ proptest! {
                 .filter(|e| e.kind == "removal_queued" && e.cause == Some(Cause::Unhealthy));
             for e in queued {
                 let id = e.instance.as_deref().unwrap_or("");
-                if p.unhealthy(id).is_none() {
-                    return p.fail(format!("removed {id} for its health without its own failed report"));
+                if p.unhealthy(id).is_none() && !p.silent(id) {
+                    return p.fail(format!("removed {id} for its health without its own failed report or a silent launcher"));
                 }
                 if e.ip.is_some_and(|ip| p.rules.is_protected(ip)) {
                     return p.fail(format!("removed protected {id} for its health"));
