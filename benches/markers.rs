@@ -3,6 +3,10 @@
 //! agent replaced it (a new inode), so the steady pass lists the directory and reads nothing;
 //! the "all replaced" figure is the worst case, every agent having just rewritten its report.
 //!
+//! With `job.launcher` every worker also has a `launcher_<ip>` report, touched (not replaced) by
+//! its agent every 2 s: the scanner `stat`s them for that heartbeat at most every 2 s, so the
+//! third figure is a scan 2 s after the last, which `stat`s them all.
+//!
 //! On a local disk (tmpfs or ext4); on EFS each read is a network round trip, which is what the
 //! cache saves.
 
@@ -11,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use dt::observe::markers::MarkerScanner;
 use dt::protocol::health::HealthReport;
+use dt::protocol::launcher::{LauncherReport, LauncherState};
 
 const SIZES: [usize; 2] = [1_000, 10_000];
 const ROUNDS: usize = 20;
@@ -32,6 +37,25 @@ fn report(dir: &std::path::Path, n: usize) {
     .render();
     let path = dir.join(format!("health_{}", ip(n)));
     dt::fsutil::write_atomic(&path, &body).expect("report");
+}
+
+fn launcher(dir: &std::path::Path, n: usize) {
+    let body = LauncherReport {
+        instance_id: format!("i-{n:017x}"),
+        state: LauncherState::Running,
+        generation: Some(7),
+        rdzv_id: Some("bench-g7".into()),
+        pid: Some(4242),
+        exit_code: None,
+        signal: None,
+        restarts: 0,
+        reason: "node 3 of 1000".into(),
+        since: "2026-11-25T10:00:00Z".into(),
+        output_tail: vec!["[torch_job] generation 7: rank 3 of 1000, from step 120".into()],
+    }
+    .render();
+    let path = dir.join(format!("launcher_{}", ip(n)));
+    dt::fsutil::write_atomic(&path, &body).expect("launcher report");
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -87,6 +111,31 @@ fn main() {
             show(median(steady)),
             show(median(replaced)),
             ROUNDS / 4
+        );
+        for n in 0..workers {
+            launcher(dir.path(), n);
+        }
+        let with = scanner.scan().expect("scan");
+        assert_eq!(with.launchers.len(), workers);
+        let steady: Vec<Duration> = (0..ROUNDS)
+            .map(|_| {
+                let t = Instant::now();
+                black_box(scanner.scan().expect("scan"));
+                t.elapsed()
+            })
+            .collect();
+        let statted: Vec<Duration> = (0..5)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(2050));
+                let t = Instant::now();
+                black_box(scanner.scan().expect("scan"));
+                t.elapsed()
+            })
+            .collect();
+        println!(
+            "markers {workers:>6} workers with health and launcher reports: steady pass {} (median of {ROUNDS}), a pass that stats every launcher report {} (median of 5)",
+            show(median(steady)),
+            show(median(statted)),
         );
     }
 }

@@ -222,12 +222,13 @@ fn backoff<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 fn silent_after<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     use serde::de::Error;
     let after = named("silent_after", duration(d))?;
-    // The agent replaces its report every two seconds; less than three heartbeats would take a
-    // slow file system for a dead node.
-    let least = 3 * crate::protocol::launcher::HEARTBEAT;
+    // The agent touches its report every two seconds, dtd looks every two, and an NFS client
+    // (EFS) may serve a `stat` from its attribute cache for three more: up to 7 s between two
+    // sightings of a live node. Five heartbeats keep a slow file system from killing one.
+    let least = 5 * crate::protocol::launcher::HEARTBEAT;
     if after < least {
         return Err(D::Error::custom(format!(
-            "job.launcher.silent_after: at least {}s (three of the agent's heartbeats)",
+            "job.launcher.silent_after: at least {}s (five of the agent's heartbeats)",
             least.as_secs()
         )));
     }

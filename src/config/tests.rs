@@ -677,7 +677,7 @@ fn a_bad_launcher_is_refused_naming_its_key() {
         ),
         (
             "    silent_after: 2s\n",
-            "job.launcher.silent_after: at least 6s",
+            "job.launcher.silent_after: at least 10s",
         ),
         (
             "    env: { DT_GENERATION: \"7\" }\n",

@@ -37,7 +37,7 @@ pub struct MarkerScanner {
     /// The IPs with a health report in the directory on this scan.
     health_seen: HashSet<IpAddr>,
     /// Launcher reports by IP: read once per inode (the agent replaces the file when its state
-    /// changes) and `stat`ed for their modification time (its heartbeat) at most once a second.
+    /// changes) and `stat`ed for their modification time (its heartbeat) at most every 2 s.
     launchers: BTreeMap<IpAddr, LauncherSeen>,
     launchers_seen: HashSet<IpAddr>,
     launchers_statted: Option<Millis>,
@@ -50,9 +50,10 @@ struct LauncherSeen {
     report: Option<Launcher>,
 }
 
-/// How often launcher reports are `stat`ed for their heartbeat: far more often than the silence
-/// that counts (`job.launcher.silent_after`, at least 6 s), far less than every pass.
-const LAUNCHER_STAT_EVERY: Millis = 1000;
+/// How often launcher reports are `stat`ed for their heartbeat: as often as the agent touches
+/// them, well within the silence that counts (`job.launcher.silent_after`, at least 10 s), far
+/// less than every pass (on EFS a `stat` past the attribute cache is a round trip).
+const LAUNCHER_STAT_EVERY: Millis = 2000;
 
 /// What a success marker said when it was first seen (its time) and last read (its inode).
 struct SuccessSeen {

@@ -207,3 +207,31 @@ fn a_launcher_that_ignores_the_stop_signal_is_killed_after_the_grace_with_what_i
     );
     assert!(n.log().contains("outlived its grace"), "{}", n.log());
 }
+
+#[test]
+fn stopping_the_agent_stops_its_launcher_and_what_it_started() {
+    let pidfile_dir = tempfile::tempdir().unwrap();
+    let pidfile = pidfile_dir.path().join("worker.pid");
+    let body = format!(
+        "setsid sh -c 'echo $$ > {}; exec sleep 300' &\nwait",
+        pidfile.display()
+    );
+    let mut n = Node::start(&body);
+    n.plan(1, &[IP]);
+    let r = n.wait_report("running", |r| r["state"] == "running");
+    let launcher = r["pid"].as_i64().unwrap() as i32;
+    wait_until("the worker's pid", WAIT, || pidfile.exists());
+    let worker: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // systemctl stop dtd: SIGTERM to the agent.
+    crate::support::signal(n.agent.id() as i32, "TERM");
+    wait_until("the agent to exit", WAIT, || {
+        n.agent.try_wait().unwrap().is_some()
+    });
+    wait_until("the launcher and its worker gone", WAIT, || {
+        process_gone(launcher) && process_gone(worker)
+    });
+}

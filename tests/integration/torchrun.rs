@@ -170,7 +170,7 @@ fn config(c: &Cluster, venv: &Path, prepare: &Path) -> String {
     let job = format!(
         "  notify: none\n  ack: {{ timeout: 3m }}\n  launcher:\n    torchrun: [{}]\n    \
          script: [{script}, --dir, {efs}, --steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3']\n    \
-         nproc_per_node: 1\n    rdzv: {{ port: {} }}\n    stop: {{ grace: 20s }}\n    silent_after: 8s\n    \
+         nproc_per_node: 1\n    rdzv: {{ port: {} }}\n    stop: {{ grace: 20s }}\n    silent_after: 10s\n    \
          backoff: 1s\n    env: {{ PYTHONWARNINGS: ignore, OMP_NUM_THREADS: '1' }}",
         venv.join("bin/torchrun").display(),
         free_port()

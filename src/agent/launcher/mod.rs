@@ -37,30 +37,23 @@ const REAP_WAIT: Duration = Duration::from_secs(5);
 /// One run of the launcher, for one placement.
 struct Run {
     at: Placement,
+    /// Before `running`: dropped first (the agent stopping), it notes torchrun's workers while
+    /// torchrun still lives and kills them; then `running` kills torchrun's own group.
+    tree: tree::Tree,
     running: Running,
-    /// torchrun's descendants when last looked at (its workers, in sessions of their own).
-    procs: Vec<tree::Proc>,
 }
 
 impl Run {
-    /// Notes torchrun's descendants now, keeping those noted before.
     fn look(&mut self) {
-        let Some(pid) = self.running.pid().and_then(|p| i32::try_from(p).ok()) else {
-            return;
-        };
-        for p in tree::descendants(pid) {
-            if !self.procs.contains(&p) {
-                self.procs.push(p);
-            }
-        }
+        self.tree.look();
     }
 
     /// Kills what is left of the processes it started and waits (a few seconds at most) until
     /// they are gone.
     async fn reap(&self) {
-        tree::kill(&self.procs);
+        self.tree.kill();
         let until = Instant::now() + REAP_WAIT;
-        while tree::any_alive(&self.procs) && Instant::now() < until {
+        while self.tree.any_alive() && Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -240,10 +233,11 @@ impl<'a> Supervisor<'a> {
                 let pid = running.pid();
                 tracing::info!(generation = at.generation, rank = at.rank, nnodes = at.nnodes, %rdzv_id, ?pid, "launcher started");
                 self.reporter.started(&at, rdzv_id, pid, restarts);
+                let root = pid.and_then(|p| i32::try_from(p).ok());
                 Some(Run {
                     at,
+                    tree: tree::Tree::new(root),
                     running,
-                    procs: Vec::new(),
                 })
             }
             Err(status) => {

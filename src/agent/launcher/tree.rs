@@ -13,6 +13,48 @@ pub struct Proc {
     start: u64,
 }
 
+/// The processes below a launcher, as far as they have been looked at; what is left of them is
+/// killed when this is dropped (the agent stopping with the launcher still running).
+pub struct Tree {
+    root: Option<i32>,
+    procs: Vec<Proc>,
+}
+
+impl Tree {
+    pub fn new(root: Option<i32>) -> Tree {
+        Tree {
+            root,
+            procs: Vec::new(),
+        }
+    }
+
+    /// Notes the root's descendants now, keeping those noted before (a worker that exits is
+    /// no harm to remember: it is killed only if the same process still runs).
+    pub fn look(&mut self) {
+        let Some(root) = self.root else { return };
+        for p in descendants(root) {
+            if !self.procs.contains(&p) {
+                self.procs.push(p);
+            }
+        }
+    }
+
+    pub fn kill(&self) {
+        kill(&self.procs);
+    }
+
+    pub fn any_alive(&self) -> bool {
+        any_alive(&self.procs)
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        self.look();
+        self.kill();
+    }
+}
+
 /// Every process below `root`, found by walking each process's parent in `/proc`.
 pub fn descendants(root: i32) -> Vec<Proc> {
     let mut parent_of: HashMap<i32, (i32, u64)> = HashMap::new();
