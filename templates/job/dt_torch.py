@@ -132,7 +132,8 @@ class Session:
 
     def notices(self):
         """The notices dtd wrote for this generation (`[{"ip", "kind", "deadline"}]`), if any:
-        why workers left and by when (README, "The job contract")."""
+        why workers left and by when (README, "The job contract"). dtd writes them with
+        `job.notify: { signal }` only; under the launcher the stop signal is the warning."""
         if not self.notices_file:
             return []
         try:
