@@ -58,6 +58,18 @@ fn launcher(dir: &std::path::Path, n: usize) {
     dt::fsutil::write_atomic(&path, &body).expect("launcher report");
 }
 
+/// `rounds` scans, each after `before` (untimed).
+fn timed(rounds: usize, mut before: impl FnMut(), scanner: &mut MarkerScanner) -> Vec<Duration> {
+    (0..rounds)
+        .map(|_| {
+            before();
+            let t = Instant::now();
+            black_box(scanner.scan().expect("scan"));
+            t.elapsed()
+        })
+        .collect()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -89,23 +101,12 @@ fn main() {
             println!("markers benchmark scenario holds (run `cargo bench --bench markers`)");
             return;
         }
-        let steady: Vec<Duration> = (0..ROUNDS)
-            .map(|_| {
-                let t = Instant::now();
-                black_box(scanner.scan().expect("scan"));
-                t.elapsed()
-            })
-            .collect();
-        let replaced: Vec<Duration> = (0..ROUNDS / 4)
-            .map(|_| {
-                for n in 0..workers {
-                    report(dir.path(), n);
-                }
-                let t = Instant::now();
-                black_box(scanner.scan().expect("scan"));
-                t.elapsed()
-            })
-            .collect();
+        let steady = timed(ROUNDS, || {}, &mut scanner);
+        let replaced = timed(
+            ROUNDS / 4,
+            || (0..workers).for_each(|n| report(dir.path(), n)),
+            &mut scanner,
+        );
         println!(
             "markers {workers:>6} workers with health reports: steady pass {} (median of {ROUNDS}), every report replaced {} (median of {})",
             show(median(steady)),
@@ -117,21 +118,9 @@ fn main() {
         }
         let with = scanner.scan().expect("scan");
         assert_eq!(with.launchers.len(), workers);
-        let steady: Vec<Duration> = (0..ROUNDS)
-            .map(|_| {
-                let t = Instant::now();
-                black_box(scanner.scan().expect("scan"));
-                t.elapsed()
-            })
-            .collect();
-        let statted: Vec<Duration> = (0..5)
-            .map(|_| {
-                std::thread::sleep(Duration::from_millis(2050));
-                let t = Instant::now();
-                black_box(scanner.scan().expect("scan"));
-                t.elapsed()
-            })
-            .collect();
+        let steady = timed(ROUNDS, || {}, &mut scanner);
+        let wait = || std::thread::sleep(Duration::from_millis(2050));
+        let statted = timed(5, wait, &mut scanner);
         println!(
             "markers {workers:>6} workers with health and launcher reports: steady pass {} (median of {ROUNDS}), a pass that stats every launcher report {} (median of 5)",
             show(median(steady)),

@@ -177,13 +177,13 @@ fn a_failing_launcher_is_started_again_with_a_doubling_backoff_and_shown() {
     n.wait_report("started for generation 3", |r| r["generation"] == 3);
 }
 
-#[test]
-fn a_launcher_that_ignores_the_stop_signal_is_killed_after_the_grace_with_what_it_started() {
-    let pidfile_dir = tempfile::tempdir().unwrap();
-    let pidfile = pidfile_dir.path().join("worker.pid");
-    // Like torchrun's workers: a process in a session of its own.
+/// A node whose launcher starts a worker in a session of its own, as torchrun does, then runs
+/// `then` (shell); once it runs: the node, the launcher's pid and the worker's.
+fn with_session_worker(then: &str) -> (Node, i32, i32) {
+    let pidfile = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+    std::fs::remove_file(&pidfile).unwrap();
     let body = format!(
-        "trap '' TERM\nsetsid sh -c 'echo $$ > {}; exec sleep 300' &\nwhile :; do sleep 1; done",
+        "setsid sh -c 'echo $$ > {}; exec sleep 300' &\n{then}",
         pidfile.display()
     );
     let n = Node::start(&body);
@@ -191,11 +191,17 @@ fn a_launcher_that_ignores_the_stop_signal_is_killed_after_the_grace_with_what_i
     let r = n.wait_report("running", |r| r["state"] == "running");
     let launcher = r["pid"].as_i64().unwrap() as i32;
     wait_until("the worker's pid", WAIT, || pidfile.exists());
-    let worker: i32 = std::fs::read_to_string(&pidfile)
+    let worker = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
+    (n, launcher, worker)
+}
+
+#[test]
+fn a_launcher_that_ignores_the_stop_signal_is_killed_after_the_grace_with_what_it_started() {
+    let (n, launcher, worker) = with_session_worker("trap '' TERM\nwhile :; do sleep 1; done");
     n.plan(2, &["10.0.4.8"]);
     let r = n.wait_report("stopped", |r| r["state"] == "stopped");
     assert_eq!(r["reason"], "the launch plan no longer lists this node");
@@ -210,22 +216,7 @@ fn a_launcher_that_ignores_the_stop_signal_is_killed_after_the_grace_with_what_i
 
 #[test]
 fn stopping_the_agent_stops_its_launcher_and_what_it_started() {
-    let pidfile_dir = tempfile::tempdir().unwrap();
-    let pidfile = pidfile_dir.path().join("worker.pid");
-    let body = format!(
-        "setsid sh -c 'echo $$ > {}; exec sleep 300' &\nwait",
-        pidfile.display()
-    );
-    let mut n = Node::start(&body);
-    n.plan(1, &[IP]);
-    let r = n.wait_report("running", |r| r["state"] == "running");
-    let launcher = r["pid"].as_i64().unwrap() as i32;
-    wait_until("the worker's pid", WAIT, || pidfile.exists());
-    let worker: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (mut n, launcher, worker) = with_session_worker("wait");
     // systemctl stop dtd: SIGTERM to the agent.
     crate::support::signal(n.agent.id() as i32, "TERM");
     wait_until("the agent to exit", WAIT, || {
