@@ -26,14 +26,15 @@ fn report<'a>(p: &Pass<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
 /// timeout (30 minutes on gloo).
 pub(super) fn silent(p: &Pass, st: &State, at: usize) -> Option<Health> {
     let after = p.rules.launcher_silent_ms?;
-    // Only a member: a launcher runs only where the plan lists it, so a "running" report of any
-    // other worker is stale or forged, and must not get a preparing worker terminated.
-    if !st.members.iter().any(|m| m.id == p.list[at].id) {
-        return None;
-    }
     let l = report(p, st, at)?;
     let quiet = p.now.saturating_sub(l.heard_at);
     if !l.state.is_active() || quiet < after {
+        return None;
+    }
+    // Only a member: a launcher runs only where the plan lists it, so a "running" report of any
+    // other worker is stale or forged, and must not get a preparing worker terminated. (Looked
+    // up last: every joining candidate asks.)
+    if !st.members.iter().any(|m| m.id == l.instance_id) {
         return None;
     }
     Some(Health {
@@ -61,13 +62,15 @@ pub(super) fn still_running(p: &Pass, st: &State, r: &Removal) -> Option<String>
 
 /// Journals each listed worker's launcher change once, and `job_finished` once per generation.
 pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
-    if p.rules.launcher_silent_ms.is_none() || p.markers.is_none() {
+    let Some(m) = p.markers.filter(|_| p.rules.launcher_silent_ms.is_some()) else {
         return;
-    }
-    for at in 0..p.list.len() {
-        if !p.facts[at].cluster {
+    };
+    // By report, through the instance index: a pass over 1,000 workers without launcher reports
+    // does nothing here.
+    for l in m.launchers.values() {
+        let Some(at) = p.at(&l.instance_id) else {
             continue;
-        }
+        };
         if let Some(l) = report(p, st, at) {
             journal(p, st, out, at, l);
         }
