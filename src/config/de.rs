@@ -18,6 +18,11 @@ pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
     Ok(parsed)
 }
 
+/// `r`, its error prefixed with the key: inside a nested section serde names only the section.
+pub(super) fn named<T, E: serde::de::Error>(key: &str, r: Result<T, E>) -> Result<T, E> {
+    r.map_err(|e| E::custom(format!("{key}: {e}")))
+}
+
 pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Duration>, D::Error> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::{duration, sha256};
+use super::de::{duration, named, sha256};
 use crate::digest::Sha256;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -37,7 +37,7 @@ pub struct Launcher {
     /// every failure in the same generation, up to five minutes.
     #[serde(default = "default_backoff", deserialize_with = "backoff")]
     pub backoff: Duration,
-    /// A member whose agent has not replaced its launcher report for this long has stopped
+    /// A member whose agent has not touched its launcher report for this long has stopped
     /// answering: it leaves the job at once, so the others start a new world without it.
     #[serde(default = "default_silent_after", deserialize_with = "silent_after")]
     pub silent_after: Duration,
@@ -150,11 +150,6 @@ fn default_silent_after() -> Duration {
     Duration::from_secs(30)
 }
 
-/// Inside `launcher` serde loses the key's path, so these name the key themselves.
-fn named<T, E: serde::de::Error>(key: &str, r: Result<T, E>) -> Result<T, E> {
-    r.map_err(|e| E::custom(format!("job.launcher.{key}: {e}")))
-}
-
 /// An argv: a list of words, where a number or a boolean is taken as it is written (`--epochs,
 /// 90` needs no quotes).
 fn argv<'de, D: Deserializer<'de>>(key: &str, d: D) -> Result<Vec<String>, D::Error> {
@@ -198,7 +193,7 @@ fn port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
         Ok(p) => Err(D::Error::custom(format!(
             "job.launcher.rdzv.port: {p} is a privileged port; use 1024..65535"
         ))),
-        Err(e) => Err(D::Error::custom(format!("job.launcher.rdzv.port: {e}"))),
+        Err(e) => named("job.launcher.rdzv.port", Err(e)),
     }
 }
 
@@ -206,22 +201,22 @@ fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<nix::sys::signal::Signal, D
     use serde::de::Error;
     let name = String::deserialize(d)?;
     named(
-        "stop.signal",
+        "job.launcher.stop.signal",
         super::notify::parse_signal(&name).map_err(D::Error::custom),
     )
 }
 
 fn grace<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    named("stop.grace", duration(d))
+    named("job.launcher.stop.grace", duration(d))
 }
 
 fn backoff<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    named("backoff", duration(d))
+    named("job.launcher.backoff", duration(d))
 }
 
 fn silent_after<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     use serde::de::Error;
-    let after = named("silent_after", duration(d))?;
+    let after = named("job.launcher.silent_after", duration(d))?;
     // The agent touches its report every two seconds, dtd looks every two, and an NFS client
     // (EFS) may serve a `stat` from its attribute cache for three more: up to 7 s between two
     // sightings of a live node. Five heartbeats keep a slow file system from killing one.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::de::{duration, sha256};
+use super::de::{duration, named, sha256};
 use crate::digest::Sha256;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -80,10 +80,6 @@ fn health_timeout<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D:
 
 fn health_sha256<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Sha256>, D::Error> {
     sha256("agent.health.sha256", d)
-}
-
-fn named<E: serde::de::Error>(key: &str, r: Result<Duration, E>) -> Result<Duration, E> {
-    r.map_err(|e| E::custom(format!("{key}: {e}")))
 }
 
 fn default_health_interval() -> Duration {
