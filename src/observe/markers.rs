@@ -180,21 +180,25 @@ impl MarkerScanner {
             return;
         }
         let modified = entry.metadata().ok().and_then(|m| m.modified().ok());
-        let read = read_small(&entry.path(), "launcher report")
-            .and_then(|body| LauncherReport::parse(body.as_bytes()));
-        let report = match read {
-            Ok(r) => Some(launcher_from(r, now)),
-            Err(e) => {
-                self.warn(name, &e);
-                None
-            }
-        };
+        let report = self.read_report(entry, name, "launcher report", LauncherReport::parse);
         let seen = LauncherSeen {
             ino,
             modified,
-            report,
+            report: report.map(|r| launcher_from(r, now)),
         };
         self.launchers.insert(ip, seen);
+    }
+
+    /// An agent's report, parsed; unreadable or garbled, it is warned about once and is none.
+    fn read_report<T>(
+        &mut self,
+        entry: &fs::DirEntry,
+        name: &OsString,
+        what: &str,
+        parse: fn(&[u8]) -> Result<T, String>,
+    ) -> Option<T> {
+        let read = read_small(&entry.path(), what).and_then(|body| parse(body.as_bytes()));
+        read.map_err(|e| self.warn(name, &e)).ok()
     }
 
     /// Reads a health report only when its inode changed since the last read; an unreadable
@@ -209,16 +213,8 @@ impl MarkerScanner {
         use std::os::unix::fs::DirEntryExt;
         let ino = entry.ino();
         if !matches!(self.health.get(&ip), Some((known, _)) if *known == ino) {
-            let read = read_small(&entry.path(), "health report")
-                .and_then(|body| HealthReport::parse(body.as_bytes()));
-            let health = match read {
-                Ok(r) => Some(health_from(r)),
-                Err(e) => {
-                    self.warn(name, &e);
-                    None
-                }
-            };
-            self.health.insert(ip, (ino, health));
+            let health = self.read_report(entry, name, "health report", HealthReport::parse);
+            self.health.insert(ip, (ino, health.map(health_from)));
         }
         self.health_seen.insert(ip);
         if let Some((_, Some(h))) = self.health.get(&ip) {
