@@ -175,7 +175,7 @@ impl Running {
     }
 
     /// The last lines so far.
-    pub fn lines(&self) -> Vec<String> {
+    fn lines(&self) -> Vec<String> {
         self.tail.lock().map(|mut t| t.lines()).unwrap_or_default()
     }
 }

@@ -22,7 +22,7 @@ use super::Identity;
 use crate::config::{Config, Launcher};
 use crate::protocol::launch_plan::{self, LaunchPlan};
 use crate::protocol::launcher::{LauncherState, HEARTBEAT};
-pub use argv::Placement;
+use argv::Placement;
 use report::Reporter;
 
 /// How often the plan is read: a directory entry and a small file.
@@ -44,10 +44,6 @@ struct Run {
 }
 
 impl Run {
-    fn look(&mut self) {
-        self.tree.look();
-    }
-
     /// Kills what is left of the processes it started and waits (a few seconds at most) until
     /// they are gone.
     async fn reap(&self) {
@@ -73,7 +69,7 @@ enum Hold {
     },
 }
 
-pub struct Supervisor<'a> {
+struct Supervisor<'a> {
     cfg: &'a Config,
     launcher: &'a Launcher,
     identity: Identity,
@@ -133,7 +129,7 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity) {
         }
         if s.reporter.heartbeat() {
             if let Some(run) = current.as_mut() {
-                run.look();
+                run.tree.look();
             }
         }
     }
@@ -276,7 +272,7 @@ impl<'a> Supervisor<'a> {
             "stopping the launcher: {why}"
         );
         self.reporter.stopping(why);
-        run.look();
+        run.tree.look();
         run.running.signal(stop.signal);
         let deadline = Instant::now() + stop.grace;
         let status = loop {
@@ -287,12 +283,12 @@ impl<'a> Supervisor<'a> {
             }
             if Instant::now() >= deadline {
                 tracing::warn!(grace = ?stop.grace, "the launcher outlived its grace: killing its process group");
-                run.look();
+                run.tree.look();
                 run.running.kill_group();
                 break run.running.wait().await;
             }
             if self.reporter.heartbeat() {
-                run.look();
+                run.tree.look();
             }
         };
         run.reap().await;
