@@ -53,11 +53,16 @@ pub async fn run(cfg: &Config) -> Report {
         events::checks(&cx),
     );
     let workers = template::Workers::merge(&template.workers, &group.workers);
+    // Read once for the two checks that need the worker subnets' zones and CIDRs.
+    let subnets = match cfg.shared_fs_id.is_some() || cfg.job.launcher.is_some() {
+        true => file_system::subnets(&cx, &workers.subnets).await,
+        false => Ok(Default::default()),
+    };
     let (file_system, permissions, gpus, rendezvous) = tokio::join!(
-        file_system::checks(&cx, &workers),
+        file_system::checks(&cx, &workers, &subnets),
         permissions::checks(&cx, template.found.clone()),
         gpus::check(&cx, &workers.instance_types),
-        rendezvous::check(&cx, &workers),
+        rendezvous::check(&cx, &workers, &subnets),
     );
     let mut checks = identity;
     checks.extend(template.checks);

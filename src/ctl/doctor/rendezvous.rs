@@ -9,7 +9,11 @@ const ID: &str = "workers.rendezvous";
 const TITLE: &str = "workers: rendezvous port";
 
 /// `None` without a launcher: nothing to check, and nothing to skip either.
-pub async fn check(cx: &Context<'_>, workers: &Workers) -> Option<Check> {
+pub async fn check(
+    cx: &Context<'_>,
+    workers: &Workers,
+    subnets: &file_system::Subnets,
+) -> Option<Check> {
     let port = i32::from(cx.cfg.job.launcher.as_ref()?.rdzv.port);
     if workers.security_groups.is_empty() {
         let why = "the launch template and the group name no security group";
@@ -29,10 +33,10 @@ pub async fn check(cx: &Context<'_>, workers: &Workers) -> Option<Check> {
             ));
         }
     };
-    let subnets = file_system::subnets(cx, &workers.subnets)
-        .await
-        .unwrap_or_default();
-    let cidrs: Vec<&str> = subnets.values().map(|(_, c)| c.as_str()).collect();
+    // Without the subnets only a rule naming a worker group can be seen to admit the port.
+    let cidrs: Vec<&str> = (subnets.iter().flat_map(|s| s.values()))
+        .map(|(_, c)| c.as_str())
+        .collect();
     let from = workers.groups_text();
     if ingress::admits(&groups, port, &workers.security_groups, &cidrs) {
         return Some(Check::pass(

@@ -19,7 +19,7 @@ const AVAILABLE: &str = "file system";
 const TARGETS: &str = "file system: mount targets";
 const TLS: &str = "file system: TLS required";
 
-pub async fn checks(cx: &Context<'_>, workers: &Workers) -> Vec<Check> {
+pub async fn checks(cx: &Context<'_>, workers: &Workers, subnets: &Subnets) -> Vec<Check> {
     let Some(fs) = cx.cfg.shared_fs_id.as_deref() else {
         return vec![Check::skip(
             "efs.available",
@@ -39,11 +39,10 @@ pub async fn checks(cx: &Context<'_>, workers: &Workers) -> Vec<Check> {
         ];
     }
     let targets = mount_targets(&efs, fs).await;
-    let subnets = subnets(cx, &workers.subnets).await;
     vec![
         available,
-        zones_check(fs, &targets, &subnets),
-        nfs::check(cx, &efs, fs, &targets, &subnets, workers).await,
+        zones_check(fs, &targets, subnets),
+        nfs::check(cx, &efs, fs, &targets, subnets, workers).await,
         tls_check(&efs, fs).await,
     ]
 }
@@ -82,13 +81,13 @@ async fn available(efs: &aws_sdk_efs::Client, fs: &str) -> Check {
 /// The mount targets, or why they could not be read.
 type Targets = Result<Vec<MountTargetDescription>, String>;
 /// Worker subnets by id: (Availability Zone, IPv4 CIDR), or why they could not be read.
-pub(super) type Subnets = Result<BTreeMap<String, (String, String)>, String>;
+pub type Subnets = Result<BTreeMap<String, (String, String)>, String>;
 
 async fn mount_targets(efs: &aws_sdk_efs::Client, fs: &str) -> Targets {
     (crate::observe::efs::mount_targets(efs, fs).await).map_err(|e| e.to_string())
 }
 
-pub(super) async fn subnets(cx: &Context<'_>, ids: &BTreeSet<String>) -> Subnets {
+pub async fn subnets(cx: &Context<'_>, ids: &BTreeSet<String>) -> Subnets {
     if ids.is_empty() {
         return Ok(BTreeMap::new());
     }
