@@ -16,8 +16,7 @@ use crate::protocol::launcher::LauncherState;
 fn report<'a>(p: &Pass<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
     let inst = &p.list[at];
     let l = p.markers?.launchers.get(&inst.ip)?;
-    let believable = l.instance_id == inst.id && l.generation.is_none_or(|g| g <= st.generation);
-    believable.then_some(l)
+    l.believable(&inst.id, st.generation).then_some(l)
 }
 
 /// A training member whose agent has not touched its report for `silent_after` stopped

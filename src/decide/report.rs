@@ -204,10 +204,11 @@ fn unseen_member(index: usize, m: &Member) -> Row {
     }
 }
 
-/// A worker's launcher in a few words, from the report its instance wrote.
-fn launcher_line(snap: &Snapshot, id: &str, ip: std::net::IpAddr) -> Option<String> {
+/// A worker's launcher in a few words, from the report its instance wrote (as `decide` believes
+/// it: that instance's, of a generation dtd wrote).
+fn launcher_line(snap: &Snapshot, state: &State, id: &str, ip: std::net::IpAddr) -> Option<String> {
     let l = snap.markers.as_ref().ok()?.launchers.get(&ip)?;
-    if l.instance_id != id {
+    if !l.believable(id, state.generation) {
         return None;
     }
     let g = l.generation.map_or(String::new(), |g| format!(" g{g}"));
@@ -250,7 +251,7 @@ pub fn worker_views(rows: &[Row], snap: &Snapshot, state: &State) -> Vec<WorkerV
                     .filter(|s| s.id == *id && Shown::Status(s.status) == row.shown)
                     .map(|s| s.at),
                 waiting_for: row.waiting_for.clone(),
-                launcher: launcher_line(snap, id, ip),
+                launcher: launcher_line(snap, state, id, ip),
             })
         })
         .collect();

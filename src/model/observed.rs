@@ -79,6 +79,14 @@ pub struct Launcher {
     pub heard_at: Millis,
 }
 
+impl Launcher {
+    /// Whether it is instance `id`'s own report, of a generation dtd wrote (up to `generation`)
+    /// or of none: any worker can write any report.
+    pub fn believable(&self, id: &str, generation: u64) -> bool {
+        self.instance_id == id && self.generation.is_none_or(|g| g <= generation)
+    }
+}
+
 impl Health {
     /// Why the worker is unhealthy, for the journal and `dtctl status`.
     pub fn describe(&self) -> String {

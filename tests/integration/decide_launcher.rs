@@ -110,6 +110,10 @@ fn a_report_naming_another_instance_or_an_unwritten_generation_is_not_believed()
     );
     assert!(plan.outcome.terminate().is_empty());
     assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    // Nor shown in `dtctl status`.
+    let views = dt::decide::worker_views(&plan.outcome.rows, &w.snap(), &plan.state);
+    let shown: Vec<_> = views.iter().filter_map(|v| v.launcher.as_ref()).collect();
+    assert!(shown.is_empty(), "{shown:?}");
 }
 
 #[test]
