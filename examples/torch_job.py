@@ -104,7 +104,7 @@ def train(args):
         if stop:
             why = "a peer is gone" if session.peer_lost else "asked to stop"
             say(f"rank {rank}: stopping at step {step} ({why}); checkpoint at step {step if rank == 0 and not session.peer_lost else 'earlier'}")
-            return 0 if not session.peer_lost else 1
+            return session.exit_code()
     if rank == 0:
         with torch.no_grad():
             final = torch.nn.functional.mse_loss(base(x), y).item()

@@ -25,9 +25,16 @@ pub struct Launcher {
     pub nproc_per_node: NprocPerNode,
     #[serde(default)]
     pub rdzv: Rdzv,
-    /// torchrun's own `--max-restarts` within one generation (its workers, not the node).
+    /// How torchrun meets a membership change: a fresh world per generation, or its own
+    /// `--nnodes=MIN:MAX` rendezvous kept across generations.
     #[serde(default)]
-    pub max_restarts: u32,
+    pub strategy: Strategy,
+    /// The elastic strategy's settings (only with `strategy: elastic`).
+    #[serde(default)]
+    pub elastic: Option<Elastic>,
+    /// torchrun's own `--max-restarts`; unset: [`Launcher::max_restarts`] picks by strategy.
+    #[serde(default)]
+    pub max_restarts: Option<u32>,
     #[serde(default)]
     pub stop: Stop,
     /// Added to torchrun's environment (after the agent's `DT_*`).
@@ -44,6 +51,103 @@ pub struct Launcher {
     /// The digest torchrun's program (the first element) must have, if pinned.
     #[serde(default, deserialize_with = "torchrun_sha256")]
     pub sha256: Option<Sha256>,
+}
+
+impl Launcher {
+    /// `--max-restarts`: as configured, else none within a generation (`generation`), or
+    /// enough for a long job's membership changes (`elastic`: every leave costs each survivor
+    /// one, since the agent ends its workers to start a new round).
+    pub fn max_restarts(&self) -> u32 {
+        let by_strategy = match self.strategy {
+            Strategy::Generation => 0,
+            Strategy::Elastic => 1000,
+        };
+        self.max_restarts.unwrap_or(by_strategy)
+    }
+
+    /// The elastic strategy's settings, when it is the strategy.
+    pub fn elastic(&self) -> Option<Elastic> {
+        (self.strategy == Strategy::Elastic).then(|| self.elastic.clone().unwrap_or_default())
+    }
+
+    /// What only makes sense together: `elastic` settings without the elastic strategy are a
+    /// mistake, not something to ignore.
+    pub(super) fn check(&self) -> Result<(), String> {
+        if self.strategy == Strategy::Generation && self.elastic.is_some() {
+            return Err(
+                "job.launcher.elastic: only with `strategy: elastic` (the strategy is generation)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// A fixed-size world per generation, under a fresh rendezvous id.
+    #[default]
+    Generation,
+    /// torchrun's own rendezvous (`--nnodes=MIN:MAX`), kept while its holder stays.
+    Elastic,
+}
+
+/// `job.launcher.elastic`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "ElasticFields")]
+pub struct Elastic {
+    pub min_nodes: u32,
+    pub max_nodes: u32,
+    /// How long a rendezvous round waits for more nodes once it has `min_nodes` (torch's
+    /// `last_call_timeout`, whole seconds).
+    pub last_call: Duration,
+}
+
+impl Default for Elastic {
+    fn default() -> Self {
+        Elastic {
+            min_nodes: 1,
+            max_nodes: 1024,
+            last_call: Duration::from_secs(3),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ElasticFields {
+    min_nodes: Option<u32>,
+    max_nodes: Option<u32>,
+    #[serde(default, deserialize_with = "super::de::optional_duration")]
+    last_call: Option<Duration>,
+}
+
+impl TryFrom<ElasticFields> for Elastic {
+    type Error = String;
+
+    fn try_from(f: ElasticFields) -> Result<Self, String> {
+        let d = Elastic::default();
+        let e = Elastic {
+            min_nodes: f.min_nodes.unwrap_or(d.min_nodes),
+            max_nodes: f.max_nodes.unwrap_or(d.max_nodes),
+            last_call: f.last_call.unwrap_or(d.last_call),
+        };
+        if e.min_nodes == 0 || e.min_nodes > e.max_nodes {
+            return Err(format!(
+                "job.launcher.elastic: min_nodes ({}) must be at least 1 and at most max_nodes ({})",
+                e.min_nodes, e.max_nodes
+            ));
+        }
+        // torch reads the timeout as whole seconds.
+        if e.last_call.subsec_nanos() != 0 || e.last_call > Duration::from_secs(600) {
+            return Err(format!(
+                "job.launcher.elastic.last_call: whole seconds up to 10m, not {}",
+                humantime::format_duration(e.last_call)
+            ));
+        }
+        Ok(e)
+    }
 }
 
 /// torchrun's `--nproc-per-node`.

@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook};
-pub use launcher::{Launcher, NprocPerNode};
+pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
 pub use notify::Notify;
 pub use owner::JobOwner;
 pub use sections::{

@@ -154,6 +154,11 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
         validate_health(health, text)?;
     }
     validate_prepare_timeout(raw, text)?;
+    if let Some(launcher) = &raw.job.launcher {
+        launcher
+            .check()
+            .map_err(|msg| at_path(text, &["job", "launcher", "elastic"], &msg))?;
+    }
     match raw.master {
         Some(master) if raw.workers.base_hosts.contains(&master) => Err(at_key(
             text,

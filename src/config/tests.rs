@@ -641,7 +641,7 @@ fn a_launcher_gets_its_defaults() {
     assert_eq!(l.script, ["/efs/train.py", "--epochs", "90"]);
     assert_eq!(l.nproc_per_node.to_string(), "gpu");
     assert_eq!(l.rdzv.port, 29400);
-    assert_eq!(l.max_restarts, 0);
+    assert_eq!(l.max_restarts(), 0);
     assert_eq!(l.stop.signal, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(l.stop.grace, Duration::from_secs(30));
     assert_eq!(l.backoff, Duration::from_secs(5));
@@ -660,6 +660,40 @@ fn a_launcher_gets_its_defaults() {
     );
     assert_eq!(l.stop.signal, nix::sys::signal::Signal::SIGINT);
     assert_eq!(l.env["NCCL_DEBUG"], "WARN");
+}
+
+#[test]
+fn the_elastic_strategy_gets_its_defaults_and_a_large_restart_budget() {
+    let generation = Config::parse(&with_launcher(""))
+        .unwrap()
+        .job
+        .launcher
+        .unwrap();
+    assert_eq!(generation.strategy, crate::config::Strategy::Generation);
+    assert_eq!((generation.elastic(), generation.max_restarts()), (None, 0));
+    let l = Config::parse(&with_launcher("    strategy: elastic\n"))
+        .unwrap()
+        .job
+        .launcher
+        .unwrap();
+    let e = l.elastic().unwrap();
+    assert_eq!(
+        (e.min_nodes, e.max_nodes, e.last_call),
+        (1, 1024, Duration::from_secs(3))
+    );
+    assert_eq!(l.max_restarts(), 1000);
+    let more = "    strategy: elastic\n    elastic: { min_nodes: 2, last_call: 10s }\n    max_restarts: 50\n";
+    let l = Config::parse(&with_launcher(more))
+        .unwrap()
+        .job
+        .launcher
+        .unwrap();
+    let e = l.elastic().unwrap();
+    assert_eq!(
+        (e.min_nodes, e.max_nodes, e.last_call.as_secs()),
+        (2, 1024, 10)
+    );
+    assert_eq!(l.max_restarts(), 50);
 }
 
 #[test]
@@ -684,7 +718,27 @@ fn a_bad_launcher_is_refused_naming_its_key() {
             "DT_* variables are the agent's own",
         ),
         ("    env: { \"LD PRELOAD\": x }\n", "is not a variable name"),
-        ("    strategy: elastic\n", "unknown field `strategy`"),
+        ("    strategy: rolling\n", "unknown variant `rolling`"),
+        (
+            "    elastic: { min_nodes: 2 }\n",
+            "job.launcher.elastic: only with `strategy: elastic`",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { min_nodes: 4, max_nodes: 2 }\n",
+            "min_nodes (4) must be at least 1 and at most max_nodes (2)",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { min_nodes: 0 }\n",
+            "min_nodes (0) must be at least 1",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { last_call: 1500ms }\n",
+            "job.launcher.elastic.last_call: whole seconds",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { min: 2 }\n",
+            "unknown field `min`",
+        ),
     ] {
         let e = error_of(&with_launcher(more));
         assert!(e.contains(key), "{more:?}: {e}");

@@ -10,11 +10,14 @@ dynamic-training. Standard library and torch only; shipped in the release next t
         session.progress(step)               # rank 0, at most once a second
         if session.should_stop():            # every rank agrees (one tiny allreduce)
             save_checkpoint()                # rank 0; then leave: the launcher starts the next world
-            break
+            sys.exit(session.exit_code())
     session.finished()                       # rank 0, after the last step: the job is done
 
-Every membership change starts a new generation: the agent stops torchrun (SIGTERM by default,
-`job.launcher.stop`) and starts it again with the new world. `should_stop()` turns that signal
+Every membership change starts a new generation. Under the `generation` strategy the agent stops
+torchrun (SIGTERM by default, `job.launcher.stop`) and starts it again with the new world; under
+`elastic` torchrun stays, and its workers get the signal (from torchrun when a node joins, from
+the agent when one left) and must exit non-zero (`exit_code()`) so torchrun starts a new round
+instead of taking the job for finished. `should_stop()` turns that signal
 into a step boundary that every rank reaches together, so rank 0's checkpoint holds the last
 completed step and nothing more is lost than the steps since it.
 
@@ -44,6 +47,8 @@ class Session:
         env = os.environ
         self.generation = int(env.get("DT_GENERATION", "0"))
         self.nnodes = int(env.get("DT_NNODES", "1"))
+        self.strategy = env.get("DT_STRATEGY", "generation")
+        self.plan_file = env.get("DT_LAUNCH_PLAN")
         self.ack_file = env.get("DT_ACK_FILE")
         self.progress_file = env.get("DT_PROGRESS_FILE")
         self.notices_file = env.get("DT_NOTICES_FILE")
@@ -87,9 +92,33 @@ class Session:
         """Every node of the launch plan, each with its local processes."""
         return self.nnodes * int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
+    def _follow_plan(self):
+        """Under `elastic`, torchrun restarts the workers for every new round with the
+        environment it started with, so the generation and its size come from the plan itself."""
+        if self.strategy != "elastic" or not self.plan_file:
+            return
+        try:
+            with open(self.plan_file, encoding="utf-8") as f:
+                plan = json.load(f)
+            generation, hosts = int(plan["generation"]), plan["hosts"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if isinstance(hosts, list) and hosts and generation >= 0:
+            self.generation, self.nnodes = generation, len(hosts)
+
+    def exit_code(self):
+        """How a rank that stopped at a step boundary exits: 0 under `generation` (the agent is
+        stopping torchrun anyway); under `elastic` 75 (EX_TEMPFAIL), since torchrun takes
+        workers that all exit 0 for a finished job and would close the rendezvous. A rank whose
+        peer is gone exits 1 either way."""
+        if self.peer_lost:
+            return 1
+        return 75 if self.strategy == "elastic" else 0
+
     def joined(self):
         """Rank 0 acknowledges the generation it trains on, once the world is as large as the
         launch plan says: dtd then lets leaving workers go. Returns whether it acknowledged."""
+        self._follow_plan()
         if self.rank != 0 or not self.ack_file:
             return False
         if dist.get_world_size() != self.expected_world_size():

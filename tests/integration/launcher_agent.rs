@@ -28,6 +28,11 @@ struct Node {
 impl Node {
     /// An agent whose launcher is the shell script `body` (its argv is appended to `argv.log`).
     fn start(body: &str) -> Node {
+        Node::start_with(body, "")
+    }
+
+    /// As `start`, with more of `job.launcher` (lines indented four spaces).
+    fn start_with(body: &str, launcher_yaml: &str) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let efs = dir.path().join("efs");
         std::fs::create_dir(&efs).unwrap();
@@ -43,7 +48,7 @@ impl Node {
             "cluster: itest\nworkers: {{ launch_template: lt-0abc, max: 4 }}\nshared_dir: {}\n\
              agent: {{ prepare_data: {}, imds_interval: 100ms }}\n\
              job:\n  launcher:\n    torchrun: [{}]\n    script: [/train.py]\n    \
-             stop: {{ grace: 1s }}\n    backoff: 1s\n",
+             stop: {{ grace: 1s }}\n    backoff: 1s\n{launcher_yaml}",
             efs.display(),
             prepare.display(),
             launcher.display()
@@ -95,13 +100,25 @@ impl Node {
     }
 
     fn starts(&self) -> usize {
-        let log = std::fs::read_to_string(self.dir.path().join("argv.log")).unwrap_or_default();
-        log.lines().count()
+        self.argv().lines().count()
+    }
+
+    fn argv(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("argv.log")).unwrap_or_default()
+    }
+
+    /// Lines in a file the launcher wrote in the shared directory.
+    fn lines(&self, name: &str) -> usize {
+        let text = std::fs::read_to_string(self.efs().join(name)).unwrap_or_default();
+        text.lines().count()
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- agent log ----\n{}", self.log());
+        }
         let _ = self.agent.kill();
         let _ = self.agent.wait();
     }
@@ -225,4 +242,63 @@ fn stopping_the_agent_stops_its_launcher_and_what_it_started() {
     wait_until("the launcher and its worker gone", WAIT, || {
         process_gone(launcher) && process_gone(worker)
     });
+}
+
+#[test]
+fn under_the_elastic_strategy_a_run_outlives_joins_and_a_leave_ends_only_its_workers() {
+    // Like torchrun: workers in sessions of their own, started again when they exit.
+    let body = "cd \"$DT_SHARED_DIR\"\nwhile :; do\n  setsid sh -c 'trap \"echo kicked >> kicked.log; exit 75\" TERM; echo $$ >> workers.log; while :; do sleep 0.1; done' &\n  wait\ndone";
+    let n = Node::start_with(
+        body,
+        "    strategy: elastic\n    elastic: { max_nodes: 4, last_call: 2s }\n",
+    );
+    n.plan(1, &[IP, "10.0.4.8"]);
+    let r = n.wait_report("running", |r| r["state"] == "running");
+    let pid = r["pid"].clone();
+    assert_eq!(r["rdzv_id"], "itest-e10-0-4-7");
+    assert_eq!(
+        n.argv().lines().next().unwrap(),
+        "--nnodes=1:4 --nproc-per-node=gpu --rdzv-backend=c10d --rdzv-endpoint=10.0.4.7:29400 \
+         --rdzv-id=itest-e10-0-4-7 --rdzv-conf=is_host=true,last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=5 \
+         --local-addr=10.0.4.7 --max-restarts=1000 /train.py"
+    );
+    wait_until("the first worker", WAIT, || n.lines("workers.log") == 1);
+
+    // A join: the run follows the new generation; nothing is signalled (torchrun's own
+    // rendezvous sees the new node waiting).
+    n.plan(2, &[IP, "10.0.4.8", "10.0.4.9"]);
+    let r = n.wait_report("following generation 2", |r| r["generation"] == 2);
+    assert_eq!(
+        (r["state"].clone(), r["pid"].clone()),
+        ("running".into(), pid.clone())
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!((n.lines("kicked.log"), n.starts()), (0, 1));
+
+    // A leave: the workers get the stop signal, torchrun (the launcher) does not.
+    n.plan(3, &[IP, "10.0.4.9"]);
+    let r = n.wait_report("following generation 3", |r| r["generation"] == 3);
+    assert_eq!(r["pid"], pid, "the launcher itself was not restarted");
+    assert!(
+        r["reason"].as_str().unwrap().contains("10.0.4.8 left"),
+        "{r}"
+    );
+    wait_until("the worker kicked and started again", WAIT, || {
+        n.lines("kicked.log") == 1 && n.lines("workers.log") == 2
+    });
+    assert_eq!(n.starts(), 1);
+
+    // A new store holder: a new rendezvous, so the launcher starts again.
+    n.plan(4, &["10.0.4.9", IP]);
+    let r = n.wait_report("a new run for generation 4", |r| {
+        r["state"] == "running" && r["generation"] == 4 && r["pid"] != pid
+    });
+    assert_eq!(r["rdzv_id"], "itest-e10-0-4-9");
+    let second = n.argv().lines().nth(1).unwrap().to_string();
+    assert!(
+        second.contains("--rdzv-endpoint=10.0.4.9:29400")
+            && second.contains("--rdzv-conf=is_host=false,"),
+        "{second}"
+    );
+    assert!(process_gone(pid.as_i64().unwrap() as i32));
 }

@@ -23,6 +23,10 @@ use crate::support::{self, free_port, signal, wait_until, Cluster};
 const STEPS: u64 = 1500;
 const PHASE: Duration = Duration::from_secs(150);
 
+/// One story at a time: each runs three torchruns and their workers, which two cores share
+/// poorly with another's (a slow step is not what these tests are about).
+static ONE_STORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Node {
     ip: &'static str,
     id: String,
@@ -55,6 +59,19 @@ struct Story {
 }
 
 impl Story {
+    /// moto, a loopback subnet, the config (`launcher_yaml`: more of `job.launcher`), `dtd run`.
+    fn start(venv: &Path, launcher_yaml: &str) -> Story {
+        let c = Cluster::new();
+        let subnet = c.loopback_subnet();
+        let prepare = c.dir.path().join("prepare.sh");
+        std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
+        install_mode(&prepare, 0o755);
+        c.write_config(&config(&c, venv, &prepare, launcher_yaml));
+        let mut s = Story { c, subnet };
+        s.c.start_dtd();
+        s
+    }
+
     fn node(&self, ip: &'static str, spot: bool) -> Node {
         let id = self.c.launch_at(&self.subnet, ip, spot);
         let imds = ImdsStandIn::with_identity(ip, &id);
@@ -164,14 +181,14 @@ fn tree(root: i32) -> Vec<i32> {
     out
 }
 
-fn config(c: &Cluster, venv: &Path, prepare: &Path) -> String {
+fn config(c: &Cluster, venv: &Path, prepare: &Path, launcher_yaml: &str) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/torch_job.py");
     let efs = c.efs().display().to_string();
     let job = format!(
         "  notify: none\n  ack: {{ timeout: 3m }}\n  launcher:\n    torchrun: [{}]\n    \
          script: [{script}, --dir, {efs}, --steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3']\n    \
          nproc_per_node: 1\n    rdzv: {{ port: {} }}\n    stop: {{ grace: 20s }}\n    silent_after: 10s\n    \
-         backoff: 1s\n    env: {{ PYTHONWARNINGS: ignore, OMP_NUM_THREADS: '1' }}",
+         backoff: 1s\n    env: {{ PYTHONWARNINGS: ignore, OMP_NUM_THREADS: '1' }}\n{launcher_yaml}",
         venv.join("bin/torchrun").display(),
         free_port()
     );
@@ -185,19 +202,9 @@ fn config(c: &Cluster, venv: &Path, prepare: &Path) -> String {
 
 #[test]
 fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
+    let _one = ONE_STORY.lock().unwrap_or_else(|e| e.into_inner());
     let venv = support::torch_venv();
-    let c = Cluster::new();
-    let subnet = c.loopback_subnet();
-    let prepare = c.dir.path().join("prepare.sh");
-    std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
-    std::os::unix::fs::PermissionsExt::set_mode(
-        &mut std::fs::metadata(&prepare).unwrap().permissions(),
-        0o755,
-    );
-    install_mode(&prepare, 0o755);
-    c.write_config(&config(&c, &venv, &prepare));
-    let mut s = Story { c, subnet };
-    s.c.start_dtd();
+    let mut s = Story::start(&venv, "");
 
     // Two nodes train.
     let a = s.node("127.0.0.2", false);
@@ -370,6 +377,114 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
         "{text}"
     );
     drop((a, b, d));
+}
+
+/// The elastic strategy: torchrun's own `--nnodes=1:1024` rendezvous on the first node, kept
+/// through a join (torchrun sees the node waiting and starts a new round itself) and a vanished
+/// node (the agents end the survivors' workers, not torchrun); only the store holder's leave
+/// starts torchrun again. On 127.0.0.6-8, apart from the other story's nodes.
+#[test]
+fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a_vanished_node() {
+    let _one = ONE_STORY.lock().unwrap_or_else(|e| e.into_inner());
+    let venv = support::torch_venv();
+    let s = Story::start(
+        &venv,
+        "    strategy: elastic\n    elastic: { last_call: 3s }\n",
+    );
+    let a = s.node("127.0.0.6", false);
+    let b = s.node("127.0.0.7", false);
+    let g1 = s.wait_world(2, 0, "a world of 2 training");
+    let torchruns = |s: &Story| {
+        (
+            s.launcher(a.ip)["pid"].clone(),
+            s.launcher(b.ip)["pid"].clone(),
+        )
+    };
+    let before = torchruns(&s);
+
+    let mut c3 = s.node("127.0.0.8", false);
+    let marker = s.c.efs().join("prepare_data_success_127.0.0.8");
+    wait_until("127.0.0.8's marker", PHASE, || marker.exists());
+    let t = Instant::now();
+    let g2 = s.wait_world(3, g1, "a world of 3 training");
+    eprintln!(
+        "FIGURE elastic: marker -> world of 3 training: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(torchruns(&s), before, "a join restarts no torchrun");
+
+    let pids: Vec<i32> = std::iter::once(c3.agent.id() as i32)
+        .chain(tree(c3.agent.id() as i32))
+        .collect();
+    let t = Instant::now();
+    for pid in &pids {
+        signal(*pid, "STOP");
+    }
+    let g3 = s.wait_world(2, g2, "a world of 2 after the node vanished");
+    let back = t.elapsed();
+    eprintln!(
+        "FIGURE elastic: vanished node -> world of 2 training: {:.1}s",
+        back.as_secs_f64()
+    );
+    assert!(
+        back < Duration::from_secs(60),
+        "trained again after {back:?}"
+    );
+    assert_eq!(torchruns(&s), before, "the survivors' torchruns go on");
+    let reason = s.launcher(a.ip)["reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(reason.contains("127.0.0.8 left"), "{reason}");
+    wait_until("the vanished node terminated", PHASE, || {
+        s.c.state_of(&c3.id) == "terminated"
+    });
+    for pid in &pids {
+        signal(*pid, "KILL");
+    }
+    let _ = c3.agent.wait();
+
+    // The store holder leaves: the other node's torchrun starts again, holding a new store.
+    let holder = s.c.hosts()[0].clone();
+    let (leaving, staying) = if holder == a.ip { (&a, &b) } else { (&b, &a) };
+    let old = s.launcher(staying.ip)["pid"].clone();
+    let t = Instant::now();
+    s.c.delete_elastic_tag(&leaving.id);
+    s.wait_world(1, g3, "a world of 1 after the store holder left");
+    eprintln!(
+        "FIGURE elastic: store holder's delete-tags -> world of 1 training: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let r = s.launcher(staying.ip);
+    assert_ne!(r["pid"], old);
+    let holder_id = format!("{}-e{}", support::CLUSTER, staying.ip.replace('.', "-"));
+    assert_eq!(r["rdzv_id"].as_str(), Some(holder_id.as_str()));
+    wait_until("the leaving node terminated", PHASE, || {
+        s.c.state_of(&leaving.id) == "terminated"
+    });
+    let stopped = s.event_time("launcher_stopped", &leaving.id);
+    let ended = s.event_time("terminated", &leaving.id);
+    assert!(
+        stopped.is_some() && stopped <= ended,
+        "{stopped:?} {ended:?}"
+    );
+
+    wait_until("job_finished journaled", Duration::from_secs(300), || {
+        s.c.journal().iter().any(|e| e["kind"] == "job_finished")
+    });
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(s.c.efs().join("torch_job_result.json")).unwrap())
+            .unwrap();
+    let single = single_run(&venv, s.c.dir.path());
+    let (elastic, alone) = (
+        result["loss"].as_f64().unwrap(),
+        single["loss"].as_f64().unwrap(),
+    );
+    assert!(
+        (elastic - alone).abs() <= 0.05 * alone,
+        "elastic loss {elastic}, single-process {alone}"
+    );
+    drop((a, b));
 }
 
 /// The same training in one process, without torchrun: the loss the elastic run must match.

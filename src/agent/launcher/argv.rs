@@ -1,17 +1,24 @@
-//! torchrun's command line for one node of one generation: the user's torchrun argv, the
-//! rendezvous the agent derives from the launch plan, then the user's script. Every value the
-//! agent adds is a number, an IP or the cluster's name: nothing from a file reaches it as text.
+//! torchrun's command line for one node: the user's torchrun argv, the rendezvous the agent
+//! derives from the launch plan and the strategy, then the user's script. Every value the agent
+//! adds is a number, an IP or the cluster's name: nothing from a file reaches it as text.
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::config::Launcher;
+use crate::config::{Elastic, Launcher};
 use crate::protocol::launch_plan::LaunchPlan;
+
+/// torch's rendezvous keep-alive under the elastic strategy: a node that left (stopped by a
+/// signal, which does not take it out of the rendezvous) or vanished is dropped after
+/// interval × attempts, and only then can the survivors' next round begin. torch's defaults
+/// (5 s × 3) would add 15 s to every leave.
+const KEEP_ALIVE: (u32, u32) = (1, 5);
 
 /// One node's place in one generation's world.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub generation: u64,
-    pub nnodes: usize,
+    /// The plan's nodes, in its order; this node is `hosts[rank]`.
+    pub hosts: Vec<IpAddr>,
     pub rank: usize,
     /// The first listed node's rendezvous address: it hosts the c10d store.
     pub endpoint: SocketAddr,
@@ -24,36 +31,80 @@ impl Placement {
         let rank = plan.rank_of(ip)?;
         Some(Placement {
             generation: plan.generation,
-            nnodes: plan.hosts.len(),
+            hosts: plan.hosts.clone(),
             rank,
             endpoint: SocketAddr::new(*plan.hosts.first()?, port),
             local: ip,
         })
     }
 
-    /// A fresh rendezvous per generation: torchrun never meets a closed or half-full one.
-    pub fn rdzv_id(&self, cluster: &str) -> String {
-        format!("{cluster}-g{}", self.generation)
+    pub fn nnodes(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// Whether a run started for `self` serves `next` as it is: under `generation` only the
+    /// same generation does; under `elastic` any generation with the same store holder does
+    /// (torchrun's own rendezvous takes the new membership in).
+    pub fn same_run(&self, next: &Placement, elastic: bool) -> bool {
+        if elastic {
+            self.endpoint == next.endpoint && self.local == next.local
+        } else {
+            self == next
+        }
+    }
+
+    /// The nodes `next` no longer lists: their processes may be gone or hung, and the workers
+    /// here must leave the collective they share with them.
+    pub fn lost_in(&self, next: &Placement) -> Vec<IpAddr> {
+        let kept = |ip: &&IpAddr| !next.hosts.contains(ip);
+        self.hosts.iter().filter(kept).copied().collect()
+    }
+
+    /// `generation`: a fresh rendezvous per generation, so torchrun never meets a closed or
+    /// half-full one. `elastic`: one per store holder (the store dies with the holder's torchrun).
+    pub fn rdzv_id(&self, cluster: &str, elastic: bool) -> String {
+        if elastic {
+            let holder = self.endpoint.ip().to_string().replace([':', '.'], "-");
+            format!("{cluster}-e{holder}")
+        } else {
+            format!("{cluster}-g{}", self.generation)
+        }
     }
 }
 
 /// torchrun's arguments after its program (the program is `launcher.torchrun[0]`).
 pub fn args(launcher: &Launcher, cluster: &str, at: &Placement) -> Vec<String> {
+    let elastic = launcher.elastic();
     let mut argv: Vec<String> = launcher.torchrun[1..].to_vec();
+    // Said, not guessed: torchrun guesses from the host's addresses, and on a host that holds
+    // several nodes' addresses (or a test on loopback) every node would think it hosts the store.
+    let mut conf = format!("is_host={}", at.rank == 0);
+    let nnodes = match &elastic {
+        None => at.nnodes().to_string(),
+        Some(Elastic {
+            min_nodes,
+            max_nodes,
+            last_call,
+        }) => {
+            let (interval, attempts) = KEEP_ALIVE;
+            conf += &format!(
+                ",last_call_timeout={},keep_alive_interval={interval},keep_alive_max_attempt={attempts}",
+                last_call.as_secs()
+            );
+            format!("{min_nodes}:{max_nodes}")
+        }
+    };
     // No --node-rank: the c10d rendezvous assigns ranks itself, and torch 2.15 warns that it
     // ignores one given.
     argv.extend([
-        format!("--nnodes={}", at.nnodes),
+        format!("--nnodes={nnodes}"),
         format!("--nproc-per-node={}", launcher.nproc_per_node),
         "--rdzv-backend=c10d".to_string(),
         format!("--rdzv-endpoint={}", at.endpoint),
-        format!("--rdzv-id={}", at.rdzv_id(cluster)),
-        // Said, not guessed: torchrun guesses from the host's addresses, and on a host that
-        // holds several nodes' addresses (or a test on loopback) every node would think it hosts
-        // the store.
-        format!("--rdzv-conf=is_host={}", at.rank == 0),
+        format!("--rdzv-id={}", at.rdzv_id(cluster, elastic.is_some())),
+        format!("--rdzv-conf={conf}"),
         format!("--local-addr={}", at.local),
-        format!("--max-restarts={}", launcher.max_restarts),
+        format!("--max-restarts={}", launcher.max_restarts()),
     ]);
     argv.extend(launcher.script.iter().cloned());
     argv
@@ -99,6 +150,39 @@ mod tests {
             Placement::of(&plan, "10.0.1.6".parse().unwrap(), 29400),
             None
         );
+    }
+
+    #[test]
+    fn the_elastic_strategy_keeps_one_rendezvous_per_holder() {
+        let yaml = "torchrun: [/t]\nscript: [/s]\nstrategy: elastic\nelastic: { min_nodes: 2, max_nodes: 8 }\n";
+        let l: Launcher = serde_yaml::from_str(yaml).unwrap();
+        let plan = |generation, hosts: &[&str]| LaunchPlan {
+            generation,
+            hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
+        };
+        let me: IpAddr = "10.0.1.6".parse().unwrap();
+        let g3 = Placement::of(&plan(3, &["10.0.1.5", "10.0.1.6"]), me, 29400).unwrap();
+        assert_eq!(
+            args(&l, "demo", &g3)[..7],
+            [
+                "--nnodes=2:8",
+                "--nproc-per-node=gpu",
+                "--rdzv-backend=c10d",
+                "--rdzv-endpoint=10.0.1.5:29400",
+                "--rdzv-id=demo-e10-0-1-5",
+                "--rdzv-conf=is_host=false,last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=5",
+                "--local-addr=10.0.1.6",
+            ]
+        );
+        assert!(args(&l, "demo", &g3).contains(&"--max-restarts=1000".into()));
+        // A join keeps the run; a leave keeps it and names who is gone; a new holder ends it.
+        let g4 = Placement::of(&plan(4, &["10.0.1.5", "10.0.1.6", "10.0.1.7"]), me, 29400).unwrap();
+        let g5 = Placement::of(&plan(5, &["10.0.1.5", "10.0.1.6"]), me, 29400).unwrap();
+        let g6 = Placement::of(&plan(6, &["10.0.1.6"]), me, 29400).unwrap();
+        assert!(g3.same_run(&g4, true) && g4.same_run(&g5, true) && !g5.same_run(&g6, true));
+        assert!(!g3.same_run(&g4, false));
+        assert_eq!(g4.lost_in(&g5), ["10.0.1.7".parse::<IpAddr>().unwrap()]);
+        assert!(g3.lost_in(&g4).is_empty());
     }
 
     #[test]

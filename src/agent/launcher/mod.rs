@@ -3,6 +3,11 @@
 //! plan no longer does or names a newer generation, started again after a backoff when it fails
 //! while listed. Every change and every heartbeat is reported in `launcher_<ip>`.
 //!
+//! Under the elastic strategy a run outlives generations while its store holder (the plan's
+//! first node) stays: a join is torchrun's own business (its rendezvous sees the new node
+//! waiting), and a node the plan drops gets the stop signal sent to this node's *workers*, so
+//! torchrun sees them fail and forms a new round without waiting for a collective's timeout.
+//!
 //! The plan is read only when dtd's user owns it (workers write the shared directory through
 //! an access point that makes their files someone else's), and a plan older than one already
 //! followed is ignored: a worker cannot replay an old membership.
@@ -91,11 +96,15 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity) {
         "no launch plan lists this node yet",
     );
     let mut current: Option<Run> = None;
+    let elastic = launcher.elastic().is_some();
     loop {
         let wanted = s.wanted();
-        if let Some(run) = current.take() {
+        if let Some(mut run) = current.take() {
             match &wanted {
-                Some(Some(at)) if *at == run.at => current = Some(run),
+                Some(Some(at)) if run.at.same_run(at, elastic) => {
+                    s.follow(&mut run, at);
+                    current = Some(run);
+                }
                 Some(Some(at)) => {
                     s.stop(run, &format!("generation {} began", at.generation))
                         .await
@@ -214,7 +223,8 @@ impl<'a> Supervisor<'a> {
         };
         let args = argv::args(self.launcher, &self.cfg.cluster, &at);
         let env = self.env(&at);
-        let rdzv_id = at.rdzv_id(&self.cfg.cluster);
+        let elastic = self.launcher.elastic().is_some();
+        let rdzv_id = at.rdzv_id(&self.cfg.cluster, elastic);
         let program = Program {
             path: std::path::Path::new(&self.launcher.torchrun[0]),
             sha256: self.launcher.sha256.as_ref(),
@@ -227,7 +237,7 @@ impl<'a> Supervisor<'a> {
         match program::start(&program).await {
             Ok(running) => {
                 let pid = running.pid();
-                tracing::info!(generation = at.generation, rank = at.rank, nnodes = at.nnodes, %rdzv_id, ?pid, "launcher started");
+                tracing::info!(generation = at.generation, rank = at.rank, nnodes = at.nnodes(), %rdzv_id, ?pid, "launcher started");
                 self.reporter.started(&at, rdzv_id, pid, restarts);
                 let root = pid.and_then(|p| i32::try_from(p).ok());
                 Some(Run {
@@ -250,7 +260,9 @@ impl<'a> Supervisor<'a> {
         let path = |p: &std::path::Path| OsString::from(p);
         env.extend([
             ("DT_GENERATION".into(), at.generation.to_string().into()),
-            ("DT_NNODES".into(), at.nnodes.to_string().into()),
+            ("DT_NNODES".into(), at.nnodes().to_string().into()),
+            ("DT_STRATEGY".into(), self.strategy().into()),
+            ("DT_LAUNCH_PLAN".into(), path(&self.plan_path)),
             ("DT_ACK_FILE".into(), path(&cfg.job.ack.file)),
             ("DT_PROGRESS_FILE".into(), path(&cfg.job.progress)),
             (
@@ -258,9 +270,54 @@ impl<'a> Supervisor<'a> {
                 path(&cfg.shared_dir.join(crate::protocol::notices::NOTICES_FILE)),
             ),
         ]);
+        if self.launcher.elastic().is_some() {
+            // torchrun shares its rendezvous store with the workers by default, and a node that
+            // joins a running world then waits for a MASTER_ADDR that rank 0, which built its
+            // store info in an earlier round, never writes again (seen with torch 2.15: the
+            // round times out after 60 s). Unshared, rank 0 writes it every round (pytorch
+            // issue 135712 gives the same advice for restarts).
+            env.push(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE".into(), "1".into()));
+        }
         let user = self.launcher.env.iter();
         env.extend(user.map(|(k, v)| (k.clone().into(), OsString::from(v))));
         env
+    }
+
+    fn strategy(&self) -> &'static str {
+        match self.launcher.strategy {
+            crate::config::Strategy::Generation => "generation",
+            crate::config::Strategy::Elastic => "elastic",
+        }
+    }
+
+    /// A run goes on into `next` (the elastic strategy): the workers here leave the collective
+    /// they share with nodes the plan dropped (the stop signal, to them and not to torchrun),
+    /// and torchrun's next round forms without those nodes.
+    fn follow(&mut self, run: &mut Run, next: &Placement) {
+        if run.at == *next {
+            return;
+        }
+        let lost = run.at.lost_in(next);
+        let why = if lost.is_empty() {
+            format!("node of {} in torchrun's rendezvous", next.nnodes())
+        } else {
+            let signal = self.launcher.stop.signal;
+            let kicked = run.tree.signal_children(signal);
+            let lost: Vec<String> = lost.iter().map(|ip| ip.to_string()).collect();
+            tracing::info!(
+                generation = next.generation,
+                ?lost,
+                kicked,
+                "the plan dropped nodes: {signal} to torchrun's workers for a new round"
+            );
+            format!(
+                "node of {}; {} left: {signal} to {kicked} worker(s) for a new round",
+                next.nnodes(),
+                lost.join(", ")
+            )
+        };
+        run.at = next.clone();
+        self.reporter.following(next, &why);
     }
 
     /// Stops a run: the stop signal to torchrun, the grace (heartbeats go on meanwhile, so the

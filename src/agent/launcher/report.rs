@@ -60,8 +60,13 @@ impl Reporter {
         r.signal = None;
         r.restarts = restarts;
         r.output_tail.clear();
-        let why = format!("node {} of {}", at.rank, at.nnodes);
+        let why = format!("node {} of {}", at.rank, at.nnodes());
         self.set(LauncherState::Running, Some(at.generation), &why);
+    }
+
+    /// The run goes on into a newer generation (the elastic strategy).
+    pub fn following(&mut self, at: &Placement, why: &str) {
+        self.set(LauncherState::Running, Some(at.generation), why);
     }
 
     pub fn stopping(&mut self, why: &str) {

@@ -46,6 +46,11 @@ impl Tree {
     pub fn any_alive(&self) -> bool {
         any_alive(&self.procs)
     }
+
+    /// See [`signal_children`].
+    pub fn signal_children(&self, signal: nix::sys::signal::Signal) -> usize {
+        self.root.map_or(0, |root| signal_children(root, signal))
+    }
 }
 
 impl Drop for Tree {
@@ -55,11 +60,11 @@ impl Drop for Tree {
     }
 }
 
-/// Every process below `root`, found by walking each process's parent in `/proc`.
-pub fn descendants(root: i32) -> Vec<Proc> {
-    let mut parent_of: HashMap<i32, (i32, u64)> = HashMap::new();
+/// Every live process's parent and start time.
+fn table() -> HashMap<i32, (i32, u64)> {
+    let mut parent_of = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+        return parent_of;
     };
     for entry in dir.flatten() {
         let Some(pid) = entry
@@ -73,6 +78,22 @@ pub fn descendants(root: i32) -> Vec<Proc> {
             parent_of.insert(pid, (ppid, start));
         }
     }
+    parent_of
+}
+
+/// Sends `signal` to `root`'s children (torchrun's workers), not to `root`: torchrun sees its
+/// workers fail and starts a new rendezvous round. Returns how many were signalled.
+pub fn signal_children(root: i32, signal: nix::sys::signal::Signal) -> usize {
+    use nix::unistd::Pid;
+    let children = table().into_iter().filter(|(_, (ppid, _))| *ppid == root);
+    children
+        .filter(|(pid, _)| nix::sys::signal::kill(Pid::from_raw(*pid), signal).is_ok())
+        .count()
+}
+
+/// Every process below `root`, found by walking each process's parent in `/proc`.
+pub fn descendants(root: i32) -> Vec<Proc> {
+    let parent_of = table();
     let below = |mut pid: i32| {
         // A chain longer than the table is a loop a racing read made: not below.
         for _ in 0..=parent_of.len() {
