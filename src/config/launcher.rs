@@ -93,6 +93,16 @@ pub enum Strategy {
     Elastic,
 }
 
+impl Strategy {
+    /// As the config writes it (and `DT_STRATEGY` tells the training script).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Generation => "generation",
+            Strategy::Elastic => "elastic",
+        }
+    }
+}
+
 /// `job.launcher.elastic`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "ElasticFields")]

@@ -664,18 +664,17 @@ fn a_launcher_gets_its_defaults() {
 
 #[test]
 fn the_elastic_strategy_gets_its_defaults_and_a_large_restart_budget() {
-    let generation = Config::parse(&with_launcher(""))
-        .unwrap()
-        .job
-        .launcher
-        .unwrap();
+    let launcher = |more: &str| {
+        Config::parse(&with_launcher(more))
+            .unwrap()
+            .job
+            .launcher
+            .unwrap()
+    };
+    let generation = launcher("");
     assert_eq!(generation.strategy, crate::config::Strategy::Generation);
     assert_eq!((generation.elastic(), generation.max_restarts()), (None, 0));
-    let l = Config::parse(&with_launcher("    strategy: elastic\n"))
-        .unwrap()
-        .job
-        .launcher
-        .unwrap();
+    let l = launcher("    strategy: elastic\n");
     let e = l.elastic().unwrap();
     assert_eq!(
         (e.min_nodes, e.max_nodes, e.last_call),
@@ -683,11 +682,7 @@ fn the_elastic_strategy_gets_its_defaults_and_a_large_restart_budget() {
     );
     assert_eq!(l.max_restarts(), 1000);
     let more = "    strategy: elastic\n    elastic: { min_nodes: 2, last_call: 10s }\n    max_restarts: 50\n";
-    let l = Config::parse(&with_launcher(more))
-        .unwrap()
-        .job
-        .launcher
-        .unwrap();
+    let l = launcher(more);
     let e = l.elastic().unwrap();
     assert_eq!(
         (e.min_nodes, e.max_nodes, e.last_call.as_secs()),

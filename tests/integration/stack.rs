@@ -283,11 +283,11 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
     );
     // TrainingScript defaults to blank: the launcher line is a comment; set, it is job.launcher.
     let off = "\n  # launcher: { torchrun: [/opt/pytorch/bin/torchrun], script: [], \
-               env: { PYTHONPATH: /usr/local/lib/dt } }\n";
+               strategy: generation, env: { PYTHONPATH: /usr/local/lib/dt } }\n";
     assert!(config.contains(off), "{config}");
     let on = "\n  launcher: { torchrun: [/opt/pytorch/bin/torchrun], \
               script: [/myEFSvolume/job/train.py,--epochs,90,--lr=0.1], \
-              env: { PYTHONPATH: /usr/local/lib/dt } }\n";
+              strategy: generation, env: { PYTHONPATH: /usr/local/lib/dt } }\n";
     let with_launcher = without
         .replace(off, on)
         .replace("\n  # owner: 50000\n", "\n  owner: 50000\n");
@@ -295,7 +295,13 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
     // The release's files are installed: the unit filled in, the torchrun helper beside.
     assert!(user_data.contains("/usr/local/lib/dt/dt_torch.py"));
     let dir = tempfile::tempdir().unwrap();
-    for (name, body) in [("dtd.yaml", without), ("launcher.yaml", with_launcher)] {
+    // TorchrunStrategy=elastic.
+    let elastic = with_launcher.replace("strategy: generation", "strategy: elastic");
+    for (name, body) in [
+        ("dtd.yaml", without),
+        ("launcher.yaml", with_launcher),
+        ("elastic.yaml", elastic),
+    ] {
         let path = dir.path().join(name);
         std::fs::write(&path, body).unwrap();
         let check = dtctl(

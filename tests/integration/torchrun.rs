@@ -123,6 +123,40 @@ impl Story {
         seen.unwrap_or_default()
     }
 
+    /// A node joins: its marker, then a world of `world` training in a generation after
+    /// `after`. Prints the figure (`label`: marker -> training) and returns the node and that
+    /// generation.
+    fn join(&self, ip: &'static str, world: u64, after: u64, label: &str) -> (Node, u64) {
+        let node = self.node(ip, false);
+        let marker = self.c.efs().join(format!("prepare_data_success_{ip}"));
+        wait_until(&format!("{ip}'s marker"), PHASE, || marker.exists());
+        let t = Instant::now();
+        let g = self.wait_world(world, after, &format!("a world of {world} training"));
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!("FIGURE {label}marker -> world of {world} training: {secs:.1}s");
+        (node, g)
+    }
+
+    /// Every process of `node` SIGSTOPped: the others train again as a world of `world`, within
+    /// 60 s. Prints the figure; returns the stopped processes (killed later) and the generation.
+    fn vanish(&self, node: &Node, world: u64, after: u64, label: &str) -> (Vec<i32>, u64) {
+        let agent = node.agent.id() as i32;
+        let pids: Vec<i32> = std::iter::once(agent).chain(tree(agent)).collect();
+        let t = Instant::now();
+        for pid in &pids {
+            signal(*pid, "STOP");
+        }
+        let g = self.wait_world(world, after, "the others training after the node vanished");
+        let back = t.elapsed();
+        let secs = back.as_secs_f64();
+        eprintln!("FIGURE {label}vanished node -> world of {world} training: {secs:.1}s");
+        assert!(
+            back < Duration::from_secs(60),
+            "trained again after {back:?}"
+        );
+        (pids, g)
+    }
+
     fn generation(&self) -> u64 {
         self.progress()
             .and_then(|p| p["generation"].as_u64())
@@ -212,34 +246,10 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
     let g1 = s.wait_world(2, 0, "a world of 2 training");
 
     // A third joins: the figure is from its marker to the world of 3 training.
-    let mut c3 = s.node("127.0.0.4", false);
-    let marker = s.c.efs().join("prepare_data_success_127.0.0.4");
-    wait_until("127.0.0.4's marker", PHASE, || marker.exists());
-    let t = Instant::now();
-    let g2 = s.wait_world(3, g1, "a world of 3 training");
-    eprintln!(
-        "FIGURE marker -> world of 3 training: {:.1}s",
-        t.elapsed().as_secs_f64()
-    );
+    let (mut c3, g2) = s.join("127.0.0.4", 3, g1, "");
 
     // It vanishes: every process of that node stopped. The others train again within 60 s.
-    let pids: Vec<i32> = std::iter::once(c3.agent.id() as i32)
-        .chain(tree(c3.agent.id() as i32))
-        .collect();
-    let t = Instant::now();
-    for pid in &pids {
-        signal(*pid, "STOP");
-    }
-    let g3 = s.wait_world(2, g2, "a world of 2 after the node vanished");
-    let back = t.elapsed();
-    eprintln!(
-        "FIGURE vanished node -> world of 2 training: {:.1}s",
-        back.as_secs_f64()
-    );
-    assert!(
-        back < Duration::from_secs(60),
-        "survivors trained again after {back:?}"
-    );
+    let (pids, g3) = s.vanish(&c3, 2, g2, "");
     let unhealthy = s.c.journal_of(&c3.id);
     assert!(
         unhealthy.iter().any(|e| e["kind"] == "unhealthy"
@@ -402,34 +412,9 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
     };
     let before = torchruns(&s);
 
-    let mut c3 = s.node("127.0.0.8", false);
-    let marker = s.c.efs().join("prepare_data_success_127.0.0.8");
-    wait_until("127.0.0.8's marker", PHASE, || marker.exists());
-    let t = Instant::now();
-    let g2 = s.wait_world(3, g1, "a world of 3 training");
-    eprintln!(
-        "FIGURE elastic: marker -> world of 3 training: {:.1}s",
-        t.elapsed().as_secs_f64()
-    );
+    let (mut c3, g2) = s.join("127.0.0.8", 3, g1, "elastic: ");
     assert_eq!(torchruns(&s), before, "a join restarts no torchrun");
-
-    let pids: Vec<i32> = std::iter::once(c3.agent.id() as i32)
-        .chain(tree(c3.agent.id() as i32))
-        .collect();
-    let t = Instant::now();
-    for pid in &pids {
-        signal(*pid, "STOP");
-    }
-    let g3 = s.wait_world(2, g2, "a world of 2 after the node vanished");
-    let back = t.elapsed();
-    eprintln!(
-        "FIGURE elastic: vanished node -> world of 2 training: {:.1}s",
-        back.as_secs_f64()
-    );
-    assert!(
-        back < Duration::from_secs(60),
-        "trained again after {back:?}"
-    );
+    let (pids, g3) = s.vanish(&c3, 2, g2, "elastic: ");
     assert_eq!(torchruns(&s), before, "the survivors' torchruns go on");
     let reason = s.launcher(a.ip)["reason"]
         .as_str()

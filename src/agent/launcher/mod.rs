@@ -12,11 +12,10 @@
 //! an access point that makes their files someone else's), and a plan older than one already
 //! followed is ignored: a worker cannot replay an old membership.
 
-mod argv;
+mod command;
 mod report;
 mod tree;
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use super::Identity;
 use crate::config::{Config, Launcher};
 use crate::protocol::launch_plan::{self, LaunchPlan};
 use crate::protocol::launcher::{LauncherState, HEARTBEAT};
-use argv::Placement;
+use command::Placement;
 use report::Reporter;
 
 /// How often the plan is read: a directory entry and a small file.
@@ -221,8 +220,8 @@ impl<'a> Supervisor<'a> {
             }
             _ => 0,
         };
-        let args = argv::args(self.launcher, &self.cfg.cluster, &at);
-        let env = self.env(&at);
+        let args = command::args(self.launcher, &self.cfg.cluster, &at);
+        let env = command::env(self.cfg, self.launcher, &self.identity, &at);
         let elastic = self.launcher.elastic().is_some();
         let rdzv_id = at.rdzv_id(&self.cfg.cluster, elastic);
         let program = Program {
@@ -250,43 +249,6 @@ impl<'a> Supervisor<'a> {
                 self.failed(&at, &status, Vec::new());
                 None
             }
-        }
-    }
-
-    /// What torchrun and the script it starts learn from the agent, then the config's `env`.
-    fn env(&self, at: &Placement) -> Vec<program::EnvVar> {
-        let cfg = self.cfg;
-        let mut env = program::agent_env(&self.identity, &cfg.shared_dir, &cfg.cluster);
-        let path = |p: &std::path::Path| OsString::from(p);
-        env.extend([
-            ("DT_GENERATION".into(), at.generation.to_string().into()),
-            ("DT_NNODES".into(), at.nnodes().to_string().into()),
-            ("DT_STRATEGY".into(), self.strategy().into()),
-            ("DT_LAUNCH_PLAN".into(), path(&self.plan_path)),
-            ("DT_ACK_FILE".into(), path(&cfg.job.ack.file)),
-            ("DT_PROGRESS_FILE".into(), path(&cfg.job.progress)),
-            (
-                "DT_NOTICES_FILE".into(),
-                path(&cfg.shared_dir.join(crate::protocol::notices::NOTICES_FILE)),
-            ),
-        ]);
-        if self.launcher.elastic().is_some() {
-            // torchrun shares its rendezvous store with the workers by default, and a node that
-            // joins a running world then waits for a MASTER_ADDR that rank 0, which built its
-            // store info in an earlier round, never writes again (seen with torch 2.15: the
-            // round times out after 60 s). Unshared, rank 0 writes it every round (pytorch
-            // issue 135712 gives the same advice for restarts).
-            env.push(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE".into(), "1".into()));
-        }
-        let user = self.launcher.env.iter();
-        env.extend(user.map(|(k, v)| (k.clone().into(), OsString::from(v))));
-        env
-    }
-
-    fn strategy(&self) -> &'static str {
-        match self.launcher.strategy {
-            crate::config::Strategy::Generation => "generation",
-            crate::config::Strategy::Elastic => "elastic",
         }
     }
 

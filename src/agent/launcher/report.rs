@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::time::Instant;
 
-use super::argv::Placement;
+use super::command::Placement;
 use crate::agent::program::Status;
 use crate::agent::Identity;
 use crate::protocol::launcher::{LauncherReport, LauncherState, HEARTBEAT};

@@ -1,11 +1,16 @@
-//! torchrun's command line for one node: the user's torchrun argv, the rendezvous the agent
-//! derives from the launch plan and the strategy, then the user's script. Every value the agent
-//! adds is a number, an IP or the cluster's name: nothing from a file reaches it as text.
+//! torchrun's command for one node: its arguments (the user's torchrun argv, the rendezvous the
+//! agent derives from the launch plan and the strategy, then the user's script) and its
+//! environment. Every value the agent adds is a number, an IP, a path of its config or the
+//! cluster's name: nothing from a file reaches it as text.
 
+use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 
-use crate::config::{Elastic, Launcher};
-use crate::protocol::launch_plan::LaunchPlan;
+use crate::agent::program::{self, EnvVar};
+use crate::agent::Identity;
+use crate::config::{Config, Elastic, Launcher};
+use crate::protocol::launch_plan::{self, LaunchPlan};
 
 /// torch's rendezvous keep-alive under the elastic strategy: a node that left (stopped by a
 /// signal, which does not take it out of the rendezvous) or vanished is dropped after
@@ -108,6 +113,36 @@ pub fn args(launcher: &Launcher, cluster: &str, at: &Placement) -> Vec<String> {
     ]);
     argv.extend(launcher.script.iter().cloned());
     argv
+}
+
+/// What torchrun and the script it starts learn from the agent, then the config's `env`.
+pub fn env(cfg: &Config, launcher: &Launcher, who: &Identity, at: &Placement) -> Vec<EnvVar> {
+    let mut env = program::agent_env(who, &cfg.shared_dir, &cfg.cluster);
+    let path = |p: &Path| OsString::from(p);
+    let shared = |name: &str| path(&cfg.shared_dir.join(name));
+    env.extend([
+        ("DT_GENERATION".into(), at.generation.to_string().into()),
+        ("DT_NNODES".into(), at.nnodes().to_string().into()),
+        ("DT_STRATEGY".into(), launcher.strategy.as_str().into()),
+        ("DT_LAUNCH_PLAN".into(), shared(launch_plan::PLAN_FILE)),
+        ("DT_ACK_FILE".into(), path(&cfg.job.ack.file)),
+        ("DT_PROGRESS_FILE".into(), path(&cfg.job.progress)),
+        (
+            "DT_NOTICES_FILE".into(),
+            shared(crate::protocol::notices::NOTICES_FILE),
+        ),
+    ]);
+    if launcher.elastic().is_some() {
+        // torchrun shares its rendezvous store with the workers by default, and a node that
+        // joins a running world then waits for a MASTER_ADDR that rank 0, which built its store
+        // info in an earlier round, never writes again (seen with torch 2.15: the round times
+        // out after 60 s). Unshared, rank 0 writes it every round (pytorch issue 135712 gives
+        // the same advice for restarts).
+        env.push(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE".into(), "1".into()));
+    }
+    let user = launcher.env.iter();
+    env.extend(user.map(|(k, v)| (k.clone().into(), OsString::from(v))));
+    env
 }
 
 #[cfg(test)]
