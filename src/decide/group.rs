@@ -4,26 +4,8 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::rules::Facts;
 use super::{removal, worker_count};
 use crate::model::*;
-
-/// Instances the group is terminating without waiting for us are as good as gone.
-pub(super) fn drop_terminating(g: &Group, list: &[Instance], facts: &mut [Facts]) {
-    for (at, inst) in list.iter().enumerate() {
-        let state = g.instances.get(&inst.id).map(|m| &m.lifecycle_state);
-        if matches!(
-            state,
-            Some(
-                LifecycleState::Terminating
-                    | LifecycleState::TerminatingProceed
-                    | LifecycleState::Terminated
-            )
-        ) {
-            facts[at].cluster = false;
-        }
-    }
-}
 
 pub(super) fn lifecycle<'a>(p: &Pass<'a>, at: usize) -> Option<&'a GroupMember> {
     let list: &'a [Instance] = p.list;

@@ -1,4 +1,6 @@
-//! What one pass reads and never changes: the rules, the time, the snapshot and its indexes.
+//! What one pass reads and never changes: the rules, the time, the snapshot and its indexes,
+//! and the two facts every rule takes as given: which instances are the cluster's (a member
+//! the group is terminating is not) and which acknowledgement is believed.
 
 use rustc_hash::FxHashMap;
 
@@ -38,7 +40,7 @@ impl<'a> Pass<'a> {
         let list: &[Instance] = snap.instances.as_deref().unwrap_or_default();
         let mut facts: Vec<Facts> = list.iter().map(|i| rules.facts(i)).collect();
         if let Some(g) = group {
-            super::group::drop_terminating(g, list, &mut facts);
+            drop_terminating(g, list, &mut facts);
         }
         let mut index = FxHashMap::default();
         index.reserve(list.len());
@@ -49,7 +51,7 @@ impl<'a> Pass<'a> {
             }
         }
         let acks = snap.acks.as_ref().ok();
-        let (ack, ack_refused) = match super::trust::ack_generation(prev, acks) {
+        let (ack, ack_refused) = match ack_generation(prev, acks) {
             Ok(g) => (g, None),
             Err(claimed) => (None, Some(claimed)),
         };
@@ -109,5 +111,32 @@ impl<'a> Pass<'a> {
     /// The `host_worker_log` position a join or removal decided now is measured from.
     pub fn log_mark(&self) -> u64 {
         self.acks.map_or(0, |a| a.log_lines)
+    }
+}
+
+/// Instances the group is terminating without waiting for us are as good as gone.
+fn drop_terminating(g: &Group, list: &[Instance], facts: &mut [Facts]) {
+    for (at, inst) in list.iter().enumerate() {
+        let state = g.instances.get(&inst.id).map(|m| &m.lifecycle_state);
+        if matches!(
+            state,
+            Some(
+                LifecycleState::Terminating
+                    | LifecycleState::TerminatingProceed
+                    | LifecycleState::Terminated
+            )
+        ) {
+            facts[at].cluster = false;
+        }
+    }
+}
+
+/// The `ack` file's generation, if dtd wrote that generation: a job acknowledges only what it
+/// was given, so a higher number (`18446744073709551615`, or one a worker typed) is a lie that
+/// would count every later removal as acknowledged (`trust` journals the refusal).
+fn ack_generation(prev: &State, acks: Option<&Acks>) -> Result<Option<u64>, u64> {
+    match acks.and_then(|a| a.generation) {
+        Some(g) if g > prev.generation => Err(g),
+        g => Ok(g),
     }
 }

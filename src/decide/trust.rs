@@ -49,16 +49,6 @@ pub(super) fn forget_stale(p: &Pass, st: &mut State, out: &Draft) {
     st.agent_notices.retain(|_, until| p.now < *until);
 }
 
-/// The `ack` file's generation, if dtd wrote that generation: a job acknowledges only what it
-/// was given, so a higher number (`18446744073709551615`, or one a worker typed) is a lie that
-/// would count every later removal as acknowledged.
-pub(super) fn ack_generation(prev: &State, acks: Option<&Acks>) -> Result<Option<u64>, u64> {
-    match acks.and_then(|a| a.generation) {
-        Some(g) if g > prev.generation => Err(g),
-        g => Ok(g),
-    }
-}
-
 /// The job's files someone other than the job's user owns (a worker created them first): not
 /// read at all by observe; journaled once and shown here.
 pub(super) fn refuse_files(p: &Pass, st: &mut State, out: &mut Draft) {
