@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/setup, scripts/test and scripts/demo: paths, tools and small helpers.
 # Safe under `set -euo pipefail`; it sets no shell options of its own.
 

@@ -2,7 +2,6 @@
 //! notification, the status tags, the terminations and the group's actions. Every step runs
 //! whatever the others did; each result is reported under the name `dtctl status` shows.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::config::{Config, HostfileSpec, Notify};
@@ -58,38 +57,35 @@ impl Actuators {
     }
 }
 
-/// The step that sets status tags, as `Applied::results` names it.
-pub const STATUS_TAGS: &str = "status tags";
-
 /// What applying did: events to journal, and each step's result by name (`None`: it worked).
 #[derive(Debug, Default)]
 pub struct Applied {
     pub events: Vec<Event>,
-    pub results: Vec<(&'static str, Option<String>)>,
+    pub results: Vec<(Step, Option<String>)>,
 }
 
 /// Applies `outcome`. `state` learns which notification was delivered and which removals'
-/// endings AWS accepted; `failing` (the failures already reported) keeps a refusal from being
-/// journaled at every pass. Work on the shared directory runs within `shared_fs`'s deadline.
+/// endings AWS accepted; `notify_failing` (the job notification's failure already reported)
+/// keeps a refusal from being journaled at every pass. Work on the shared directory runs within `shared_fs`'s deadline.
 pub async fn apply(
     a: &Actuators,
     outcome: &Outcome,
     state: &mut State,
     shared_fs: &mut Deadline,
-    failing: &BTreeMap<&'static str, String>,
+    notify_failing: Option<&str>,
 ) -> Applied {
     let mut done = Applied::default();
     let written = write_hostfiles(a, outcome, state.generation, shared_fs).await;
     let ok = written.is_ok();
-    done.results.push(("host files", written.err()));
+    done.results.push((Step::HostFiles, written.err()));
     if let (true, Some(n)) = (ok, &outcome.notify) {
-        deliver(a, n, state, shared_fs, failing, &mut done).await;
+        deliver(a, n, state, shared_fs, notify_failing, &mut done).await;
     }
     if let Some(change) = &outcome.stall {
         tell_stall(a, change, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
-    done.results.push((STATUS_TAGS, tagged.err()));
+    done.results.push((Step::StatusTags, tagged.err()));
     launch_replacements(a, outcome, state, &mut done).await;
     let ids = outcome.terminate();
     if !ids.is_empty() {
@@ -98,7 +94,7 @@ pub async fn apply(
             tracing::info!(instances = ?ended, "terminated");
         }
         confirm(state, &ended, "TerminateInstances accepted for", &mut done);
-        done.results.push(("terminations", err));
+        done.results.push((Step::Terminations, err));
     }
     if let Some((client, group)) = &a.group {
         apply_group(client, group, outcome, state, &mut done).await;
@@ -137,10 +133,10 @@ async fn deliver(
     n: &Notification,
     state: &mut State,
     shared_fs: &mut Deadline,
-    failing: &BTreeMap<&'static str, String>,
+    failing: Option<&str>,
     done: &mut Applied,
 ) {
-    const WHAT: &str = "job notification";
+    const WHAT: Step = Step::JobNotification;
     let hostfile = (a.hostfiles.first())
         .map(|h| h.path.clone())
         .unwrap_or_default();
@@ -175,7 +171,7 @@ async fn deliver(
         }
         Err(e) => {
             let message = format!("{e} (retried next pass)");
-            let changed = failing.get(WHAT) != Some(&message);
+            let changed = failing != Some(message.as_str());
             if changed && matches!(e, notify::NotifyError::Refused(_)) {
                 let e = Event::new(now_millis(), EventKind::NotifyRefused, message.clone());
                 done.events.push(Event { generation, ..e });
@@ -195,11 +191,11 @@ async fn tell_stall(a: &Actuators, change: &StallChange, done: &mut Applied) {
     match super::stall::run(argv, change).await {
         Ok(how) => {
             tracing::info!("stall command: {how}");
-            done.results.push(("stall command", None));
+            done.results.push((Step::StallCommand, None));
         }
         Err(e) => done
             .results
-            .push(("stall command", Some(format!("{e} (not retried)")))),
+            .push((Step::StallCommand, Some(format!("{e} (not retried)")))),
     }
 }
 
@@ -214,7 +210,7 @@ async fn apply_group(
     let protect = outcome.protect();
     if !protect.is_empty() {
         let r = asg::protect(client, group, &protect).await;
-        done.results.push(("scale-in protection", r.err()));
+        done.results.push((Step::ScaleInProtection, r.err()));
     }
     let (mut ended, mut errors) = (Vec::new(), Vec::new());
     for (id, decrement) in outcome.group_terminate() {
@@ -240,7 +236,7 @@ async fn apply_group(
         done,
     );
     done.results
-        .push(("group actions", errors.into_iter().next()));
+        .push((Step::GroupActions, errors.into_iter().next()));
 }
 
 /// How long a refused replacement launch waits before it is sent again.
@@ -290,7 +286,7 @@ async fn launch_replacements(
             }
         }
     }
-    done.results.push(("replacement launches", error));
+    done.results.push((Step::ReplacementLaunches, error));
 }
 
 /// Removals whose ending call succeeded are never sent again.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::JournalConfig;
 use crate::fsutil::{append_synced, parent_dir, sync_dir};
-use crate::model::Event;
+use crate::model::{Event, EVENT_LINE_LIMIT};
 use crate::untrusted;
 
 /// Appends the events; returns whether the journal was rotated first.
@@ -99,9 +99,6 @@ pub fn last_rotated(path: &Path) -> PathBuf {
     numbered(path, 1)
 }
 
-/// A journal line is one event, well under this; a longer line is not the daemon's and is skipped.
-pub const LINE_LIMIT: usize = 64 * 1024;
-
 /// Reads the journal, skipping (and counting) lines that do not parse or are too long. The
 /// journal is on the shared file system: read as a stream, never more than a line at a time.
 pub fn read(path: &Path) -> std::io::Result<(Vec<Event>, usize)> {
@@ -183,7 +180,7 @@ fn read_file(
     Ok(Some(bad))
 }
 
-/// The next line (`Some(None)` for one over `LINE_LIMIT`, consumed but not kept); `None` at the end.
+/// The next line (`Some(None)` for one over `EVENT_LINE_LIMIT`, consumed but not kept); `None` at the end.
 fn next_line(reader: &mut impl BufRead) -> std::io::Result<Option<Option<Vec<u8>>>> {
     let mut line = Vec::new();
     let mut too_long = false;
@@ -196,7 +193,7 @@ fn next_line(reader: &mut impl BufRead) -> std::io::Result<Option<Option<Vec<u8>
             Some(i) => (&buf[..i], Some(i + 1)),
             None => (buf, None),
         };
-        if !too_long && line.len() + chunk.len() <= LINE_LIMIT {
+        if !too_long && line.len() + chunk.len() <= EVENT_LINE_LIMIT {
             line.extend_from_slice(chunk);
         } else {
             too_long = true;
@@ -318,7 +315,7 @@ mod tests {
             .append(true)
             .open(&path)
             .unwrap();
-        std::io::Write::write_all(&mut f, &vec![b'x'; 3 * LINE_LIMIT]).unwrap();
+        std::io::Write::write_all(&mut f, &vec![b'x'; 3 * EVENT_LINE_LIMIT]).unwrap();
         std::io::Write::write_all(&mut f, b"\nnot json\n\n").unwrap();
         append(&path, std::slice::from_ref(&event), limits()).unwrap();
         let (events, bad) = read(&path).unwrap();

@@ -16,7 +16,7 @@ use hyper_rustls::{ConfigBuilderExt, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::url::WebhookUrl;
+use crate::config::WebhookUrl;
 
 pub type Client = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, String>;
 

@@ -9,17 +9,15 @@ mod body;
 mod http;
 mod outbox;
 mod sender;
-mod url;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AlertFormat, Config, Webhook};
+use crate::config::{AlertFormat, Config, Webhook, WebhookUrl};
 use crate::model::{Event, EventKind, Millis};
 use outbox::Outbox;
 use sender::{Retry, Sender};
-pub use url::WebhookUrl;
 
 /// What the status report shows of one webhook. The URL is redacted: its path holds the token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use super::body;
 use super::http::{post, Client, Posted};
 use super::outbox::Outbox;
-use super::url::WebhookUrl;
 use crate::config::AlertFormat;
+use crate::config::WebhookUrl;
 use crate::fsutil::now_millis;
 use crate::model::Event;
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-pub use crate::alerts::WebhookUrl;
+pub use super::webhook_url::WebhookUrl;
 use crate::model::EventKind;
 
 #[derive(Debug, Clone, Deserialize)]

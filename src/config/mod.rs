@@ -17,6 +17,7 @@ mod resolve;
 mod sections;
 #[cfg(test)]
 mod tests;
+mod webhook_url;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
-pub use alerts::{Alert, AlertFormat, Webhook};
+pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
 pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
 pub use notify::Notify;
 pub use owner::JobOwner;

@@ -297,8 +297,8 @@ fn default_journal_keep() -> usize {
     4
 }
 
-/// The smallest journal: a line is far shorter, and the journal's line limit is this size.
-const JOURNAL_MIN_SIZE: u64 = 64 << 10;
+/// The smallest journal: as large as the longest line a reader takes.
+const JOURNAL_MIN_SIZE: u64 = crate::model::EVENT_LINE_LIMIT as u64;
 const JOURNAL_MAX_KEEP: usize = 100;
 
 fn journal_max_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

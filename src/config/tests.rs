@@ -601,7 +601,7 @@ fn a_webhook_is_https_unless_http_is_allowed_and_may_come_from_a_file() {
 
 #[test]
 fn a_webhook_file_is_read_only_when_private_to_its_owner() {
-    use crate::alerts::WebhookUrl;
+    use crate::config::WebhookUrl;
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("webhook");

@@ -86,7 +86,7 @@ pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {
 
 fn find<'a>(instances: &'a [Instance], target: &str) -> anyhow::Result<&'a Instance> {
     let by_ip = target.parse::<IpAddr>().ok();
-    if by_ip.is_none() && !target.starts_with("i-") {
+    if by_ip.is_none() && !crate::model::is_ec2_instance_id(target) {
         bail!("{target}: not a private IP or an instance id (i-...)");
     }
     instances

@@ -16,10 +16,10 @@ use anyhow::Context;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::local::event_line;
-use crate::act::journal::{self, LINE_LIMIT};
+use crate::act::journal;
 use crate::config::Config;
 use crate::fsutil::now_millis;
-use crate::model::{Event, Millis};
+use crate::model::{Event, Millis, EVENT_LINE_LIMIT};
 use crate::store::Paths;
 use crate::untrusted::{self, ReadError};
 
@@ -160,7 +160,7 @@ impl Follower {
                 Some(body) => (body, true),
                 None => (chunk, false),
             };
-            if !self.skipping && self.partial.len() + body.len() > LINE_LIMIT {
+            if !self.skipping && self.partial.len() + body.len() > EVENT_LINE_LIMIT {
                 self.skipping = true;
                 self.partial = Vec::new();
             }
@@ -370,12 +370,12 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut f = Follower::new(&path);
         // Written in pieces, as a slow writer would: it is skipped, never held whole.
-        append(&path, &vec![b'x'; LINE_LIMIT]);
+        append(&path, &vec![b'x'; EVENT_LINE_LIMIT]);
         assert_eq!(read(&mut f), (vec![], 0, false));
-        append(&path, &vec![b'x'; LINE_LIMIT]);
+        append(&path, &vec![b'x'; EVENT_LINE_LIMIT]);
         assert_eq!(read(&mut f), (vec![], 0, false));
         assert!(
-            f.partial.capacity() <= LINE_LIMIT,
+            f.partial.capacity() <= EVENT_LINE_LIMIT,
             "held {}",
             f.partial.capacity()
         );

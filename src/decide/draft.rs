@@ -25,16 +25,16 @@ pub(super) struct Draft {
 impl Draft {
     pub fn new(snap: &Snapshot, listed: usize) -> Draft {
         let mut holds = Vec::new();
-        let mut note = |name: &str, r: Result<(), &String>| {
+        let mut note = |source: Source, r: Result<(), &String>| {
             if let Err(e) = r {
-                holds.push(format!("{name}: {e}"));
+                holds.push(format!("{source}: {e}"));
             }
         };
-        note("EC2 instances", snap.instances.as_ref().map(|_| ()));
-        note("prepare-data markers", snap.markers.as_ref().map(|_| ()));
-        note("acknowledgements", snap.acks.as_ref().map(|_| ()));
+        note(Source::Instances, snap.instances.as_ref().map(|_| ()));
+        note(Source::Markers, snap.markers.as_ref().map(|_| ()));
+        note(Source::Acks, snap.acks.as_ref().map(|_| ()));
         if let Some(g) = &snap.group {
-            note("Auto Scaling group", g.as_ref().map(|_| ()));
+            note(Source::Group, g.as_ref().map(|_| ()));
         }
         Draft {
             outcome: Outcome {

@@ -19,7 +19,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicU64;
 
 pub use aws_calls::AwsCalls;
@@ -27,18 +26,8 @@ pub use gpu::{FleetNow, GpuClock, GpuSeconds};
 pub use health::Health;
 use latency::Latencies;
 
-use crate::model::{Event, Markers, Millis, Notice, Shown, State, WorkerStatus};
+use crate::model::{Event, Markers, Millis, Notice, Shown, State, Totals, WorkerStatus};
 use crate::status::StatusReport;
-
-/// Kept in `status.json` and read back when `dtd` starts: what it counted since it first
-/// managed the cluster (GPU time would otherwise restart at zero with every restart).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Totals {
-    /// When `dtd` began counting.
-    pub since: Millis,
-    pub gpu_seconds_training: f64,
-    pub gpu_seconds_idle: f64,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabel {

@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Cause, Millis};
 
+/// A journal line is one event, well under this; a longer line is not the daemon's and is skipped
+/// by every reader. The journal's smallest `max_size` is this too.
+pub const EVENT_LINE_LIMIT: usize = 64 * 1024;
+
 /// A line of the events journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {

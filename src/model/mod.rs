@@ -4,16 +4,20 @@ mod event;
 pub mod fleet;
 mod observed;
 mod outcome;
+mod part;
 mod removal;
 mod state;
+mod totals;
 mod worker;
 
 pub use crate::tags::Tags;
-pub use event::{Event, EventKind};
+pub use event::{Event, EventKind, EVENT_LINE_LIMIT};
 pub use observed::*;
 pub use outcome::{Action, HookAction, HookResult, Outcome, Plan, StallChange};
+pub use part::{Part, Source, Step};
 pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;
+pub use totals::Totals;
 pub use worker::*;
 
 /// Milliseconds since the Unix epoch. Decide receives "now" as one of these; it never reads a clock.

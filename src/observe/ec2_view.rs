@@ -15,7 +15,7 @@ use crate::observe::ec2::{Ec2Observer, Listing};
 /// The first wait before asking again about a marker whose IP no worker has.
 const ABSENT_FIRST_RETRY: Duration = Duration::from_secs(1);
 
-pub(super) struct Ec2View {
+pub struct Ec2View {
     observer: Ec2Observer,
     fleet: Fleet,
     resync_every: Duration,
@@ -37,7 +37,7 @@ struct Running {
 }
 
 /// What a pass's reads of EC2 cost and found.
-pub(super) struct Refreshed {
+pub struct Refreshed {
     pub calls: u32,
     pub error: Option<String>,
 }

@@ -12,7 +12,7 @@ use crate::observe::eventbridge::Parsed;
 use crate::observe::queue::{self, QueueUpdate, Received};
 
 #[derive(Default)]
-pub(super) struct Inbox {
+pub struct Inbox {
     queue: Option<Queue>,
     kept: Vec<Received>,
     error: Option<String>,

@@ -1,11 +1,16 @@
-//! Observe: one module per source, each returning plain data or saying why it is incomplete.
+//! Observe: one module per source, each returning plain data or saying why it is incomplete, and
+//! the [`observer::Observer`] that builds a pass's whole snapshot from them.
 
 pub mod acks;
 pub mod asg;
 pub mod ec2;
+pub mod ec2_view;
 pub mod efs;
 pub mod eventbridge;
+pub mod inbox;
 pub mod markers;
+pub mod observer;
 pub mod progress;
 pub mod queue;
+pub mod shared;
 pub mod shared_changes;

@@ -12,7 +12,7 @@ use crate::observe::progress::ProgressReader;
 use crate::untrusted;
 
 /// What the pass reads from the shared directory, all on one thread with one deadline.
-pub(super) struct SharedReaders {
+pub struct SharedReaders {
     pub markers: MarkerScanner,
     pub acks: AckReader,
     pub resume: PathBuf,
@@ -20,7 +20,7 @@ pub(super) struct SharedReaders {
     pub progress: Option<ProgressReader>,
 }
 
-pub(super) struct SharedView {
+pub struct SharedView {
     pub markers: Result<Markers, String>,
     pub acks: Result<Acks, String>,
     pub resume_requested: Option<Millis>,
@@ -54,7 +54,7 @@ fn resume_requested(path: &std::path::Path) -> Option<Millis> {
 /// Reads everything within `fs`'s deadline; a stall makes markers and acknowledgements fail,
 /// and the progress file too when `reads_progress` (the readers' lock may be held by the
 /// stuck thread, so that is not asked of them).
-pub(super) async fn read(
+pub async fn read(
     readers: &Arc<Mutex<SharedReaders>>,
     fs: &mut Deadline,
     reads_progress: bool,

@@ -2,7 +2,6 @@
 //! the generation file, the job's notification, status tags, and a termination confirmed in
 //! the state so that it is never sent again.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dt::act::apply::{apply, Actuators};
@@ -70,7 +69,7 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
         &outcome,
         &mut state,
         &mut shared_fs,
-        &BTreeMap::new(),
+        None,
     ));
 
     let failed: Vec<_> = (applied.results.iter())

@@ -1,0 +1,112 @@
+//! After deciding and acting, what a pass leaves behind: its events logged, offered to the
+//! webhooks and appended to the journal; the state they explain; and the status report with
+//! the metrics it feeds. Each write of the state directory runs within its deadline.
+
+use std::time::Duration;
+
+use super::Daemon;
+use crate::act;
+use crate::fsutil::now_millis;
+use crate::metrics::{FleetNow, PassView};
+use crate::model::*;
+use crate::status::{PassFacts, StatusReport};
+use crate::store::save_json;
+
+impl Daemon {
+    /// Logs events now and queues them for the webhooks that want them (without waiting); they
+    /// reach the journal at the next write of the state directory.
+    pub(super) fn record(&mut self, events: &[Event]) {
+        self.metrics.note_events(events);
+        for e in events {
+            let instance = e.instance.as_deref().unwrap_or("-");
+            match e.kind.is_refusal() {
+                true => tracing::warn!(kind = %e.kind, instance, "{}", e.message),
+                false => tracing::info!(kind = %e.kind, instance, "{}", e.message),
+            }
+        }
+        self.alerts.offer(events);
+        self.unjournaled.extend_from_slice(events);
+    }
+
+    pub(super) async fn flush_journal(&mut self) {
+        if self.unjournaled.is_empty() {
+            return;
+        }
+        let (path, events) = (self.paths.journal(), self.unjournaled.clone());
+        let limits = self.cfg.journal;
+        let append = move || act::journal::append(&path, &events, limits);
+        let r = self
+            .state_fs
+            .try_run("appending to the journal", append)
+            .await;
+        if let Ok(rotated) = r {
+            self.unjournaled.clear();
+            if rotated {
+                tracing::info!(keep = limits.keep, "events journal rotated");
+            }
+        }
+        self.ledger.note(Step::Journal, r.err());
+    }
+
+    /// The journal, then the state it explains.
+    pub(super) async fn save_state(&mut self) {
+        self.flush_journal().await;
+        if self.saved.as_ref() == Some(&self.state) {
+            return;
+        }
+        // The copy written is the one remembered as saved: one clone, not two.
+        let (path, state) = (self.paths.state(), self.state.clone());
+        let save = move || {
+            save_json(&path, &state)
+                .map(|_| state)
+                .map_err(|e| e.to_string())
+        };
+        let r = self.state_fs.try_run("saving the state", save).await;
+        let failed = r.as_ref().err().cloned();
+        if let Ok(saved) = r {
+            self.saved = Some(saved);
+        }
+        self.ledger.note(Step::StateFile, failed);
+    }
+
+    pub(super) async fn write_status(
+        &mut self,
+        outcome: &Outcome,
+        snap: &Snapshot,
+        calls: u32,
+        took: Duration,
+    ) {
+        self.flush_journal().await;
+        let now = now_millis();
+        let slots = &self.cfg.workers.slots;
+        let fleet = (snap.instances.as_ref().ok())
+            .map(|list| FleetNow::count(list, snap.markers.as_ref().ok(), &self.state, slots));
+        self.metrics.count_gpu_time(now, fleet);
+        let facts = PassFacts {
+            outcome,
+            snap,
+            state: &self.state,
+            queue_error: self.observer.inbox.error(),
+            mount_targets: self.observer.mount_targets_summary(),
+            ec2_calls: calls,
+            listed_at: self.observer.ec2.listed_at(),
+            pass_ms: took.as_millis() as u64,
+            errors: self.ledger.errors(),
+            totals: self.metrics.totals(),
+            alerts: self.alerts.status(),
+            now,
+        };
+        let report = StatusReport::build(&self.cfg, facts);
+        let view = PassView {
+            report: &report,
+            state: &self.state,
+            markers: snap.markers.as_ref().ok(),
+        };
+        self.metrics.after_pass(view, now, took);
+        let path = self.paths.status();
+        let save = move || save_json(&path, &report).map_err(|e| e.to_string());
+        if let Err(e) = self.state_fs.try_run("writing the status", save).await {
+            tracing::warn!("{e}");
+        }
+    }
+}

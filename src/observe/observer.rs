@@ -1,0 +1,194 @@
+//! The whole snapshot of one pass, from every source: the shared directory first (for the marker
+//! IPs no known worker has), then the instances to read again and the worker group at the same
+//! time, the launch template once, and the mount-target zones when due. The daemon's loop asks
+//! for it and decides on it; what a source keeps between passes (the EC2 view, the event queue's
+//! inbox, the group as last read) lives here.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::acks::AckReader;
+use super::ec2::{resolve_launch_template, Ec2Observer};
+use super::ec2_view::Ec2View;
+use super::efs::MountTargetWatch;
+use super::inbox::Inbox;
+use super::markers::MarkerScanner;
+use super::progress::ProgressReader;
+use super::shared::{self, SharedReaders};
+use super::shared_changes::{self, Watched};
+use crate::aws::Clients;
+use crate::config::Config;
+use crate::deadline::Deadline;
+use crate::model::*;
+use crate::store::Paths;
+
+pub struct Observer {
+    clients: Clients,
+    /// Messages from the event queue, and those received but not yet heeded by a pass.
+    pub inbox: Inbox,
+    pub ec2: Ec2View,
+    /// The worker group as last read, and whether it is to be read again on the next pass (an
+    /// event came, a group action was taken, a listing finished): not on every pass.
+    group: Option<Result<Group, String>>,
+    pub group_due: bool,
+    /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
+    mount_targets: Option<MountTargetWatch>,
+    /// Read on a thread of their own, with the shared directory's deadline.
+    readers: Arc<Mutex<SharedReaders>>,
+    launch_template_id: Option<String>,
+}
+
+/// What one observation found.
+pub struct Observed {
+    pub snap: Snapshot,
+    /// The shared directory is not answering: nothing is decided on this snapshot.
+    pub stalled: bool,
+    pub ec2_calls: u32,
+    /// Why the mount-target zones could not be read, when they could not.
+    pub mount_targets_error: Option<String>,
+}
+
+impl Observer {
+    /// `owner`: the uid whose job files are believed.
+    pub fn new(cfg: &Config, clients: Clients, paths: &Paths, owner: Option<u32>) -> Observer {
+        let ack = &cfg.job.ack;
+        let readers = SharedReaders {
+            markers: MarkerScanner::new(&cfg.shared_dir),
+            acks: AckReader::new(&ack.file, ack.host_worker_log.as_deref(), owner),
+            resume: paths.resume(),
+            progress: (cfg.job.stall.as_ref())
+                .map(|_| ProgressReader::new(&cfg.job.progress, owner)),
+        };
+        let tags = &cfg.workers.tags;
+        let listing = Ec2Observer::new(clients.ec2.clone(), tags, cfg.workers.page_size);
+        Observer {
+            inbox: Inbox::default(),
+            ec2: Ec2View::new(listing, cfg.resync),
+            group: None,
+            group_due: true,
+            mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
+                .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
+            readers: Arc::new(Mutex::new(readers)),
+            launch_template_id: None,
+            clients,
+        }
+    }
+
+    /// Starts listening to the event queue, when one is configured.
+    pub fn listen(&mut self, cfg: &Config) {
+        let queue = self.clients.sqs.clone().zip(cfg.events.queue_url.clone());
+        if let Some((sqs, url)) = queue {
+            tracing::info!(queue = %url, "listening for interruption and lifecycle events");
+            self.inbox.listen(sqs, url, cfg.events.wait);
+        }
+    }
+
+    /// Reads every source (see the module's comment).
+    pub async fn observe(&mut self, cfg: &Config, shared_fs: &mut Deadline) -> Observed {
+        let listing_calls = self.ec2.first_listing().await;
+        let reads_progress = cfg.job.stall.is_some();
+        let shared = shared::read(&self.readers, shared_fs, reads_progress).await;
+        let stalled = shared.markers.is_err() && shared_fs.is_stuck();
+        let template = self.resolve_launch_template(cfg).await;
+        let named = self.inbox.instances();
+        let (refreshed, ()) = tokio::join!(
+            self.ec2.refresh(named, shared.markers.as_ref().ok()),
+            read_group(&mut self.group, &mut self.group_due, cfg, &self.clients)
+        );
+        let instances = match template {
+            Ok(()) => self.ec2.lend(refreshed.error),
+            Err(e) => Err(e),
+        };
+        let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
+        let snap = Snapshot {
+            instances,
+            notices: self.inbox.notices(&shared.markers),
+            markers: shared.markers,
+            acks: shared.acks,
+            group: self.group.clone(),
+            resume_requested: shared.resume_requested,
+            mount_targets,
+            progress: shared.progress,
+        };
+        Observed {
+            snap,
+            stalled,
+            ec2_calls: listing_calls + refreshed.calls,
+            mount_targets_error,
+        }
+    }
+
+    /// Markers and acknowledgements checked every `shared_poll` on a thread of their own.
+    pub fn watch_shared_dir(cfg: &Config, paths: &Paths) -> Option<mpsc::Receiver<()>> {
+        let ack = &cfg.job.ack;
+        let files = std::iter::once(ack.file.clone()).chain(ack.host_worker_log.clone());
+        let watched = Watched {
+            dir: cfg.shared_dir.clone(),
+            files: files.chain([paths.resume()]).collect(),
+        };
+        match shared_changes::spawn(watched, cfg.shared_poll) {
+            Ok(rx) => Some(rx),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot watch the shared directory ({e}); a pass every interval only"
+                );
+                None
+            }
+        }
+    }
+
+    pub fn launch_template_id(&self) -> Option<String> {
+        self.launch_template_id.clone()
+    }
+
+    /// The mount-target zones' summary for the status, or why they are unknown; `None` when
+    /// not configured.
+    pub fn mount_targets_summary(&self) -> Option<Result<String, String>> {
+        (self.mount_targets.as_ref()).map(|w| w.cache().summary())
+    }
+
+    /// The mount-target zones, re-read when due (see `MountTargetCache::due`), and why they
+    /// could not be read.
+    async fn mount_targets(
+        &mut self,
+        instances: &Result<Vec<Instance>, String>,
+    ) -> (Option<MountTargets>, Option<String>) {
+        let Some(watch) = self.mount_targets.as_mut() else {
+            return (None, None);
+        };
+        let zones = (instances.iter().flatten()).map(|i| i.az.as_str());
+        let view = watch
+            .poll(Instant::now(), zones.filter(|z| !z.is_empty()))
+            .await;
+        (view, watch.cache().error().map(str::to_string))
+    }
+
+    async fn resolve_launch_template(&mut self, cfg: &Config) -> Result<(), String> {
+        let Some(wanted) = cfg.workers.launch_template.as_deref() else {
+            return Ok(());
+        };
+        if self.launch_template_id.is_none() {
+            let id = resolve_launch_template(&self.clients.ec2, wanted).await?;
+            tracing::info!(launch_template = %wanted, id, "worker launch template resolved");
+            self.launch_template_id = Some(id);
+        }
+        Ok(())
+    }
+}
+
+/// Reads the worker group when it is due, or when the last read failed.
+async fn read_group(
+    group: &mut Option<Result<Group, String>>,
+    due: &mut bool,
+    cfg: &Config,
+    clients: &Clients,
+) {
+    let wanted = *due || matches!(group, Some(Err(_)));
+    let name = cfg.workers.auto_scaling_group.as_deref();
+    if let (true, Some((name, client))) = (wanted, name.zip(clients.autoscaling.as_ref())) {
+        *group = Some(super::asg::read_group(client, name).await);
+        *due = false;
+    }
+}
