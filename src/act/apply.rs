@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use crate::config::{Config, HostfileSpec, Notify};
 use crate::deadline::Deadline;
-use crate::decide::removal;
 use crate::fsutil::now_millis;
 use crate::model::*;
 
@@ -57,47 +56,42 @@ impl Actuators {
     }
 }
 
-/// What applying did: events to journal, and each step's result by name (`None`: it worked).
-#[derive(Debug, Default)]
-pub struct Applied {
-    pub events: Vec<Event>,
-    pub results: Vec<(Step, Option<String>)>,
-}
-
-/// Applies `outcome`. `state` learns which notification was delivered and which removals'
-/// endings AWS accepted; `notify_failing` (the job notification's failure already reported)
-/// keeps a refusal from being journaled at every pass. Work on the shared directory runs within `shared_fs`'s deadline.
+/// Applies `outcome` for `generation` and reports what happened; it changes no state (see
+/// `Applied`). `notify_failing` (the job notification's failure already reported) keeps a
+/// refusal from being journaled at every pass. Work on the shared directory runs within
+/// `shared_fs`'s deadline.
 pub async fn apply(
     a: &Actuators,
     outcome: &Outcome,
-    state: &mut State,
+    generation: u64,
     shared_fs: &mut Deadline,
     notify_failing: Option<&str>,
 ) -> Applied {
     let mut done = Applied::default();
-    let written = write_hostfiles(a, outcome, state.generation, shared_fs).await;
+    let written = write_hostfiles(a, outcome, generation, shared_fs).await;
     let ok = written.is_ok();
     done.results.push((Step::HostFiles, written.err()));
     if let (true, Some(n)) = (ok, &outcome.notify) {
-        deliver(a, n, state, shared_fs, notify_failing, &mut done).await;
+        deliver(a, n, shared_fs, notify_failing, &mut done).await;
     }
     if let Some(change) = &outcome.stall {
         tell_stall(a, change, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
     done.results.push((Step::StatusTags, tagged.err()));
-    launch_replacements(a, outcome, state, &mut done).await;
+    launch_replacements(a, outcome, &mut done).await;
     let ids = outcome.terminate();
     if !ids.is_empty() {
         let (ended, err) = ec2::terminate(&a.ec2, &ids).await;
         if !ended.is_empty() {
             tracing::info!(instances = ?ended, "terminated");
         }
-        confirm(state, &ended, "TerminateInstances accepted for", &mut done);
+        let call = "TerminateInstances accepted for";
+        done.ended.extend(ended.into_iter().map(|id| (id, call)));
         done.results.push((Step::Terminations, err));
     }
     if let Some((client, group)) = &a.group {
-        apply_group(client, group, outcome, state, &mut done).await;
+        apply_group(client, group, outcome, &mut done).await;
     }
     done
 }
@@ -131,7 +125,6 @@ async fn write_hostfiles(
 async fn deliver(
     a: &Actuators,
     n: &Notification,
-    state: &mut State,
     shared_fs: &mut Deadline,
     failing: Option<&str>,
     done: &mut Applied,
@@ -162,9 +155,7 @@ async fn deliver(
         Ok(how) => {
             done.results.push((WHAT, None));
             tracing::info!(generation = n.generation, "job notified: {how}");
-            if state.pending_notification.as_ref() == Some(n) {
-                state.pending_notification = None;
-            }
+            done.delivered = Some(n.clone());
             let message = format!("generation {} delivered: {how}", n.generation);
             let e = Event::new(now_millis(), EventKind::Notified, message);
             done.events.push(Event { generation, ..e });
@@ -204,7 +195,6 @@ async fn apply_group(
     client: &aws_sdk_autoscaling::Client,
     group: &str,
     outcome: &Outcome,
-    state: &mut State,
     done: &mut Applied,
 ) {
     let protect = outcome.protect();
@@ -229,27 +219,16 @@ async fn apply_group(
     let (completed, failed) = asg::apply_hooks(client, group, &hooks, &outcome.heartbeats()).await;
     ended.extend(completed);
     errors.extend(failed);
-    confirm(
-        state,
-        &ended,
-        "Auto Scaling group accepted the end of",
-        done,
-    );
+    let call = "Auto Scaling group accepted the end of";
+    done.ended.extend(ended.into_iter().map(|id| (id, call)));
     done.results
         .push((Step::GroupActions, errors.into_iter().next()));
 }
 
-/// How long a refused replacement launch waits before it is sent again.
-const LAUNCH_RETRY_MS: Millis = 60_000;
-
 /// Replacements of unhealthy launch-template workers, before any termination: the new worker
-/// prepares while the old one leaves. A launch that succeeded is not owed any more.
-async fn launch_replacements(
-    a: &Actuators,
-    outcome: &Outcome,
-    state: &mut State,
-    done: &mut Applied,
-) {
+/// prepares while the old one leaves. Each result is reported by its token (decide stops owing
+/// a launch that succeeded, and sets when a refused one is sent again).
+async fn launch_replacements(a: &Actuators, outcome: &Outcome, done: &mut Applied) {
     let launches = outcome.launches();
     let Some(template) = a
         .launch_template
@@ -262,7 +241,6 @@ async fn launch_replacements(
     for (replaces, token) in launches {
         match ec2::launch(&a.ec2, template, &token).await {
             Ok((id, ip)) => {
-                state.replacements.retain(|r| r.token != token);
                 let ip_text = ip.as_deref().unwrap_or("no IP yet");
                 let message = format!(
                     "launched {id} ({ip_text}) from {template} to replace unhealthy {replaces}"
@@ -270,6 +248,7 @@ async fn launch_replacements(
                 tracing::info!("{message}");
                 let e = Event::new(now_millis(), EventKind::ReplacementLaunched, message);
                 let ip = ip.and_then(|t| t.parse().ok());
+                done.launches.push((token, Ok(id.clone())));
                 done.events.push(Event {
                     instance: Some(id),
                     ip,
@@ -277,20 +256,11 @@ async fn launch_replacements(
                 });
             }
             Err(e) => {
-                let retry_at = now_millis() + LAUNCH_RETRY_MS;
-                for r in state.replacements.iter_mut().filter(|r| r.token == token) {
-                    r.retry_at = retry_at;
-                    r.last_error = Some(e.clone());
-                }
-                error = Some(format!("{e} (retried in a minute)"));
+                let again = crate::model::span(crate::decide::LAUNCH_RETRY_MS);
+                error = Some(format!("{e} (retried in {again})"));
+                done.launches.push((token, Err(e)));
             }
         }
     }
     done.results.push((Step::ReplacementLaunches, error));
-}
-
-/// Removals whose ending call succeeded are never sent again.
-fn confirm(state: &mut State, ended: &[String], what: &str, done: &mut Applied) {
-    let events = removal::confirm(state, ended, what, now_millis());
-    done.events.extend(events);
 }

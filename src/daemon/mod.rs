@@ -213,14 +213,11 @@ impl Daemon {
             )
         };
         self.observer.group_due |= outcome.actions.iter().any(group_changes);
-        let applied = act::apply::apply(
-            &self.actuators,
-            outcome,
-            &mut self.state,
-            &mut self.shared_fs,
-            self.ledger.failing(Step::JobNotification),
-        )
-        .await;
+        let generation = self.state.generation;
+        let notify_failing = self.ledger.failing(Step::JobNotification);
+        let (a, shared_fs) = (&self.actuators, &mut self.shared_fs);
+        let applied = act::apply::apply(a, outcome, generation, shared_fs, notify_failing).await;
+        let settled = crate::decide::settle(&mut self.state, &applied, now_millis());
         let mut tagged = BTreeMap::new();
         for (step, err) in applied.results {
             if step == Step::StatusTags && err.is_none() {
@@ -229,6 +226,7 @@ impl Daemon {
             self.ledger.note(step, err);
         }
         self.record(&applied.events);
+        self.record(&settled);
         tagged
     }
 }

@@ -173,7 +173,8 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
         kind: "unhealthy".into(),
         deadline: None,
     });
-    let end = ending(p, st, out, at);
+    let end = ending(p, at);
+    owe_replacement(p, st, out, at, &end);
     let reason = h.describe();
     let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
     let then = then_text(&end);
@@ -185,7 +186,7 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
         removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg);
         return;
     }
-    r.stage = Stage::Ending(end);
+    r.stage.end(end);
     let why = match (h.gpus_lost, h.vanished) {
         (true, _) => "its GPUs are gone",
         (_, true) => "it cannot take part",
@@ -203,7 +204,8 @@ fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
         return;
     };
     let inst = &p.list[at];
-    let end = ending(p, st, out, at);
+    let end = ending(p, at);
+    owe_replacement(p, st, out, at, &end);
     let then = then_text(&end);
     let reason = h.describe();
     let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
@@ -216,38 +218,48 @@ fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
         let ip = inst.ip;
         format!("{reason}: {ip} may still be in the job (its tag says so); {then} after the job acknowledges generation {gen}")
     } else {
-        r.stage = Stage::Ending(end);
+        r.stage.end(end);
         format!("{reason}: {} never joins the job; {then}", inst.ip)
     };
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
 }
 
-/// A group worker is marked Unhealthy; a launch-template worker is terminated, its
-/// replacement owed from now when `replace_unhealthy` is set (it prepares while this one goes).
-fn ending(p: &Pass, st: &mut State, out: &mut Draft, at: usize) -> Ending {
-    if group::in_group(p, at) {
-        return Ending::MarkUnhealthy;
+/// A group worker is marked Unhealthy (its group replaces it); a launch-template worker is
+/// terminated.
+fn ending(p: &Pass, at: usize) -> Ending {
+    match group::in_group(p, at) {
+        true => Ending::MarkUnhealthy,
+        false => Ending::Terminate,
     }
-    if p.rules.replace_unhealthy && p.rules.launch_template_id.is_some() {
-        let id = &p.list[at].id;
-        // ClientToken: at most 64 ASCII characters ("Ensuring idempotency", Amazon EC2 API
-        // Reference); an instance id is at most 19.
-        let token = format!("dt-replace-{id}");
-        if !st.replacements.iter().any(|r| r.token == token) {
-            st.replacements.push(Replacement {
-                replaces: id.clone(),
-                token: token.clone(),
-                queued_at: p.now,
-                retry_at: p.now,
-                last_error: None,
-            });
-            out.act(Action::Launch {
-                replaces: id.clone(),
-                token,
-            });
-        }
+}
+
+/// A terminated launch-template worker's replacement is owed from now when `replace_unhealthy`
+/// is set: the new worker prepares while this one goes.
+fn owe_replacement(p: &Pass, st: &mut State, out: &mut Draft, at: usize, end: &Ending) {
+    if *end != Ending::Terminate
+        || !p.rules.replace_unhealthy
+        || p.rules.launch_template_id.is_none()
+    {
+        return;
     }
-    Ending::Terminate
+    let id = &p.list[at].id;
+    // ClientToken: at most 64 ASCII characters ("Ensuring idempotency", Amazon EC2 API
+    // Reference); an instance id is at most 19.
+    let token = format!("dt-replace-{id}");
+    if st.replacements.iter().any(|r| r.token == token) {
+        return;
+    }
+    st.replacements.push(Replacement {
+        replaces: id.clone(),
+        token: token.clone(),
+        queued_at: p.now,
+        retry_at: p.now,
+        last_error: None,
+    });
+    out.act(Action::Launch {
+        replaces: id.clone(),
+        token,
+    });
 }
 
 fn then_text(end: &Ending) -> &'static str {

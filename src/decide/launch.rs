@@ -247,7 +247,7 @@ pub(super) fn replace_failed(p: &Pass, st: &mut State, out: &mut Draft, at: usiz
     let reason = format!("{failed}; the group replaces it");
     let end = Ending::GroupTerminate { decrement: false };
     let mut r = removal::new(p, &p.list[at], Cause::PrepareFailed, None, &reason);
-    r.stage = Stage::Ending(end);
+    r.stage.end(end);
     removal::queue(p, st, out, r).cause = Some(Cause::PrepareFailed);
 }
 

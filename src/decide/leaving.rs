@@ -77,7 +77,7 @@ pub(super) fn retire_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usi
     // pass (or the timeout) may let a possibly training worker go. The others end at once
     // (`removal::advance` sends it on this same pass).
     if !matches!(tag, WorkerStatus::Added | WorkerStatus::RemovalQueued) {
-        r.stage = Stage::Ending(then);
+        r.stage.end(then);
     }
     removal::queue(p, st, out, r).cause = Some(Cause::ElasticTag);
 }

@@ -24,9 +24,10 @@ mod mount_targets;
 mod notices;
 mod pass;
 mod prepare_failed;
-pub mod removal;
+mod removal;
 mod report;
 mod rules;
+mod settle;
 mod stall;
 mod trust;
 
@@ -34,6 +35,7 @@ use crate::model::*;
 
 pub use report::{join_ips, worker_views};
 pub use rules::{Rules, GROUP_TAG, TEMPLATE_TAG};
+pub use settle::{settle, LAUNCH_RETRY_MS};
 
 /// Decides from a borrowed state (tests, tools); the daemon hands its state over with
 /// [`decide_from`] and saves the copy.

@@ -111,24 +111,15 @@ pub(super) fn interrupt(
         out.removed.push(ip);
         st.interruptions += 1;
     } else if let Some(r) = st.removals.iter_mut().find(|r| r.id == id) {
-        if let Stage::Reclaiming {
-            unconfirmed_until: until,
-        } = &mut r.stage
-        {
-            // The same interruption from its other source (agent and queue both report); AWS's
-            // own event confirms what the agent said.
-            if unconfirmed_until.is_none() {
-                *until = None;
-            }
+        if !r.stage.reclaim(unconfirmed_until) {
             return;
         }
-        r.stage = Stage::Reclaiming { unconfirmed_until };
         let msg = format!("{reason}: {ip} was already leaving; AWS takes it back");
         out.event(p, EventKind::Interrupted, Some((id, ip)), None, msg);
         return;
     }
     let mut r = new_for(p, id, ip, Cause::ElasticTag, None, reason);
-    r.stage = Stage::Reclaiming { unconfirmed_until };
+    r.stage.reclaim(unconfirmed_until);
     queue(p, st, out, r);
 }
 
@@ -228,16 +219,11 @@ fn await_ack(p: &Pass, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
     };
     let who = Some((r.id.as_str(), r.ip));
     out.event(p, kind, who, Some(r.generation), msg);
-    let Stage::AwaitingAck {
-        then: Some(end), ..
-    } = &r.stage
-    else {
+    let Some(end) = r.stage.job_done() else {
         // Out of the job and acknowledged; it stays running and may come back.
         return false;
     };
-    let end = end.clone();
     send(out, &r.id, &end);
-    r.stage = Stage::Ending(end);
     out.view_id(p, &r.id, WorkerStatus::Removed, None);
     true
 }
@@ -301,13 +287,12 @@ fn await_reclaim(p: &Pass, st: &mut State, out: &mut Draft, r: &Removal) -> bool
 
 /// The calls that ended these instances succeeded (`what` names the call): their removals are
 /// never sent again. Returns the `terminated` events to journal.
-pub fn confirm(state: &mut State, done: &[String], what: &str, now: Millis) -> Vec<Event> {
+pub(super) fn confirm(state: &mut State, done: &[String], what: &str, now: Millis) -> Vec<Event> {
     let mut events = Vec::new();
     for r in state.removals.iter_mut().filter(|r| done.contains(&r.id)) {
-        if !matches!(r.stage, Stage::Ending(_)) {
+        if !r.stage.confirm() {
             continue;
         }
-        r.stage = Stage::Ended;
         let message = format!("{what} {} ({})", r.id, r.ip);
         events.push(Event {
             instance: Some(r.id.clone()),

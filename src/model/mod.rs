@@ -13,7 +13,7 @@ mod worker;
 pub use crate::tags::Tags;
 pub use event::{Event, EventKind, EVENT_LINE_LIMIT};
 pub use observed::*;
-pub use outcome::{Action, HookAction, HookResult, Outcome, Plan, StallChange};
+pub use outcome::{Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange};
 pub use part::{Part, Source, Step};
 pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;

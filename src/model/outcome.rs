@@ -1,9 +1,10 @@
-//! What a pass decided: the actions for act, the journal's events, the status rows.
+//! What a pass decided (the actions for act, the journal's events, the status rows) and what
+//! act did with it.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{Event, EventKind, Millis, Notification, Row, State, WorkerStatus};
+use super::{Event, EventKind, Millis, Notification, Row, State, Step, WorkerStatus};
 use crate::hostfile::Host;
 
 /// What decide returns: the state to remember, and the outcome to apply.
@@ -190,4 +191,19 @@ impl Outcome {
     fn each<T>(&self, pick: impl Fn(&Action) -> Option<T>) -> Vec<T> {
         self.actions.iter().filter_map(pick).collect()
     }
+}
+
+/// What acting on an outcome did. Act changes no state: decide settles this report in it
+/// (`decide::settle`), owning every transition and retry time.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub events: Vec<Event>,
+    /// Each step's result (`None`: it worked).
+    pub results: Vec<(Step, Option<String>)>,
+    /// The notification the job got.
+    pub delivered: Option<Notification>,
+    /// Instances whose ending AWS accepted, with the words for the call that did it.
+    pub ended: Vec<(String, &'static str)>,
+    /// Each replacement launch sent, by its token: the instance launched, or why not.
+    pub launches: Vec<(String, Result<String, String>)>,
 }

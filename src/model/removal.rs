@@ -144,6 +144,56 @@ enum End {
     Keep,
 }
 
+/// Every move of a removal's stage; decide chooses when, these say what each move is.
+impl Stage {
+    /// Let go: the ending is sent every pass until a call is confirmed.
+    pub fn end(&mut self, how: Ending) {
+        *self = Stage::Ending(how);
+    }
+
+    /// The job's side is done (acknowledged, or its deadline passed): the ending `then` names
+    /// begins, and is returned to be sent. `None`: it stays running outside the job, and the
+    /// stage stays as it is.
+    pub fn job_done(&mut self) -> Option<Ending> {
+        let Stage::AwaitingAck {
+            then: Some(end), ..
+        } = self
+        else {
+            return None;
+        };
+        let end = end.clone();
+        self.end(end.clone());
+        Some(end)
+    }
+
+    /// A call ending it was confirmed: an ending in progress is never sent again. Returns
+    /// whether it moved (only an ending in progress does).
+    pub fn confirm(&mut self) -> bool {
+        let ending = matches!(self, Stage::Ending(_));
+        if ending {
+            *self = Stage::Ended;
+        }
+        ending
+    }
+
+    /// AWS takes it back. Already reclaiming, this is the same interruption from its other
+    /// source (an agent and the queue both report), and AWS's own word confirms an agent's.
+    /// Returns whether it is news.
+    pub fn reclaim(&mut self, unconfirmed_until: Option<Millis>) -> bool {
+        if let Stage::Reclaiming {
+            unconfirmed_until: until,
+        } = self
+        {
+            if unconfirmed_until.is_none() {
+                *until = None;
+            }
+            return false;
+        }
+        *self = Stage::Reclaiming { unconfirmed_until };
+        true
+    }
+}
+
 impl From<Record> for Stage {
     fn from(r: Record) -> Stage {
         let ending = match r.end {
@@ -246,6 +296,36 @@ mod tests {
             reason: "elastic tag deleted".into(),
             stage,
         }
+    }
+
+    #[test]
+    fn each_move_of_the_stage_goes_only_where_it_may() {
+        let awaiting = |then| Stage::AwaitingAck {
+            cause: Cause::ElasticTag,
+            then,
+            heartbeat_at: None,
+        };
+        // Acknowledged: the ending begins; without one it stays as it is.
+        let mut s = awaiting(Some(Ending::Terminate));
+        assert_eq!(s.job_done(), Some(Ending::Terminate));
+        assert_eq!(s, Stage::Ending(Ending::Terminate));
+        let mut stays = awaiting(None);
+        assert_eq!(stays.job_done(), None);
+        assert_eq!(stays, awaiting(None));
+        // Only an ending in progress is confirmed.
+        assert!(!stays.confirm() && s.confirm());
+        assert_eq!(s, Stage::Ended);
+        assert!(!s.confirm());
+        // An agent's interruption, then AWS's own word for it: news once, then confirmed.
+        let mut r = awaiting(None);
+        assert!(r.reclaim(Some(5)));
+        assert!(!r.reclaim(None));
+        assert_eq!(
+            r,
+            Stage::Reclaiming {
+                unconfirmed_until: None
+            }
+        );
     }
 
     #[test]

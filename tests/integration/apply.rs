@@ -64,13 +64,16 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
     };
     let actuators = Actuators::new(&cfg, c.ec2.clone(), None, None);
     let mut shared_fs = Deadline::new("shared directory".into(), Duration::from_secs(10));
+    let generation = state.generation;
     let applied = c.rt.block_on(apply(
         &actuators,
         &outcome,
-        &mut state,
+        generation,
         &mut shared_fs,
         None,
     ));
+    // Act changes no state; decide settles what it reported.
+    let settled = dt::decide::settle(&mut state, &applied, dt::fsutil::now_millis());
 
     let failed: Vec<_> = (applied.results.iter())
         .filter(|(_, e)| e.is_some())
@@ -89,7 +92,7 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
         c.state_of(leave)
     );
     assert_eq!(state.removals[0].stage, Stage::Ended, "never sent again");
-    let kinds: Vec<(&str, Option<&str>)> = (applied.events.iter())
+    let kinds: Vec<(&str, Option<&str>)> = (applied.events.iter().chain(&settled))
         .map(|e| (e.kind.as_str(), e.instance.as_deref()))
         .collect();
     assert_eq!(

@@ -789,12 +789,12 @@ fn run(
         }
         if step.terminate_ok {
             let accepted = plan.outcome.terminate();
-            dt::decide::removal::confirm(
-                &mut state,
-                &accepted,
-                "TerminateInstances accepted for",
-                now,
-            );
+            let call = "TerminateInstances accepted for";
+            let applied = dt::model::Applied {
+                ended: accepted.into_iter().map(|id| (id, call)).collect(),
+                ..Default::default()
+            };
+            dt::decide::settle(&mut state, &applied, now);
             sent.extend(plan.outcome.terminate().iter().cloned());
             if step.shutdown {
                 world
