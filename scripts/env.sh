@@ -27,6 +27,38 @@ DT_TRIPLE="$(uname -m)-unknown-linux-gnu"
 export DT_TRIPLE
 export DT_BIN_DIR="$CARGO_TARGET_DIR/$DT_TRIPLE/release"
 
+# One run at a time per target directory. Every clone that shares it builds its dtd and dtctl to
+# the same paths ($DT_BIN_DIR, cargo's CARGO_BIN_EXE_*), so another clone's build in the middle of
+# a run would swap the binaries its demo or tests start. The lock is held by a `flock -o`
+# process that runs the script: the script's children (moto, dtd) do not inherit it, so one
+# left running can never keep it.
+DT_TARGET_LOCK="$CARGO_TARGET_DIR/.dt-run.lock"
+
+# dt_run_alone "$0" "$@": the first thing a script that builds or runs the binaries does. Re-runs
+# the script under the lock, after saying whose run it waits for; a script started by one that
+# holds it (scripts/build under scripts/test) goes straight on.
+dt_run_alone() {
+    if [ "${DT_TARGET_HELD:-}" = "$CARGO_TARGET_DIR" ]; then
+        if [ -z "${DT_TARGET_HOLDER:-}" ]; then
+            export DT_TARGET_HOLDER="$$"
+            echo "$(basename "$1") in $ROOT (pid $$) since $(date -u +%H:%M:%SZ)" \
+                >"$DT_TARGET_LOCK.holder"
+        fi
+        return 0
+    fi
+    dt_say_if_waiting "$(basename "$1")"
+    export DT_TARGET_HELD="$CARGO_TARGET_DIR"
+    exec flock -o "$DT_TARGET_LOCK" "$@"
+}
+
+dt_say_if_waiting() {
+    mkdir -p "$CARGO_TARGET_DIR"
+    if ! flock -n "$DT_TARGET_LOCK" true; then
+        echo "$1: waiting for another run that uses $CARGO_TARGET_DIR (the last script to take it:" \
+            "$(cat "$DT_TARGET_LOCK.holder" 2>/dev/null || echo none))" >&2
+    fi
+}
+
 # dt_cargo SUBCOMMAND [--triple TRIPLE] ARGS...: cargo-zigbuild's SUBCOMMAND (zigbuild, test,
 # clippy) on the one build's profile and target (TRIPLE defaults to this machine's). zig is
 # found through CARGO_ZIGBUILD_PYTHON_PATH rather than PATH, so the tests it runs see the
@@ -38,7 +70,13 @@ dt_cargo() {
         triple="$2"
         shift 2
     fi
-    CARGO_ZIGBUILD_PYTHON_PATH="$DT_RELEASE_TOOLS/bin/python3" \
+    # Typed in a shell: held for this one command (a script holds it already).
+    local alone=()
+    if [ "${DT_TARGET_HELD:-}" != "$CARGO_TARGET_DIR" ]; then
+        dt_say_if_waiting dt_cargo
+        alone=(flock -o "$DT_TARGET_LOCK")
+    fi
+    CARGO_ZIGBUILD_PYTHON_PATH="$DT_RELEASE_TOOLS/bin/python3" "${alone[@]}" \
         "$DT_RELEASE_TOOLS/bin/cargo-zigbuild" "$sub" --release --locked \
         --target "$triple.$DT_GLIBC" "$@"
 }
