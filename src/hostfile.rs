@@ -33,6 +33,8 @@ pub fn render(format: Format, hosts: &[Host]) -> String {
         let _ = match format {
             Format::Mxnet => writeln!(out, "{}", h.ip),
             Format::Mpi | Format::Deepspeed => writeln!(out, "{} slots={}", h.ip, h.slots),
+            // Brackets keep an IPv6 address's last group from reading as the slot count.
+            Format::Horovod if h.ip.is_ipv6() => writeln!(out, "[{}]:{}", h.ip, h.slots),
             Format::Horovod => writeln!(out, "{}:{}", h.ip, h.slots),
         };
     }
@@ -169,6 +171,37 @@ mod tests {
             "10.0.0.5:1\n10.0.1.7:8\n"
         );
         assert_eq!(render(Format::Horovod, &[]), "");
+    }
+
+    /// The files under tests/fixtures/protocol/ that tests/python/test_protocol_fixtures.py reads
+    /// with the example job's parser.
+    #[test]
+    fn the_golden_host_files_are_what_dtd_writes() {
+        let hosts = [("10.0.1.5", 8), ("10.0.1.6", 8), ("fd00::7", 4)].map(|(ip, slots)| Host {
+            ip: ip.parse().unwrap(),
+            slots,
+        });
+        let golden = [
+            (
+                Format::Mxnet,
+                include_str!("../tests/fixtures/protocol/hosts.mxnet"),
+            ),
+            (
+                Format::Mpi,
+                include_str!("../tests/fixtures/protocol/hosts.mpi"),
+            ),
+            (
+                Format::Deepspeed,
+                include_str!("../tests/fixtures/protocol/hosts.deepspeed"),
+            ),
+            (
+                Format::Horovod,
+                include_str!("../tests/fixtures/protocol/hosts.horovod"),
+            ),
+        ];
+        for (format, text) in golden {
+            assert_eq!(render(format, &hosts), text, "{format:?}");
+        }
     }
 
     #[test]
