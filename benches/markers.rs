@@ -64,7 +64,7 @@ fn timed(rounds: usize, mut before: impl FnMut(), scanner: &mut MarkerScanner) -
         .map(|_| {
             before();
             let t = Instant::now();
-            black_box(scanner.scan().expect("scan"));
+            black_box(scanner.scan(dt::clock::now_millis()).expect("scan"));
             t.elapsed()
         })
         .collect()
@@ -95,7 +95,7 @@ fn main() {
             report(dir.path(), n);
         }
         let mut scanner = MarkerScanner::new(dir.path());
-        let first = scanner.scan().expect("scan");
+        let first = scanner.scan(dt::clock::now_millis()).expect("scan");
         assert_eq!(first.health.len(), workers);
         if !bench {
             println!("markers benchmark scenario holds (run `cargo bench --bench markers`)");
@@ -116,7 +116,7 @@ fn main() {
         for n in 0..workers {
             launcher(dir.path(), n);
         }
-        let with = scanner.scan().expect("scan");
+        let with = scanner.scan(dt::clock::now_millis()).expect("scan");
         assert_eq!(with.launchers.len(), workers);
         let steady = timed(ROUNDS, || {}, &mut scanner);
         let wait = || std::thread::sleep(Duration::from_millis(2050));

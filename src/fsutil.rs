@@ -170,14 +170,6 @@ pub fn millis_from_gmt_date(text: &str) -> Option<u64> {
     millis_from_rfc3339(&rfc)
 }
 
-/// Milliseconds since the Unix epoch, read once per pass and handed to decide.
-pub fn now_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

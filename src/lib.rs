@@ -7,6 +7,7 @@ pub mod act;
 pub mod agent;
 pub mod alerts;
 pub mod aws;
+pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod daemon;

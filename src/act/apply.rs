@@ -4,9 +4,8 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Config, HostfileSpec, Notify};
+use crate::config::{Config, HostfileSpec, Notify, TemplateRef};
 use crate::deadline::Deadline;
-use crate::fsutil::now_millis;
 use crate::model::*;
 
 use super::{asg, ec2, hostfiles, notify};
@@ -25,7 +24,7 @@ pub struct Actuators {
     pub notices_file: PathBuf,
     pub notify: Notify,
     /// What replacements of unhealthy workers are launched from (`workers.launch_template`).
-    pub launch_template: Option<String>,
+    pub launch_template: Option<TemplateRef>,
     /// Run on `stalled` and `stall_cleared` (see `Job::stall_command`).
     pub stall_command: Option<Vec<String>>,
     /// The job's uid (`Job::owner_uid`): only a pidfile and a process of this user are signalled.
@@ -59,27 +58,28 @@ impl Actuators {
 /// Applies `outcome` for `generation` and reports what happened; it changes no state (see
 /// `Applied`). `notify_failing` (the job notification's failure already reported) keeps a
 /// refusal from being journaled at every pass. Work on the shared directory runs within
-/// `shared_fs`'s deadline.
+/// `shared_fs`'s deadline. `now`, the pass's time, stamps the events it reports.
 pub async fn apply(
     a: &Actuators,
     outcome: &Outcome,
     generation: u64,
     shared_fs: &mut Deadline,
     notify_failing: Option<&str>,
+    now: Millis,
 ) -> Applied {
     let mut done = Applied::default();
     let written = write_hostfiles(a, outcome, generation, shared_fs).await;
     let ok = written.is_ok();
     done.results.push((Step::HostFiles, written.err()));
     if let (true, Some(n)) = (ok, &outcome.notify) {
-        deliver(a, n, shared_fs, notify_failing, &mut done).await;
+        deliver(a, n, shared_fs, notify_failing, now, &mut done).await;
     }
     if let Some(change) = &outcome.stall {
         tell_stall(a, change, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
     done.results.push((Step::StatusTags, tagged.err()));
-    launch_replacements(a, outcome, &mut done).await;
+    launch_replacements(a, outcome, now, &mut done).await;
     let ids = outcome.terminate();
     if !ids.is_empty() {
         let (ended, err) = ec2::terminate(&a.ec2, &ids).await;
@@ -127,6 +127,7 @@ async fn deliver(
     n: &Notification,
     shared_fs: &mut Deadline,
     failing: Option<&str>,
+    now: Millis,
     done: &mut Applied,
 ) {
     const WHAT: Step = Step::JobNotification;
@@ -157,14 +158,14 @@ async fn deliver(
             tracing::info!(generation = n.generation, "job notified: {how}");
             done.delivered = Some(n.clone());
             let message = format!("generation {} delivered: {how}", n.generation);
-            let e = Event::new(now_millis(), EventKind::Notified, message);
+            let e = Event::new(now, EventKind::Notified, message);
             done.events.push(Event { generation, ..e });
         }
         Err(e) => {
             let message = format!("{e} (retried next pass)");
             let changed = failing != Some(message.as_str());
             if changed && matches!(e, notify::NotifyError::Refused(_)) {
-                let e = Event::new(now_millis(), EventKind::NotifyRefused, message.clone());
+                let e = Event::new(now, EventKind::NotifyRefused, message.clone());
                 done.events.push(Event { generation, ..e });
             }
             done.results.push((WHAT, Some(message)));
@@ -228,13 +229,9 @@ async fn apply_group(
 /// Replacements of unhealthy launch-template workers, before any termination: the new worker
 /// prepares while the old one leaves. Each result is reported by its token (decide stops owing
 /// a launch that succeeded, and sets when a refused one is sent again).
-async fn launch_replacements(a: &Actuators, outcome: &Outcome, done: &mut Applied) {
+async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done: &mut Applied) {
     let launches = outcome.launches();
-    let Some(template) = a
-        .launch_template
-        .as_deref()
-        .filter(|_| !launches.is_empty())
-    else {
+    let Some(template) = a.launch_template.as_ref().filter(|_| !launches.is_empty()) else {
         return;
     };
     let mut error = None;
@@ -246,7 +243,7 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, done: &mut Applie
                     "launched {id} ({ip_text}) from {template} to replace unhealthy {replaces}"
                 );
                 tracing::info!("{message}");
-                let e = Event::new(now_millis(), EventKind::ReplacementLaunched, message);
+                let e = Event::new(now, EventKind::ReplacementLaunched, message);
                 let ip = ip.and_then(|t| t.parse().ok());
                 done.launches.push((token, Ok(id.clone())));
                 done.events.push(Event {

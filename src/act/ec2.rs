@@ -1,5 +1,6 @@
 //! Status tags and terminations, batched: one call for many instances.
 
+use crate::config::TemplateRef;
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{LaunchTemplateSpecification, Tag};
@@ -34,12 +35,11 @@ pub async fn set_status_tags(
 }
 
 /// A launch template named by id (`lt-...`) or by name, as the config may give it.
-pub fn template_spec(name_or_id: &str) -> LaunchTemplateSpecification {
+pub fn template_spec(template: &TemplateRef) -> LaunchTemplateSpecification {
     let b = LaunchTemplateSpecification::builder();
-    if name_or_id.starts_with("lt-") {
-        b.launch_template_id(name_or_id).build()
-    } else {
-        b.launch_template_name(name_or_id).build()
+    match template {
+        TemplateRef::Id(id) => b.launch_template_id(id).build(),
+        TemplateRef::Name(name) => b.launch_template_name(name).build(),
     }
 }
 
@@ -48,7 +48,7 @@ pub fn template_spec(name_or_id: &str) -> LaunchTemplateSpecification {
 /// requests", Amazon EC2 API Reference). Returns the new instance's id and private IP.
 pub async fn launch(
     client: &Client,
-    template: &str,
+    template: &TemplateRef,
     token: &str,
 ) -> Result<(String, Option<String>), String> {
     let out = client

@@ -11,7 +11,7 @@ use super::job_pid::job_pid;
 use crate::config::Notify;
 use crate::decide::join_ips;
 use crate::fsutil::write_atomic;
-use crate::model::{rfc3339, JobNotice, Notification};
+use crate::model::{rfc3339, Notification};
 
 /// `DT_EVENT` of a membership notification, so a hook that also gets stalls tells them apart.
 pub const MEMBERSHIP_EVENT: &str = "membership";
@@ -55,14 +55,8 @@ pub fn signal_job(
 /// The `notices` file: this generation's notices, replaced at every signal so that the job
 /// never reads an earlier generation's as its own.
 pub fn write_notices(path: &Path, n: &Notification) -> Result<(), String> {
-    let body = serde_json::json!({ "generation": n.generation, "notices": notices_json(n) });
-    let text = format!("{body}\n");
-    write_atomic(path, text.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))
-}
-
-fn notices_json(n: &Notification) -> serde_json::Value {
-    let one = |j: &JobNotice| serde_json::json!({ "ip": j.ip, "kind": j.kind, "deadline": j.deadline.map(|d| rfc3339(d).to_string()) });
-    serde_json::Value::Array(n.notices.iter().map(one).collect())
+    let body = n.job_notices().render();
+    write_atomic(path, &body).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 /// `DT_REASON` (the most urgent notice's kind), `DT_DEADLINE` (its deadline, RFC 3339, when it
@@ -72,8 +66,12 @@ fn notice_env(n: &Notification) -> Vec<(&'static str, String)> {
         return Vec::new();
     };
     let mut env = vec![
-        ("DT_REASON", urgent.kind.clone()),
-        ("DT_NOTICES", notices_json(n).to_string()),
+        ("DT_REASON", urgent.kind.as_str().to_string()),
+        // A list of IPs, fixed words and times: serializing cannot fail.
+        (
+            "DT_NOTICES",
+            serde_json::to_string(&n.job_notices().notices).unwrap_or_default(),
+        ),
     ];
     env.extend(
         urgent

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::SharedClock;
 use crate::config::{AlertFormat, Config, Webhook, WebhookUrl};
 use crate::model::{Event, EventKind, Millis};
 use outbox::Outbox;
@@ -42,6 +43,7 @@ pub struct Alerts {
     cluster: String,
     hooks: Vec<Hook>,
     started: bool,
+    clock: SharedClock,
 }
 
 struct Hook {
@@ -54,7 +56,7 @@ struct Hook {
 impl Alerts {
     /// The webhooks of the config, nothing sent until [`Alerts::start`].
     /// A webhook in a file is read now: one that cannot be read stops `dtd run` at its start.
-    pub fn new(cfg: &Config) -> Result<Alerts, String> {
+    pub fn new(cfg: &Config, clock: SharedClock) -> Result<Alerts, String> {
         let hooks = (cfg.alerts.iter())
             .map(|a| {
                 let url = match &a.webhook {
@@ -73,6 +75,7 @@ impl Alerts {
             cluster: cfg.cluster.clone(),
             hooks,
             started: false,
+            clock,
         })
     }
 
@@ -95,6 +98,7 @@ impl Alerts {
                 outbox: hook.outbox.clone(),
                 client: client.clone(),
                 retry: Retry::DEFAULT,
+                clock: self.clock.clone(),
             };
             tokio::spawn(sender.run());
         }
@@ -104,8 +108,7 @@ impl Alerts {
     fn cannot_send(&self, error: &str) {
         tracing::error!("alerts cannot be sent: {error}");
         for hook in &self.hooks {
-            hook.outbox
-                .failed(error.to_string(), crate::fsutil::now_millis());
+            hook.outbox.failed(error.to_string(), self.clock.now());
         }
     }
 

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 use super::body;
 use super::http::{post, Client, Posted};
 use super::outbox::Outbox;
+use crate::clock::SharedClock;
 use crate::config::AlertFormat;
 use crate::config::WebhookUrl;
-use crate::fsutil::now_millis;
 use crate::model::Event;
 
 /// How long to wait between attempts, and when to stop.
@@ -49,6 +49,8 @@ pub struct Sender {
     pub outbox: Arc<Outbox>,
     pub client: Client,
     pub retry: Retry,
+    /// The daemon's clock: when the webhook last failed.
+    pub clock: SharedClock,
 }
 
 impl Sender {
@@ -95,7 +97,7 @@ impl Sender {
     /// Logs the first failure of a run only (a refusal too: it is not retried, but the webhook
     /// is failing until an event gets through); `dtctl status` shows the latest.
     fn failed(&self, error: &str) {
-        if self.outbox.failed(error.to_string(), now_millis()) {
+        if self.outbox.failed(error.to_string(), self.clock.now()) {
             tracing::warn!(webhook = %self.url, "alert webhook failing: {error}");
         }
     }
@@ -173,6 +175,7 @@ mod tests {
             outbox: Arc::new(Outbox::new(10)),
             client: super::super::http::client(Duration::from_secs(5)).expect("a client"),
             retry,
+            clock: std::sync::Arc::new(crate::clock::SystemClock),
         }
     }
 

@@ -55,7 +55,8 @@ async fn run(config: PathBuf) -> anyhow::Result<()> {
     let cfg = Config::load(&config)?;
     let _lock = lock_state_dir(&cfg)?;
     let clients = dt::aws::clients(&cfg).await;
-    let daemon = Daemon::new(cfg, clients).context("starting dtd")?;
+    let clock = std::sync::Arc::new(dt::clock::SystemClock);
+    let daemon = Daemon::new(cfg, clients, clock).context("starting dtd")?;
     daemon.run().await?;
     Ok(())
 }

@@ -8,6 +8,7 @@
 
 mod alerts;
 mod de;
+mod launch_template;
 mod launcher;
 mod notify;
 mod owner;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
+pub use launch_template::TemplateRef;
 pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
 pub use notify::Notify;
 pub use owner::JobOwner;
@@ -114,7 +116,7 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct Workers {
     /// At least one of the launch template and the group is set.
-    pub launch_template: Option<String>,
+    pub launch_template: Option<TemplateRef>,
     pub auto_scaling_group: Option<String>,
     /// Default `<cluster>-aws-dl-cfn-elastic-worker`.
     pub elastic_tag: String,

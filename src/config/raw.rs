@@ -72,7 +72,7 @@ pub(super) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWorkers {
     #[serde(default)]
-    pub launch_template: Option<String>,
+    pub launch_template: Option<super::TemplateRef>,
     #[serde(default)]
     pub auto_scaling_group: Option<String>,
     #[serde(default)]

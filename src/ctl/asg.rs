@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 
 use crate::aws::{autoscaling_client, describe_error};
+use crate::clock::now_millis;
 use crate::config::Config;
 use crate::ctl::local::load_status;
-use crate::fsutil::{now_millis, write_atomic};
+use crate::fsutil::write_atomic;
 use crate::observe::asg::read_group;
 use crate::status::StatusReport;
 use crate::store::Paths;

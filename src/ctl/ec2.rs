@@ -14,7 +14,7 @@ use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 use crate::act::ec2::template_spec;
 
 pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
-    let Some(template) = cfg.workers.launch_template.as_deref() else {
+    let Some(template) = cfg.workers.launch_template.as_ref() else {
         bail!("workers.launch_template is not set in the config: nothing to launch from");
     };
     let client = ec2_client(cfg).await;
@@ -44,7 +44,7 @@ pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
 
 pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {
     let client = ec2_client(cfg).await;
-    let template = match cfg.workers.launch_template.as_deref() {
+    let template = match cfg.workers.launch_template.as_ref() {
         Some(t) => Some(
             resolve_launch_template(&client, t)
                 .await

@@ -7,11 +7,11 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::local::load_status;
-use super::story::{self, show_ms, Span, Story, Target};
+use super::story::{self, Span, Story, Target};
 use crate::act::journal;
+use crate::clock::now_millis;
 use crate::config::Config;
-use crate::fsutil::now_millis;
-use crate::model::{rfc3339, Millis};
+use crate::model::{rfc3339, span_measured, Millis};
 use crate::store::Paths;
 
 /// What `-o json` prints.
@@ -132,8 +132,8 @@ fn render_totals(out: &mut String, s: &Story) {
     let _ = writeln!(out, "  totals");
     for (name, span, between) in rows {
         let value = match span {
-            Some(s) if s.open => format!("{} so far", show_ms(s.ms)),
-            Some(s) => show_ms(s.ms),
+            Some(s) if s.open => format!("{} so far", span_measured(s.ms)),
+            Some(s) => span_measured(s.ms),
             None => "-".to_string(),
         };
         let _ = writeln!(out, "    {name:<20}{value:<14}{between}");

@@ -6,8 +6,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use crate::act::journal;
+use crate::clock::now_millis;
 use crate::config::Config;
-use crate::fsutil::{now_millis, write_atomic_owned};
+use crate::fsutil::write_atomic_owned;
 use crate::hostfile::{render, Format};
 use crate::model::Event;
 use crate::protocol;

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::fsutil::now_millis;
 use crate::model::*;
 
 #[derive(Debug, Default)]
@@ -48,7 +47,7 @@ impl Ledger {
     }
 
     /// Journals a source of the snapshot failing or recovering, once per change.
-    pub fn sources(&mut self, snap: &Snapshot) -> Vec<Event> {
+    pub fn sources(&mut self, snap: &Snapshot, now: Millis) -> Vec<Event> {
         let sources = [
             (Source::Instances, snap.instances.as_ref().err()),
             (Source::Markers, snap.markers.as_ref().err()),
@@ -61,7 +60,7 @@ impl Ledger {
                     Some(e) => format!("{source} could not be read completely: {e}; holding"),
                     None => format!("{source} readable again"),
                 };
-                events.push(Event::new(now_millis(), kind, message));
+                events.push(Event::new(now, kind, message));
             }
         }
         events

@@ -11,26 +11,29 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 
 use crate::act;
 use crate::act::apply::Actuators;
 use crate::alerts::Alerts;
 use crate::aws::Clients;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::deadline::Deadline;
 use crate::decide::{decide_from, Rules};
-use crate::fsutil::now_millis;
 use crate::metrics::Metrics;
 use crate::model::*;
 use crate::observe::observer::{Observed, Observer};
+use crate::observe::shared_changes;
 use crate::store::{load_state_resuming, Paths};
 pub use error::DaemonError;
 use ledger::Ledger;
 pub use lock::{lock_state_dir, Lock};
+use record::PassRun;
 
 pub struct Daemon {
     cfg: Config,
+    /// The one clock every stage reads (see `crate::clock`).
+    clock: SharedClock,
     paths: Paths,
     /// Every source, and what each keeps between passes.
     observer: Observer,
@@ -53,13 +56,13 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(cfg: Config, clients: Clients) -> Result<Daemon, DaemonError> {
+    pub fn new(cfg: Config, clients: Clients, clock: SharedClock) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(&cfg.state_dir);
         let state = load_state_resuming(&paths.state(), &cfg.generation_file)?;
         let mut metrics = Metrics::new(
             &clients.calls,
             crate::status::read_totals(&paths.status()),
-            now_millis(),
+            clock.now(),
             cfg.interval,
         );
         if let (Some(addr), Some(registry)) = (cfg.metrics.listen, metrics.take_registry()) {
@@ -84,8 +87,9 @@ impl Daemon {
             shared_fs: deadline("shared directory", &cfg.shared_dir),
             state_fs: deadline("state directory", &paths.dir),
             unjournaled: Vec::new(),
-            alerts: Alerts::new(&cfg).map_err(DaemonError::Alerts)?,
-            observer: Observer::new(&cfg, clients, &paths, owner),
+            alerts: Alerts::new(&cfg, clock.clone()).map_err(DaemonError::Alerts)?,
+            observer: Observer::new(&cfg, clients, &paths, owner, clock.clone()),
+            clock,
             actuators,
             ledger: Ledger::default(),
             saved: None,
@@ -112,7 +116,7 @@ impl Daemon {
             tokio::select! {
                 _ = sleep => {}
                 Some(update) = o.inbox.recv() => o.inbox.take(update),
-                Some(()) = next_change(&mut changes) => {}
+                Some(()) = shared_changes::next(&mut changes) => {}
                 // What the listing found is decided on at once: it may be what an event missed.
                 _ = o.ec2.finish_resync() => o.group_due = true,
                 _ = term.recv() => break,
@@ -136,12 +140,19 @@ impl Daemon {
             ec2_calls: calls,
             mount_targets_error,
         } = observed;
+        // The pass's one time: what decide works at, act stamps and the status shows.
+        let now = self.clock.now();
         self.ledger.note(Source::MountTargets, mount_targets_error);
-        let events = self.ledger.sources(&snap);
+        let events = self.ledger.sources(&snap, now);
         self.record(&events);
+        let pass = PassRun {
+            calls,
+            started,
+            now,
+        };
         let tagged = match stalled {
-            true => self.hold(&snap, calls, started).await,
-            false => self.decide_and_act(&snap, calls, started).await,
+            true => self.hold(&snap, pass).await,
+            false => self.decide_and_act(&snap, pass).await,
         };
         self.observer.ec2.restore(snap.instances);
         self.observer.ec2.tagged(&tagged);
@@ -151,8 +162,7 @@ impl Daemon {
     async fn decide_and_act(
         &mut self,
         snap: &Snapshot,
-        calls: u32,
-        started: Instant,
+        pass: PassRun,
     ) -> BTreeMap<WorkerStatus, Vec<String>> {
         let unheeded: Vec<&Notice> = (snap.notices.iter())
             .filter(|n| !self.state.noticed.contains_key(&n.id))
@@ -161,7 +171,7 @@ impl Daemon {
             &self.rules(),
             snap,
             std::mem::take(&mut self.state),
-            now_millis(),
+            pass.now,
         );
         let heeded = unheeded
             .into_iter()
@@ -172,14 +182,13 @@ impl Daemon {
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
         self.state = std::mem::take(&mut plan.state);
         self.save_state().await;
-        let tagged = self.apply(&plan.outcome).await;
+        let tagged = self.apply(&plan.outcome, pass.now).await;
         self.save_state().await;
         let deferred = &plan.outcome.deferred_notices;
         let (read, deleted) = self.observer.inbox.settle(deferred).await;
         self.ledger.note(Source::EventQueue, read);
         self.ledger.note(Step::QueueDeletes, deleted);
-        self.write_status(&plan.outcome, snap, calls, started.elapsed())
-            .await;
+        self.write_status(&plan.outcome, snap, pass).await;
         tagged
     }
 
@@ -188,13 +197,11 @@ impl Daemon {
     async fn hold(
         &mut self,
         snap: &Snapshot,
-        calls: u32,
-        started: Instant,
+        pass: PassRun,
     ) -> BTreeMap<WorkerStatus, Vec<String>> {
-        let plan = decide_from(&self.rules(), snap, self.state.clone(), now_millis());
+        let plan = decide_from(&self.rules(), snap, self.state.clone(), pass.now);
         self.flush_journal().await;
-        self.write_status(&plan.outcome, snap, calls, started.elapsed())
-            .await;
+        self.write_status(&plan.outcome, snap, pass).await;
         BTreeMap::new()
     }
 
@@ -204,7 +211,11 @@ impl Daemon {
 
     /// Applies the outcome (see `act::apply`), then records what it did.
     /// Returns the status tags EC2 accepted.
-    async fn apply(&mut self, outcome: &Outcome) -> BTreeMap<WorkerStatus, Vec<String>> {
+    async fn apply(
+        &mut self,
+        outcome: &Outcome,
+        now: Millis,
+    ) -> BTreeMap<WorkerStatus, Vec<String>> {
         // What the group looks like after this is worth reading on the next pass.
         let group_changes = |a: &Action| {
             !matches!(
@@ -216,8 +227,9 @@ impl Daemon {
         let generation = self.state.generation;
         let notify_failing = self.ledger.failing(Step::JobNotification);
         let (a, shared_fs) = (&self.actuators, &mut self.shared_fs);
-        let applied = act::apply::apply(a, outcome, generation, shared_fs, notify_failing).await;
-        let settled = crate::decide::settle(&mut self.state, &applied, now_millis());
+        let applied =
+            act::apply::apply(a, outcome, generation, shared_fs, notify_failing, now).await;
+        let settled = crate::decide::settle(&mut self.state, &applied, now);
         let mut tagged = BTreeMap::new();
         for (step, err) in applied.results {
             if step == Step::StatusTags && err.is_none() {
@@ -228,13 +240,5 @@ impl Daemon {
         self.record(&applied.events);
         self.record(&settled);
         tagged
-    }
-}
-
-/// The next change in the shared directory; never, when it is not watched.
-async fn next_change(changes: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
-    match changes {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
     }
 }

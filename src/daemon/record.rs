@@ -2,11 +2,10 @@
 //! webhooks and appended to the journal; the state they explain; and the status report with
 //! the metrics it feeds. Each write of the state directory runs within its deadline.
 
-use std::time::Duration;
+use std::time::Instant;
 
 use super::Daemon;
 use crate::act;
-use crate::fsutil::now_millis;
 use crate::metrics::{FleetNow, PassView};
 use crate::model::*;
 use crate::status::{PassFacts, StatusReport};
@@ -69,15 +68,14 @@ impl Daemon {
         self.ledger.note(Step::StateFile, failed);
     }
 
-    pub(super) async fn write_status(
-        &mut self,
-        outcome: &Outcome,
-        snap: &Snapshot,
-        calls: u32,
-        took: Duration,
-    ) {
+    pub(super) async fn write_status(&mut self, outcome: &Outcome, snap: &Snapshot, pass: PassRun) {
         self.flush_journal().await;
-        let now = now_millis();
+        let PassRun {
+            calls,
+            started,
+            now,
+        } = pass;
+        let took = started.elapsed();
         let slots = &self.cfg.workers.slots;
         let fleet = (snap.instances.as_ref().ok())
             .map(|list| FleetNow::count(list, snap.markers.as_ref().ok(), &self.state, slots));
@@ -109,4 +107,13 @@ impl Daemon {
             tracing::warn!("{e}");
         }
     }
+}
+
+/// What the status of a pass tells beside its outcome: the EC2 calls its observation took, when
+/// it started (for how long it took) and its time.
+#[derive(Clone, Copy)]
+pub(super) struct PassRun {
+    pub calls: u32,
+    pub started: Instant,
+    pub now: Millis,
 }

@@ -170,7 +170,7 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     out.notices.retain(|j| j.ip != inst.ip);
     out.notices.push(JobNotice {
         ip: inst.ip,
-        kind: "unhealthy".into(),
+        kind: crate::protocol::notices::Reason::Unhealthy,
         deadline: None,
     });
     let end = ending(p, at);

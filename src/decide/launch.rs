@@ -78,14 +78,14 @@ fn held_at_launch(
             "{} (held in Pending:Wait by {}; abandoned if none within {})",
             mount_targets::missing(p, st, out, at).unwrap_or(marker),
             hook.name,
-            show_ms(left)
+            span_left(left)
         );
         out.view(at, Some(WorkerStatus::Preparing), Some(why));
     }
 }
 
 fn never_reported_why(p: &Pass, at: usize) -> String {
-    let limit = show_ms(p.rules.prepare_timeout_ms);
+    let limit = span_left(p.rules.prepare_timeout_ms);
     format!(
         "prepare-data never reported within {limit} (no marker from {})",
         p.list[at].ip
@@ -249,10 +249,4 @@ pub(super) fn replace_failed(p: &Pass, st: &mut State, out: &mut Draft, at: usiz
     let mut r = removal::new(p, &p.list[at], Cause::PrepareFailed, None, &reason);
     r.stage.end(end);
     removal::queue(p, st, out, r).cause = Some(Cause::PrepareFailed);
-}
-
-/// A duration for people, to the second: `3h 10m 20s`.
-fn show_ms(ms: Millis) -> String {
-    let secs = std::time::Duration::from_secs(ms.div_ceil(1000));
-    humantime::format_duration(secs).to_string()
 }

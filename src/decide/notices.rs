@@ -151,7 +151,7 @@ fn heed_one(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
         out.notices.retain(|j| j.ip != ip);
         out.notices.push(JobNotice {
             ip,
-            kind: n.kind.as_str().to_string(),
+            kind: n.kind.reason(),
             deadline: n.deadline,
         });
     }

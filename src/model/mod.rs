@@ -28,7 +28,22 @@ pub fn rfc3339(at: Millis) -> humantime::Rfc3339Timestamp {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(at))
 }
 
-/// A wait for people, to the second: `10m 3s`.
+/// A time that has passed, for people, to the second: `10m 3s`. Rounded down: a wait is not
+/// over before it is.
 pub fn span(ms: Millis) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(ms / 1000)).to_string()
+    seconds(ms / 1000)
+}
+
+/// A time left, for people, to the second. Rounded up: `0s left` while some is would be wrong.
+pub fn span_left(ms: Millis) -> String {
+    seconds(ms.div_ceil(1000))
+}
+
+/// A measured duration (between two journaled events), for people, to the nearest second.
+pub fn span_measured(ms: Millis) -> String {
+    seconds(ms.saturating_add(500) / 1000)
+}
+
+fn seconds(secs: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
 }

@@ -224,15 +224,21 @@ pub enum NoticeKind {
 }
 
 impl NoticeKind {
+    /// Why the job is told its worker left.
+    pub fn reason(self) -> crate::protocol::notices::Reason {
+        use crate::protocol::notices::Reason;
+        match self {
+            NoticeKind::Interruption => Reason::Interruption,
+            NoticeKind::Rebalance => Reason::Rebalance,
+            NoticeKind::CapacityBlockExpiring => Reason::CapacityBlockExpiring,
+            NoticeKind::ScheduledChange => Reason::ScheduledChange,
+            NoticeKind::GroupTerminating => Reason::GroupTerminating,
+        }
+    }
+
     /// The name metrics, the job's `notices` file and `DT_REASON` use.
     pub fn as_str(self) -> &'static str {
-        match self {
-            NoticeKind::Interruption => "interruption",
-            NoticeKind::Rebalance => "rebalance",
-            NoticeKind::CapacityBlockExpiring => "capacity_block_expiring",
-            NoticeKind::ScheduledChange => "scheduled_change",
-            NoticeKind::GroupTerminating => "group_terminating",
-        }
+        self.reason().as_str()
     }
 }
 

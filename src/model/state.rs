@@ -36,15 +36,27 @@ pub struct Notification {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobNotice {
     pub ip: IpAddr,
-    /// `interruption`, `rebalance`, `capacity_block_expiring`, `scheduled_change` or
-    /// `group_terminating`.
-    pub kind: String,
+    pub kind: crate::protocol::notices::Reason,
     /// When AWS acts (the Spot action time, the Capacity Block's end, the change's start), if
     /// the notice says.
     pub deadline: Option<Millis>,
 }
 
 impl Notification {
+    /// The notices as the job reads them (the `notices` file, `DT_NOTICES`).
+    pub fn job_notices(&self) -> crate::protocol::notices::Notices {
+        use crate::protocol::notices::{Notice, Notices};
+        let one = |j: &JobNotice| Notice {
+            ip: j.ip,
+            kind: j.kind,
+            deadline: j.deadline.map(|d| super::rfc3339(d).to_string()),
+        };
+        Notices {
+            generation: self.generation,
+            notices: self.notices.iter().map(one).collect(),
+        }
+    }
+
     /// The notice whose deadline comes first (one without a deadline counts as last).
     pub fn most_urgent(&self) -> Option<&JobNotice> {
         self.notices

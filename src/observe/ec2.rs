@@ -2,6 +2,7 @@
 //! the number of calls grows with pages, never with instances; and reads of just the instances
 //! an event or a marker names, which cost one call however large the fleet.
 
+use crate::config::TemplateRef;
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{Filter, Instance as Ec2Instance};
@@ -169,10 +170,14 @@ fn convert(i: &Ec2Instance) -> Option<Instance> {
 }
 
 /// Instances carry their template's id in `aws:ec2launchtemplate:id`; the config may name it.
-pub async fn resolve_launch_template(client: &Client, wanted: &str) -> Result<String, String> {
-    if wanted.starts_with("lt-") {
-        return Ok(wanted.to_string());
-    }
+pub async fn resolve_launch_template(
+    client: &Client,
+    wanted: &TemplateRef,
+) -> Result<String, String> {
+    let wanted = match wanted {
+        TemplateRef::Id(id) => return Ok(id.clone()),
+        TemplateRef::Name(name) => name,
+    };
     let out = client
         .describe_launch_templates()
         .launch_template_names(wanted)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use crate::fsutil::now_millis;
+use crate::clock::SharedClock;
 use crate::model::fleet::{Fleet, ReadSeq, Targets};
 use crate::model::{Instance, Markers, Millis, WorkerStatus, STATUS_TAG};
 use crate::observe::ec2::{Ec2Observer, Listing};
@@ -17,6 +17,8 @@ const ABSENT_FIRST_RETRY: Duration = Duration::from_secs(1);
 
 pub struct Ec2View {
     observer: Ec2Observer,
+    /// When a listing began, by the daemon's clock (it orders the listing against events).
+    clock: SharedClock,
     fleet: Fleet,
     resync_every: Duration,
     next_resync: Instant,
@@ -43,9 +45,10 @@ pub struct Refreshed {
 }
 
 impl Ec2View {
-    pub fn new(observer: Ec2Observer, resync_every: Duration) -> Self {
+    pub fn new(observer: Ec2Observer, resync_every: Duration, clock: SharedClock) -> Self {
         Ec2View {
             observer,
+            clock,
             fleet: Fleet::default(),
             resync_every,
             next_resync: Instant::now(),
@@ -68,7 +71,7 @@ impl Ec2View {
         let observer = self.observer.clone();
         self.listing = Some(Running {
             seq: self.fleet.begin(),
-            at: now_millis(),
+            at: self.clock.now(),
             task: tokio::spawn(async move { observer.list().await }),
         });
     }

@@ -19,6 +19,7 @@ use super::progress::ProgressReader;
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use crate::aws::Clients;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::deadline::Deadline;
 use crate::model::*;
@@ -52,9 +53,16 @@ pub struct Observed {
 
 impl Observer {
     /// `owner`: the uid whose job files are believed.
-    pub fn new(cfg: &Config, clients: Clients, paths: &Paths, owner: Option<u32>) -> Observer {
+    pub fn new(
+        cfg: &Config,
+        clients: Clients,
+        paths: &Paths,
+        owner: Option<u32>,
+        clock: SharedClock,
+    ) -> Observer {
         let ack = &cfg.job.ack;
         let readers = SharedReaders {
+            clock: clock.clone(),
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(&ack.file, ack.host_worker_log.as_deref(), owner),
             resume: paths.resume(),
@@ -65,7 +73,7 @@ impl Observer {
         let listing = Ec2Observer::new(clients.ec2.clone(), tags, cfg.workers.page_size);
         Observer {
             inbox: Inbox::default(),
-            ec2: Ec2View::new(listing, cfg.resync),
+            ec2: Ec2View::new(listing, cfg.resync, clock),
             group: None,
             group_due: true,
             mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
@@ -166,7 +174,7 @@ impl Observer {
     }
 
     async fn resolve_launch_template(&mut self, cfg: &Config) -> Result<(), String> {
-        let Some(wanted) = cfg.workers.launch_template.as_deref() else {
+        let Some(wanted) = cfg.workers.launch_template.as_ref() else {
             return Ok(());
         };
         if self.launch_template_id.is_none() {

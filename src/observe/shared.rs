@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::clock::SharedClock;
 use crate::deadline::Deadline;
 use crate::model::*;
 use crate::observe::acks::AckReader;
@@ -13,6 +14,7 @@ use crate::untrusted;
 
 /// What the pass reads from the shared directory, all on one thread with one deadline.
 pub struct SharedReaders {
+    pub clock: SharedClock,
     pub markers: MarkerScanner,
     pub acks: AckReader,
     pub resume: PathBuf,
@@ -37,7 +39,7 @@ impl SharedReaders {
             a.refused.push(why.to_string());
         }
         SharedView {
-            markers: self.markers.scan(),
+            markers: self.markers.scan(self.clock.now()),
             acks,
             resume_requested: resume_requested(&self.resume),
             progress,

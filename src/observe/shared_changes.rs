@@ -74,6 +74,15 @@ pub fn signature(w: &Watched) -> u64 {
     h.finish()
 }
 
+/// The next change in the shared directory; never, when it is not watched (the receiver
+/// `spawn` gave, when it could watch).
+pub async fn next(changes: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
+    match changes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,7 +220,7 @@ pub(crate) fn process_gone(pid: i32) -> bool {
 /// What the master's reader (`dtctl status`) makes of the failure marker.
 fn master_summary(w: &Worker) -> String {
     let markers = dt::observe::markers::MarkerScanner::new(&w.efs())
-        .scan()
+        .scan(dt::clock::now_millis())
         .unwrap();
     markers.failed[&IP.parse().unwrap()].clone()
 }
@@ -458,7 +458,7 @@ fn a_scheduled_maintenance_event_is_a_notice_the_master_reads_and_a_canceled_one
     assert_eq!(m.action_time.as_deref(), Some("2019-01-21T09:00:43Z"));
     assert_eq!(m.instance_id, ID);
     let markers = dt::observe::markers::MarkerScanner::new(&w.efs())
-        .scan()
+        .scan(dt::clock::now_millis())
         .unwrap();
     let n = &markers.notices[0];
     assert_eq!(n.kind, dt::model::NoticeKind::ScheduledChange);

@@ -58,7 +58,7 @@ fn refused(w: &mut Worker) -> String {
 /// What the master's reader (`dtctl status`) makes of the failure marker.
 fn master_summary(w: &Worker) -> String {
     let markers = dt::observe::markers::MarkerScanner::new(&w.efs())
-        .scan()
+        .scan(dt::clock::now_millis())
         .unwrap();
     markers.failed[&IP.parse().unwrap()].clone()
 }

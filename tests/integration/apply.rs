@@ -65,15 +65,17 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
     let actuators = Actuators::new(&cfg, c.ec2.clone(), None, None);
     let mut shared_fs = Deadline::new("shared directory".into(), Duration::from_secs(10));
     let generation = state.generation;
+    let now = dt::clock::now_millis();
     let applied = c.rt.block_on(apply(
         &actuators,
         &outcome,
         generation,
         &mut shared_fs,
         None,
+        now,
     ));
     // Act changes no state; decide settles what it reported.
-    let settled = dt::decide::settle(&mut state, &applied, dt::fsutil::now_millis());
+    let settled = dt::decide::settle(&mut state, &applied, now);
 
     let failed: Vec<_> = (applied.results.iter())
         .filter(|(_, e)| e.is_some())

@@ -6,7 +6,7 @@ use dt::decide::Rules;
 use dt::model::*;
 use dt::protocol::launcher::LauncherState;
 
-use crate::decide_rules::{
+use crate::support::world::{
     hosts, ip, kinds, pass, rules, two_members, waiting_for, with_base, World,
 };
 
@@ -152,7 +152,7 @@ fn a_launcher_that_never_stops_holds_the_termination_only_until_the_ack_timeout(
     w.acks.generation = Some(2);
     let plan = pass(&r, &mut w, &plan.state, 11_000);
     assert!(plan.outcome.terminate().is_empty());
-    let timeout = 10_000 + crate::decide_rules::TIMEOUT;
+    let timeout = 10_000 + crate::support::world::TIMEOUT;
     // Both agents still answer: i-1's torchrun just does not stop.
     report(
         &mut w,
@@ -203,7 +203,7 @@ fn a_silent_running_report_of_a_worker_not_in_the_job_removes_nothing() {
     // A third worker, still preparing: a worker's user code writes a "running" report in its
     // name and lets it go silent, to get it terminated.
     w.instances
-        .push(crate::decide_rules::instance("i-3", "10.0.1.3", 300));
+        .push(crate::support::world::instance("i-3", "10.0.1.3", 300));
     report(&mut w, "10.0.1.3", "i-3", LauncherState::Running, 1, 2_000);
     report(
         &mut w,

@@ -9,15 +9,13 @@ use std::net::IpAddr;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use dt::config::Slots;
 use dt::decide::{decide, Rules};
 use dt::model::fleet::{Fleet, Targets};
 use dt::model::*;
 
-const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
+use crate::support::world::ELASTIC;
+
 const TIMEOUT: u64 = 60_000;
-/// No groups here: the launching hook's prepare timeout never applies.
-const PREPARE_TIMEOUT: u64 = 3_600_000;
 const START: Millis = 1_000_000;
 /// Elastic worker slots: each may hold one instance at a time (a new one gets a new id).
 const WORKERS: usize = 8;
@@ -57,27 +55,17 @@ fn slot_ip(slot: usize) -> IpAddr {
     .unwrap()
 }
 
+/// The rule tests' rules (support/world.rs) over this test's slots, with a shorter ack timeout
+/// and the launcher's silence watched.
 fn rules(min: usize, max: usize) -> Rules {
     Rules {
-        elastic_tag: ELASTIC.into(),
-        worker_tags: BTreeMap::from([("NodeType".into(), "Worker".into())]),
-        launch_template_id: Some("lt-1".into()),
-        auto_scaling_group: None,
         min,
         max,
         base_hosts: vec![slot_ip(8), slot_ip(9)],
         master: Some(slot_ip(10)),
-        slots: Slots::All(1),
         ack_timeout_ms: TIMEOUT,
-        rebalance: dt::config::Rebalance::Drain,
-        max_prepare_failures: 5,
-        prepare_timeout_ms: PREPARE_TIMEOUT,
-        scheduled_change_lead_ms: 3_600_000,
-        max_unhealthy: dt::config::MaxUnhealthy::default(),
-        health_leave: dt::config::HealthLeave::default(),
-        replace_unhealthy: false,
-        stall_after_ms: None,
         launcher_silent_ms: Some(30_000),
+        ..crate::support::world::rules()
     }
 }
 

@@ -4,7 +4,7 @@
 
 use dt::model::*;
 
-use crate::decide_rules::{
+use crate::support::world::{
     hosts, instance, ip, kinds, pass, rules, tagged, two_members, with_base, World,
 };
 
@@ -190,7 +190,7 @@ fn the_queue_confirms_an_agent_interruption() {
     let (r, mut w, state) = two_spot_members();
     w.notices = vec![agent_notice("s", NoticeKind::Interruption, ID1, "10.0.1.1")];
     let plan = pass(&r, &mut w, &state, 3_000);
-    w.notices = vec![crate::decide_rules::spot("e-1", ID1)];
+    w.notices = vec![crate::support::world::spot("e-1", ID1)];
     let plan = pass(&r, &mut w, &plan.state, 4_000);
     // EC2 is slow to show it stopped: no release once AWS itself said so.
     w.notices.clear();

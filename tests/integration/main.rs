@@ -10,6 +10,7 @@ mod agent_program;
 mod alerts;
 mod apply;
 mod aws_events;
+mod clock;
 mod decide_launcher;
 mod decide_props;
 mod decide_rules;

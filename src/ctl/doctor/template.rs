@@ -2,6 +2,7 @@
 //! `dtd` never sees them as workers), and it requires IMDSv2 (the agent reads the instance
 //! metadata with a session token, and a template without it leaves IMDSv1 open to every process).
 
+use crate::config::TemplateRef;
 use std::collections::BTreeSet;
 
 use aws_sdk_ec2::types::{LaunchTemplateHttpTokensState, ResourceType, ResponseLaunchTemplateData};
@@ -47,7 +48,7 @@ const TAGS: &str = "template: worker tags";
 const IMDS: &str = "template: IMDSv2";
 
 pub async fn checks(cx: &Context<'_>) -> TemplateChecks {
-    let Some(name) = cx.cfg.workers.launch_template.as_deref() else {
+    let Some(template) = cx.cfg.workers.launch_template.as_ref() else {
         return TemplateChecks {
             checks: vec![Check::skip(
                 "template.exists",
@@ -62,11 +63,11 @@ pub async fn checks(cx: &Context<'_>) -> TemplateChecks {
         .ec2
         .describe_launch_template_versions()
         .versions("$Default");
-    call = if name.starts_with("lt-") {
-        call.launch_template_id(name)
-    } else {
-        call.launch_template_name(name)
+    call = match template {
+        TemplateRef::Id(id) => call.launch_template_id(id),
+        TemplateRef::Name(name) => call.launch_template_name(name),
     };
+    let name = template.as_str();
     let version = match call.send().await {
         Ok(out) => out.launch_template_versions().first().cloned(),
         Err(e) => {

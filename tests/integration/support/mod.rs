@@ -7,6 +7,7 @@ pub mod imds;
 pub mod prometheus;
 pub mod server;
 pub mod webhook;
+pub mod world;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

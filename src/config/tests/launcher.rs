@@ -1,0 +1,130 @@
+//! `job.launcher`: torchrun, its strategies, and what it refuses.
+
+use super::*;
+
+/// GOOD with a `job.launcher` whose lines (after `torchrun` and `script`) are `more`.
+fn with_launcher(more: &str) -> String {
+    GOOD.replace(
+        "  ack: {",
+        &format!(
+            "  launcher:\n    torchrun: [/opt/venv/bin/torchrun]\n    script: [/efs/train.py,--epochs,90]\n{more}  ack: {{"
+        ),
+    )
+}
+
+#[test]
+fn a_launcher_gets_its_defaults() {
+    let cfg = Config::parse(&with_launcher("")).unwrap();
+    let l = cfg.job.launcher.unwrap();
+    assert_eq!(l.torchrun, ["/opt/venv/bin/torchrun"]);
+    assert_eq!(l.script, ["/efs/train.py", "--epochs", "90"]);
+    assert_eq!(l.nproc_per_node.to_string(), "gpu");
+    assert_eq!(l.rdzv.port, 29400);
+    assert_eq!(l.max_restarts(), 0);
+    assert_eq!(l.stop.signal, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(l.stop.grace, Duration::from_secs(30));
+    assert_eq!(l.backoff, Duration::from_secs(5));
+    assert_eq!(l.silent_after, Duration::from_secs(30));
+    assert!(Config::parse(GOOD).unwrap().job.launcher.is_none());
+    let more = "    nproc_per_node: 8\n    rdzv: { port: 29500 }\n    stop: { signal: SIGINT, grace: 2m }\n    env: { NCCL_DEBUG: WARN }\n";
+    let l = Config::parse(&with_launcher(more))
+        .unwrap()
+        .job
+        .launcher
+        .unwrap();
+    assert_eq!(l.nproc_per_node.to_string(), "8");
+    assert_eq!(
+        (l.rdzv.port, l.stop.grace),
+        (29500, Duration::from_secs(120))
+    );
+    assert_eq!(l.stop.signal, nix::sys::signal::Signal::SIGINT);
+    assert_eq!(l.env["NCCL_DEBUG"], "WARN");
+}
+
+#[test]
+fn the_elastic_strategy_gets_its_defaults_and_a_large_restart_budget() {
+    let launcher = |more: &str| {
+        Config::parse(&with_launcher(more))
+            .unwrap()
+            .job
+            .launcher
+            .unwrap()
+    };
+    let generation = launcher("");
+    assert_eq!(generation.strategy, crate::config::Strategy::Generation);
+    assert_eq!((generation.elastic(), generation.max_restarts()), (None, 0));
+    let l = launcher("    strategy: elastic\n");
+    let e = l.elastic().unwrap();
+    assert_eq!(
+        (e.min_nodes, e.max_nodes, e.last_call),
+        (1, 1024, Duration::from_secs(3))
+    );
+    assert_eq!(l.max_restarts(), 1000);
+    let more = "    strategy: elastic\n    elastic: { min_nodes: 2, last_call: 10s }\n    max_restarts: 50\n";
+    let l = launcher(more);
+    let e = l.elastic().unwrap();
+    assert_eq!(
+        (e.min_nodes, e.max_nodes, e.last_call.as_secs()),
+        (2, 1024, 10)
+    );
+    assert_eq!(l.max_restarts(), 50);
+}
+
+#[test]
+fn a_bad_launcher_is_refused_naming_its_key() {
+    for (more, key) in [
+        ("    nproc_per_node: 0\n", "job.launcher.nproc_per_node"),
+        ("    nproc_per_node: many\n", "job.launcher.nproc_per_node"),
+        (
+            "    rdzv: { port: 22 }\n",
+            "job.launcher.rdzv.port: 22 is a privileged port",
+        ),
+        (
+            "    stop: { signal: SIGNOPE }\n",
+            "unknown signal `SIGNOPE`",
+        ),
+        (
+            "    silent_after: 2s\n",
+            "job.launcher.silent_after: at least 10s",
+        ),
+        (
+            "    env: { DT_GENERATION: \"7\" }\n",
+            "DT_* variables are the agent's own",
+        ),
+        ("    env: { \"LD PRELOAD\": x }\n", "is not a variable name"),
+        ("    strategy: rolling\n", "unknown variant `rolling`"),
+        (
+            "    elastic: { min_nodes: 2 }\n",
+            "job.launcher.elastic: only with `strategy: elastic`",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { min_nodes: 4, max_nodes: 2 }\n",
+            "min_nodes (4) must be at least 1 and at most max_nodes (2)",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { min_nodes: 0 }\n",
+            "min_nodes (0) must be at least 1",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { last_call: 1500ms }\n",
+            "job.launcher.elastic.last_call: whole seconds",
+        ),
+        (
+            "    strategy: elastic\n    elastic: { min: 2 }\n",
+            "unknown field `min`",
+        ),
+    ] {
+        let e = error_of(&with_launcher(more));
+        assert!(e.contains(key), "{more:?}: {e}");
+    }
+    let e = error_of(&GOOD.replace(
+        "  ack: {",
+        "  launcher:\n    torchrun: []\n    script: [/t.py]\n  ack: {",
+    ));
+    assert!(e.contains("job.launcher.torchrun: a list"), "{e}");
+    let e = error_of(&GOOD.replace(
+        "  ack: {",
+        "  launcher:\n    torchrun: [/t]\n    script: [/t.py, {a: 1}]\n  ack: {",
+    ));
+    assert!(e.contains("is not a word of a command line"), "{e}");
+}

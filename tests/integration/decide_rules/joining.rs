@@ -1,0 +1,262 @@
+//! Joining: a worker's marker, the join order, the acknowledgement, max.
+
+use crate::support::world::*;
+
+#[test]
+fn without_marker_the_worker_is_preparing() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert_eq!(tagged(&plan, WorkerStatus::Preparing), ["i-1"]);
+    assert_eq!(worker(&plan, &w, "i-1").label(), "PREPARING");
+    assert!(waiting_for(&plan, &w, "i-1").contains("prepare_data_success_10.0.1.1"));
+    assert_eq!(plan.state.generation, 0);
+    assert!(plan.outcome.notify.is_none());
+    assert_eq!(kinds(&plan), ["preparing"]);
+
+    // The tag is already there on the next pass: it is not written again.
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert!(plan.outcome.tags().is_empty(), "{:?}", plan.outcome.tags());
+}
+
+#[test]
+fn a_new_worker_is_journaled_as_preparing_once_with_its_launch_time() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100_000)]);
+    w.inst("i-1").market = "spot".into();
+    let first = pass(&r, &mut w, &State::default(), 101_000);
+    let e = &first.outcome.events[0];
+    assert_eq!(e.kind, "preparing");
+    assert_eq!(
+        (e.instance.as_deref(), e.ip, e.launched_at),
+        (Some("i-1"), Some(ip("10.0.1.1")), Some(100_000))
+    );
+    assert_eq!(
+        e.message,
+        "10.0.1.1 (p3.2xlarge, spot, launched 1970-01-01T00:01:40Z) is preparing: waiting for its \
+         prepare-data marker prepare_data_success_10.0.1.1"
+    );
+
+    // Not on later passes, nor after a restart from the saved state.
+    let second = pass(&r, &mut w, &first.state, 102_000);
+    let restarted = pass(&r, &mut w, &reloaded(&second.state), 103_000);
+    for plan in [&second, &restarted] {
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
+}
+
+#[test]
+fn a_failed_tag_write_does_not_journal_preparing_again_but_a_reused_ip_does() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    // Decided without applying its tags: the tag write failed, the state remembers the status.
+    let first = decide(&r, &w.snap(), &State::default(), 1_000);
+    assert_eq!(kinds(&first), ["preparing"]);
+    let retried = decide(&r, &w.snap(), &reloaded(&first.state), 2_000);
+    assert_eq!(tagged(&retried, WorkerStatus::Preparing), ["i-1"]);
+    assert!(
+        retried.outcome.events.is_empty(),
+        "{:?}",
+        retried.outcome.events
+    );
+
+    // Another instance with the same IP begins a story of its own.
+    w.vanish("i-1");
+    w.instances.push(instance("i-9", "10.0.1.1", 3_000));
+    let reused = pass(&r, &mut w, &retried.state, 4_000);
+    assert_eq!(kinds(&reused), ["preparing"]);
+    assert_eq!(reused.outcome.events[0].instance.as_deref(), Some("i-9"));
+}
+
+#[test]
+fn a_worker_ready_when_first_seen_begins_with_joined_and_its_launch_time() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(kinds(&plan), ["joined", "generation"]);
+    assert_eq!(plan.outcome.events[0].launched_at, Some(100));
+}
+
+#[test]
+fn failed_marker_shows_prepare_failed_and_why() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.markers
+        .failed
+        .insert(ip("10.0.1.1"), "exit 3: disk full".into());
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert_eq!(tagged(&plan, WorkerStatus::PrepareFailed), ["i-1"]);
+    assert_eq!(worker(&plan, &w, "i-1").label(), "PREPARE_FAILED");
+    assert!(waiting_for(&plan, &w, "i-1").contains("exit 3: disk full"));
+    assert!(plan.outcome.terminate().is_empty());
+}
+
+#[test]
+fn a_failed_launch_template_worker_is_journaled_once_until_it_is_gone() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.markers
+        .failed
+        .insert(ip("10.0.1.1"), "exit 3: disk full".into());
+    let first = pass(&r, &mut w, &State::default(), 1_000);
+    let failed: Vec<&Event> = (first.outcome.events.iter())
+        .filter(|e| e.kind == "prepare_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", first.outcome.events);
+    assert_eq!(
+        (failed[0].instance.as_deref(), failed[0].ip),
+        (Some("i-1"), Some(ip("10.0.1.1")))
+    );
+    assert_eq!(
+        failed[0].message,
+        "10.0.1.1 (i-1): prepare-data failed (exit 3: disk full); it waits for a person \
+         (a launch-template worker is not replaced)"
+    );
+
+    // The marker is read again on every pass, and by a restarted dtd: journaled once.
+    let second = pass(&r, &mut w, &first.state, 2_000);
+    let restarted = pass(&r, &mut w, &reloaded(&second.state), 3_000);
+    for plan in [&second, &restarted] {
+        assert_eq!(worker(plan, &w, "i-1").label(), "PREPARE_FAILED");
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
+    // Forgotten once the instance is gone.
+    w.vanish("i-1");
+    let gone = pass(&r, &mut w, &restarted.state, 4_000);
+    assert!(gone.state.prepare_failed.is_empty());
+}
+
+#[test]
+fn joiners_follow_base_hosts_in_join_order_with_one_generation_per_pass() {
+    let r = rules();
+    // Launch time decides the order within a pass, not the instance id or the IP.
+    let mut w = World::with(vec![
+        instance("i-a", "10.0.1.9", 200),
+        instance("i-b", "10.0.1.1", 100),
+    ]);
+    w.ready("10.0.1.9");
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.9"]));
+    assert_eq!(plan.state.generation, 1, "two joins, one generation");
+    let n = plan.outcome.notify.clone().expect("the job is notified");
+    assert_eq!(n.generation, 1);
+    assert_eq!(n.added, [ip("10.0.1.1"), ip("10.0.1.9")]);
+    assert!(n.removed.is_empty());
+    assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-a", "i-b"]);
+    assert_eq!(kinds(&plan), ["joined", "joined", "generation"]);
+    assert!(waiting_for(&plan, &w, "i-a").contains("acknowledge generation 1"));
+
+    // A worker launched earlier but ready later goes after them: join order, not launch order.
+    w.instances.push(instance("i-c", "10.0.1.5", 50));
+    w.ready("10.0.1.5");
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.1", "10.0.1.9", "10.0.1.5"])
+    );
+    assert_eq!(plan.state.generation, 2);
+}
+
+#[test]
+fn join_is_acknowledged_by_the_ack_file() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-1"]);
+
+    // An older generation does not acknowledge the join.
+    w.acks.generation = Some(0);
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert!(plan.outcome.tags().is_empty());
+    assert_eq!(worker(&plan, &w, "i-1").label(), "ADD_QUEUED");
+
+    w.acks.generation = Some(1);
+    let plan = pass(&r, &mut w, &plan.state, 3_000);
+    assert_eq!(tagged(&plan, WorkerStatus::Added), ["i-1"]);
+    assert_eq!(worker(&plan, &w, "i-1").label(), "ADDED");
+    assert_eq!(worker(&plan, &w, "i-1").waiting_for, None);
+    assert_eq!(
+        plan.state.generation, 1,
+        "acknowledging changes no membership"
+    );
+    // From now on it trains: journaled once, not on later passes nor after a restart.
+    assert_eq!(kinds(&plan), ["join_acknowledged"]);
+    let e = &plan.outcome.events[0];
+    assert_eq!(
+        (e.instance.as_deref(), e.generation),
+        (Some("i-1"), Some(1))
+    );
+    assert_eq!(
+        e.message,
+        "job acknowledged generation 1, which lists 10.0.1.1 (ack file): it trains"
+    );
+    // The job goes on acknowledging it (the ack file read again at every pass).
+    w.acks.generation = Some(1);
+    let later = pass(&r, &mut w, &plan.state, 4_000);
+    let restarted = pass(&r, &mut w, &reloaded(&later.state), 5_000);
+    for plan in [&later, &restarted] {
+        assert!(plan.outcome.events.is_empty(), "{:?}", plan.outcome.events);
+    }
+}
+
+#[test]
+fn join_is_acknowledged_by_an_added_line_after_the_mark() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    // The job already logged 10.0.1.1 as added in an earlier life of the cluster.
+    w.log(true, "10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(plan.state.members[0].log_mark, 1);
+    assert_eq!(tagged(&plan, WorkerStatus::AddQueued), ["i-1"]);
+
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(
+        worker(&plan, &w, "i-1").label(),
+        "ADD_QUEUED",
+        "old line counted"
+    );
+
+    w.log(true, "10.0.1.1");
+    let plan = pass(&r, &mut w, &plan.state, 3_000);
+    assert_eq!(tagged(&plan, WorkerStatus::Added), ["i-1"]);
+    assert_eq!(kinds(&plan), ["join_acknowledged"]);
+    assert!(plan.outcome.events[0].message.contains("(host_worker_log)"));
+}
+
+#[test]
+fn joins_stop_at_max() {
+    let r = Rules { max: 3, ..rules() };
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 200),
+        instance("i-3", "10.0.1.3", 300),
+    ]);
+    for a in ["10.0.1.1", "10.0.1.2", "10.0.1.3"] {
+        w.ready(a);
+    }
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert_eq!(
+        plan.outcome.notify.as_ref().unwrap().added,
+        [ip("10.0.1.1")]
+    );
+    assert_eq!(
+        tagged(&plan, WorkerStatus::AddQueued),
+        ["i-1", "i-2", "i-3"]
+    );
+    for id in ["i-2", "i-3"] {
+        assert_eq!(waiting_for(&plan, &w, id), "room under max (3)");
+    }
+
+    // Still full on the next pass: nothing changes.
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert_eq!(plan.state.generation, 1);
+    assert_eq!(waiting_for(&plan, &w, "i-2"), "room under max (3)");
+}

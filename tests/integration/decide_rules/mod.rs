@@ -1,0 +1,12 @@
+//! One test (or more) per rule of `decide`, each asserting what a user would see: the host file's
+//! lines, the status tags written, the instances terminated, the job notification, the journal.
+//! One file per rule family, as decide itself is split; the builders are in support/world.rs.
+
+mod group;
+mod health;
+mod joining;
+mod leaving;
+mod notices;
+mod partial_views;
+mod second_thoughts;
+mod stall;
