@@ -37,6 +37,15 @@ mod tests {
         assert_eq!(parse(" 7\r\n"), Some(7));
     }
 
+    /// Golden bodies under tests/fixtures/protocol/, read by the example job's tests too.
+    #[test]
+    fn the_golden_generation_and_ack_are_one_format() {
+        let generation = include_str!("../../tests/fixtures/protocol/generation");
+        let ack = include_str!("../../tests/fixtures/protocol/ack");
+        assert_eq!(render(8), generation);
+        assert_eq!((parse(generation), parse(ack)), (Some(8), Some(8)));
+    }
+
     #[test]
     fn anything_else_is_rejected() {
         for bad in [

@@ -102,6 +102,32 @@ mod tests {
         );
     }
 
+    /// The golden log under tests/fixtures/protocol/, which the example job's tests write too.
+    #[test]
+    fn the_golden_log_reads_line_by_line() {
+        let golden = include_str!("../../tests/fixtures/protocol/host_worker_log");
+        let lines: Vec<LogLine> = golden
+            .lines()
+            .map(|l| LogLine::parse(l.as_bytes()).unwrap())
+            .collect();
+        let changes: Vec<_> = lines
+            .iter()
+            .map(|l| (l.seq, l.change, l.ip.to_string()))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (1, Change::Added, "10.0.1.5".to_string()),
+                (2, Change::Added, "10.0.1.6".to_string()),
+                (3, Change::Removed, "10.0.1.5".to_string()),
+            ]
+        );
+        assert_eq!(
+            lines.iter().map(|l| l.to_string()).collect::<String>(),
+            golden
+        );
+    }
+
     #[test]
     fn malformed_lines_are_rejected() {
         for bad in [

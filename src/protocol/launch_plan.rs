@@ -70,6 +70,20 @@ mod tests {
         assert_eq!(plan.rank_of("127.0.0.9".parse().unwrap()), None);
     }
 
+    /// The golden plan under tests/fixtures/protocol/, which dt_torch's tests read too.
+    #[test]
+    fn the_golden_plan_is_what_dtd_writes() {
+        let golden = include_str!("../../tests/fixtures/protocol/launch_plan.json");
+        let plan = LaunchPlan {
+            generation: 8,
+            hosts: ["10.0.1.6", "10.0.1.5", "fd00::7"]
+                .map(|ip| ip.parse().unwrap())
+                .to_vec(),
+        };
+        assert_eq!(String::from_utf8(plan.render()).unwrap(), golden);
+        assert_eq!(LaunchPlan::parse(golden.as_bytes()).unwrap(), plan);
+    }
+
     #[test]
     fn anything_else_is_no_plan() {
         for bad in [

@@ -54,6 +54,15 @@ mod tests {
         assert_eq!(ProgressLine::parse(text.as_bytes()).unwrap(), line);
     }
 
+    /// The golden line under tests/fixtures/protocol/: the example job's tests write the same.
+    #[test]
+    fn the_golden_line_is_a_progress_line() {
+        let golden = include_str!("../../tests/fixtures/protocol/progress.json");
+        let line = ProgressLine::parse(golden.as_bytes()).unwrap();
+        assert_eq!(line.step, 1234);
+        assert_eq!(line.render(), golden);
+    }
+
     #[test]
     fn time_is_optional_and_extra_keys_are_allowed() {
         let p = ProgressLine::parse(b"{\"step\": 7, \"loss\": 0.5}").unwrap();

@@ -1,0 +1,87 @@
+"""dt_torch (templates/job/dt_torch.py) reads and writes the wire formats from the golden files the
+Rust tests check dtd's side against (tests/fixtures/protocol/). Runs with PyTorch's virtualenv
+(scripts/test), in one real gloo process group of one process."""
+import importlib.util
+import json
+import os
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "fixtures" / "protocol"
+
+
+def load_dt_torch():
+    spec = importlib.util.spec_from_file_location("dt_torch", ROOT / "templates" / "job" / "dt_torch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class DtTorchGoldenTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.group_dir = tempfile.TemporaryDirectory()
+        init = f"file://{cls.group_dir.name}/group"
+        dist.init_process_group("gloo", init_method=init, rank=0, world_size=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        dist.destroy_process_group()
+        cls.group_dir.cleanup()
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.tmp = Path(self.dir.name)
+        self.env = {
+            "DT_GENERATION": "7",
+            "DT_NNODES": "1",
+            "DT_STRATEGY": "elastic",
+            "DT_LAUNCH_PLAN": str(GOLDEN / "launch_plan.json"),
+            "DT_ACK_FILE": str(self.tmp / "ack"),
+            "DT_PROGRESS_FILE": str(self.tmp / "progress"),
+            "DT_NOTICES_FILE": str(GOLDEN / "notices.json"),
+            "LOCAL_WORLD_SIZE": "1",
+        }
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def session(self, **env):
+        with mock.patch.dict(os.environ, {**self.env, **env}):
+            return load_dt_torch().Session()
+
+    def test_under_elastic_the_golden_plan_names_the_generation_and_its_size(self):
+        session = self.session()
+        session._follow_plan()
+        self.assertEqual((session.generation, session.nnodes), (8, 3))
+
+    def test_the_golden_notices_are_this_generations(self):
+        session = self.session(DT_STRATEGY="generation", DT_GENERATION="8")
+        self.assertEqual([(n["ip"], n["kind"], n["deadline"]) for n in session.notices()], [
+            ("10.0.1.5", "interruption", "2026-11-24T08:16:41Z"),
+            ("10.0.1.6", "unhealthy", None),
+        ])
+        self.assertEqual(self.session(DT_STRATEGY="generation").notices(), [])
+
+    def test_the_ack_is_the_golden_ack(self):
+        session = self.session(DT_STRATEGY="generation", DT_GENERATION="8")
+        self.assertTrue(session.joined())
+        self.assertEqual((self.tmp / "ack").read_text(), (GOLDEN / "ack").read_text())
+
+    def test_the_progress_line_holds_the_golden_keys(self):
+        session = self.session(DT_STRATEGY="generation", DT_GENERATION="8")
+        session.progress(1234, force=True)
+        written = json.loads((self.tmp / "progress").read_text())
+        golden = json.loads((GOLDEN / "progress.json").read_text())
+        self.assertEqual({k: written[k] for k in golden if k != "time"}, {"step": 1234})
+        self.assertRegex(written["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        self.assertEqual((written["generation"], written["world_size"]), (8, 1))
+
+
+if __name__ == "__main__":
+    unittest.main()
