@@ -15,6 +15,10 @@ pub struct Sha256([u8; 32]);
 pub struct BadDigest(String);
 
 impl Sha256 {
+    pub fn of(bytes: &[u8]) -> Sha256 {
+        Sha256(sha2::Sha256::digest(bytes).into())
+    }
+
     /// The digest of everything `reader` yields, read in pieces (a program may be large).
     pub fn of_reader(mut reader: impl Read) -> io::Result<Sha256> {
         let mut hasher = sha2::Sha256::new();

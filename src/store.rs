@@ -27,6 +27,9 @@ impl Paths {
     pub fn journal(&self) -> PathBuf {
         self.dir.join("events.jsonl")
     }
+    pub fn alerts_outbox(&self) -> PathBuf {
+        self.dir.join(crate::alerts::saved::FILE)
+    }
     pub fn lock(&self) -> PathBuf {
         self.dir.join("dtd.lock")
     }

@@ -20,8 +20,7 @@ pub fn append(path: &Path, events: &[Event], limits: JournalConfig) -> Result<bo
     }
     let mut buf = String::new();
     for e in events {
-        let line = serde_json::to_string(e).map_err(|err| format!("encoding event: {err}"))?;
-        buf.push_str(&line);
+        buf.push_str(&e.line());
         buf.push('\n');
     }
     let rotate = match std::fs::symlink_metadata(path) {

@@ -20,6 +20,7 @@ pub fn render(format: AlertFormat, cluster: &str, e: &Event) -> String {
 pub fn json_body(cluster: &str, e: &Event) -> String {
     let line = serde_json::to_value(e).unwrap_or(serde_json::Value::Null);
     json!({
+        "id": e.id(),
         "cluster": cluster,
         "kind": e.kind.as_str(),
         "time": rfc3339(e.time),
@@ -102,6 +103,7 @@ mod tests {
         assert_eq!(
             body,
             json!({
+                "id": joined().id(),
                 "cluster": "demo",
                 "kind": "joined",
                 "time": "2026-11-22T10:00:00.250Z",

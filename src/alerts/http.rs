@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
 use hyper::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+
+/// The IETF HTTP API draft's name for a request's deduplication key
+/// (draft-ietf-httpapi-idempotency-key-header), which Stripe and others read.
+const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 use hyper::{Request, Response, StatusCode};
 use hyper_rustls::{ConfigBuilderExt, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -75,11 +79,19 @@ fn tls_config() -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
-/// Posts `body` as JSON; gives up on this attempt after `timeout` (connect, TLS, answer).
-pub async fn post(client: &Client, url: &WebhookUrl, body: String, timeout: Duration) -> Posted {
+/// Posts `body` as JSON, with `Idempotency-Key: id` (the event's, the same in every attempt);
+/// gives up on this attempt after `timeout` (connect, TLS, answer).
+pub async fn post(
+    client: &Client,
+    url: &WebhookUrl,
+    body: String,
+    id: &str,
+    timeout: Duration,
+) -> Posted {
     let request = Request::post(url.target().clone())
         .header(CONTENT_TYPE, "application/json")
         .header(USER_AGENT, concat!("dtd/", env!("CARGO_PKG_VERSION")))
+        .header(IDEMPOTENCY_KEY, id)
         .body(body);
     let request = match request {
         Ok(r) => r,

@@ -3,11 +3,13 @@
 //! The daemon hands every event it records to [`Alerts::offer`], which only appends to each
 //! interested webhook's bounded [`outbox`] and never waits. A [`sender`] task per webhook posts
 //! them in order with retries, so a webhook that is slow or down never slows or fails a pass; what
-//! it is doing shows in the status report through [`Alerts::status`].
+//! it is doing shows in the status report through [`Alerts::status`]. What waits is saved in the
+//! state directory whenever it changes ([`saved`]) and sent after a restart.
 
 mod body;
 mod http;
 mod outbox;
+pub mod saved;
 mod sender;
 
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use crate::clock::SharedClock;
 use crate::config::{AlertFormat, Config, Webhook, WebhookUrl};
 use crate::model::{Event, EventKind, Millis};
 use outbox::Outbox;
+use saved::Saved;
 use sender::{Retry, Sender};
 
 /// What the status report shows of one webhook. The URL is redacted: its path holds the token.
@@ -48,15 +51,18 @@ pub struct Alerts {
 
 struct Hook {
     url: WebhookUrl,
+    /// Names it in the saved outbox.
+    key: String,
     format: AlertFormat,
     kinds: Vec<EventKind>,
     outbox: Arc<Outbox>,
 }
 
 impl Alerts {
-    /// The webhooks of the config, nothing sent until [`Alerts::start`].
-    /// A webhook in a file is read now: one that cannot be read stops `dtd run` at its start.
-    pub fn new(cfg: &Config, clock: SharedClock) -> Result<Alerts, String> {
+    /// The webhooks of the config, with what waited for each when `dtd` last stopped (`saved`);
+    /// nothing sent until [`Alerts::start`]. A webhook in a file is read now: one that cannot be
+    /// read stops `dtd run` at its start.
+    pub fn new(cfg: &Config, clock: SharedClock, saved: Saved) -> Result<Alerts, String> {
         let hooks = (cfg.alerts.iter())
             .map(|a| {
                 let url = match &a.webhook {
@@ -64,6 +70,7 @@ impl Alerts {
                     Webhook::File(path) => WebhookUrl::read_file(path, a.allow_http)?,
                 };
                 Ok(Hook {
+                    key: saved::key(&url),
                     url,
                     format: a.format,
                     kinds: a.events.clone(),
@@ -71,12 +78,47 @@ impl Alerts {
                 })
             })
             .collect::<Result<_, String>>()?;
-        Ok(Alerts {
+        let alerts = Alerts {
             cluster: cfg.cluster.clone(),
             hooks,
             started: false,
             clock,
-        })
+        };
+        alerts.restore(saved);
+        Ok(alerts)
+    }
+
+    fn restore(&self, mut saved: Saved) {
+        for hook in &self.hooks {
+            let events = saved.webhooks.remove(&hook.key).unwrap_or_default();
+            if !events.is_empty() {
+                tracing::info!(webhook = %hook.url, count = events.len(), "alerts from before the restart queued");
+            }
+            events.into_iter().for_each(|e| hook.outbox.push(e));
+        }
+        if !saved.is_empty() {
+            let count = saved.len();
+            tracing::warn!(count, "alerts for webhooks no longer configured dropped");
+        }
+    }
+
+    /// What waits for every webhook, when it changed since the count `since` an earlier call
+    /// returned (0 at the start: anything restored counts as a change).
+    pub fn waiting_since(&self, since: u64) -> Option<(Saved, u64)> {
+        let changes: u64 = self.hooks.iter().map(|h| h.outbox.changes()).sum();
+        if changes == since {
+            return None;
+        }
+        let mut saved = Saved::default();
+        let mut counted: u64 = 0;
+        for hook in &self.hooks {
+            let (events, changes) = hook.outbox.waiting();
+            counted += changes;
+            if !events.is_empty() {
+                saved.webhooks.insert(hook.key.clone(), events);
+            }
+        }
+        Some((saved, counted))
     }
 
     /// Spawns a sender per webhook on the current tokio runtime; once only.

@@ -23,8 +23,10 @@ pub struct Outbox {
 #[derive(Default)]
 struct Inner {
     queue: VecDeque<Event>,
-    /// An event taken by the sender and not yet delivered or given up.
-    in_flight: bool,
+    /// The event taken by the sender and not yet delivered or given up.
+    in_flight: Option<Event>,
+    /// Counts every change of what waits, so the daemon saves the outbox only when it changed.
+    changes: u64,
     sent: u64,
     dropped: u64,
     /// The last attempt's error and when the failures began; `None` once an attempt succeeds.
@@ -58,6 +60,7 @@ impl Outbox {
                 inner.dropped += 1;
             }
             inner.queue.push_back(event);
+            inner.changes += 1;
         }
         self.wake.notify_one();
     }
@@ -77,7 +80,7 @@ impl Outbox {
     fn take(&self) -> Option<Event> {
         let mut inner = self.lock();
         let e = inner.queue.pop_front();
-        inner.in_flight = e.is_some();
+        inner.in_flight.clone_from(&e);
         e
     }
 
@@ -85,7 +88,8 @@ impl Outbox {
     pub fn delivered(&self) -> bool {
         let mut inner = self.lock();
         inner.sent += 1;
-        inner.in_flight = false;
+        inner.in_flight = None;
+        inner.changes += 1;
         inner.failing.take().is_some()
     }
 
@@ -101,17 +105,36 @@ impl Outbox {
     pub fn gave_up(&self) {
         let mut inner = self.lock();
         inner.dropped += 1;
-        inner.in_flight = false;
+        inner.in_flight = None;
+        inner.changes += 1;
     }
 
     pub fn counts(&self) -> Counts {
         let inner = self.lock();
         Counts {
             sent: inner.sent,
-            pending: inner.queue.len() as u64 + u64::from(inner.in_flight),
+            pending: inner.queue.len() as u64 + u64::from(inner.in_flight.is_some()),
             dropped: inner.dropped,
             failing: inner.failing.clone(),
         }
+    }
+
+    /// What has not been delivered or given up, in the order it is sent (the event in flight
+    /// first), and the count of changes it is as of.
+    pub fn waiting(&self) -> (Vec<Event>, u64) {
+        let inner = self.lock();
+        let events = inner
+            .in_flight
+            .iter()
+            .chain(&inner.queue)
+            .cloned()
+            .collect();
+        (events, inner.changes)
+    }
+
+    /// How many changes of what waits there have been (see [`Outbox::waiting`]).
+    pub fn changes(&self) -> u64 {
+        self.lock().changes
     }
 
     /// A panic elsewhere while holding the lock leaves plain counts behind, still usable.
@@ -160,5 +183,26 @@ mod tests {
         assert_eq!(outbox.counts().failing, Some(("timed out".into(), 1_000)));
         assert!(outbox.delivered(), "it was failing");
         assert_eq!(outbox.counts().failing, None);
+    }
+
+    #[tokio::test]
+    async fn what_waits_is_the_event_in_flight_then_the_queue_and_each_change_counts() {
+        let outbox = Outbox::new(10);
+        let (none, at_start) = outbox.waiting();
+        assert!(none.is_empty());
+        outbox.push(event(1));
+        outbox.push(event(2));
+        assert_eq!(outbox.next().await.time, 1);
+        let (waiting, changes) = outbox.waiting();
+        let times: Vec<u64> = waiting.iter().map(|e| e.time).collect();
+        assert_eq!(times, [1, 2], "the event in flight is still to be sent");
+        assert_eq!(
+            changes,
+            at_start + 2,
+            "taking an event changes nothing that waits"
+        );
+        outbox.delivered();
+        assert_eq!(outbox.waiting().0.len(), 1);
+        assert_eq!(outbox.changes(), at_start + 3);
     }
 }

@@ -64,9 +64,17 @@ impl Sender {
 
     async fn deliver(&self, event: &Event) {
         let body = body::render(self.format, &self.cluster, event);
+        let id = event.id();
         let started = Instant::now();
         for attempt in 0u32.. {
-            let posted = post(&self.client, &self.url, body.clone(), self.retry.timeout).await;
+            let posted = post(
+                &self.client,
+                &self.url,
+                body.clone(),
+                &id,
+                self.retry.timeout,
+            )
+            .await;
             let (error, after) = match posted {
                 Posted::Delivered => return self.delivered(),
                 Posted::Refused(error) => {
@@ -235,7 +243,7 @@ mod tests {
             }
         });
         let started = std::time::Instant::now();
-        let posted = post(&s.client, &s.url, "{}".into(), retry.timeout).await;
+        let posted = post(&s.client, &s.url, "{}".into(), "id", retry.timeout).await;
         let took = started.elapsed();
         ticker.abort();
         assert!(
@@ -259,7 +267,7 @@ mod tests {
             .expect("addr")
             .port();
         let s = sender(&format!("http://127.0.0.1:{port}/hook/SeCrEt"), QUICK);
-        let posted = post(&s.client, &s.url, "{}".into(), QUICK.timeout).await;
+        let posted = post(&s.client, &s.url, "{}".into(), "id", QUICK.timeout).await;
         let Posted::Retry { error, .. } = posted else {
             panic!("{posted:?}");
         };

@@ -44,6 +44,8 @@ pub struct Daemon {
     unjournaled: Vec<Event>,
     /// Webhooks the events of their kinds are handed to as they are recorded.
     alerts: Alerts,
+    /// The count of the alert outboxes' changes last saved (`Alerts::waiting_since`).
+    alerts_saved: u64,
     /// What applying an outcome acts on.
     actuators: Actuators,
     state: State,
@@ -87,7 +89,9 @@ impl Daemon {
             shared_fs: deadline("shared directory", &cfg.shared_dir),
             state_fs: deadline("state directory", &paths.dir),
             unjournaled: Vec::new(),
-            alerts: Alerts::new(&cfg, clock.clone()).map_err(DaemonError::Alerts)?,
+            alerts: Alerts::new(&cfg, clock.clone(), record::saved_alerts(&paths))
+                .map_err(DaemonError::Alerts)?,
+            alerts_saved: 0,
             observer: Observer::new(&cfg, clients, &paths, owner, clock.clone()),
             clock,
             actuators,

@@ -6,10 +6,12 @@ use std::time::Instant;
 
 use super::Daemon;
 use crate::act;
+use crate::alerts::saved::Saved;
+use crate::fsutil;
 use crate::metrics::{FleetNow, PassView};
 use crate::model::*;
 use crate::status::{PassFacts, StatusReport};
-use crate::store::save_json;
+use crate::store::{save_json, Paths};
 
 impl Daemon {
     /// Logs events now and queues them for the webhooks that want them (without waiting); they
@@ -27,7 +29,10 @@ impl Daemon {
         self.unjournaled.extend_from_slice(events);
     }
 
+    /// The alerts still to send (saved first: an event in the journal is in the outbox too),
+    /// then the journal.
     pub(super) async fn flush_journal(&mut self) {
+        self.save_alerts().await;
         if self.unjournaled.is_empty() {
             return;
         }
@@ -45,6 +50,20 @@ impl Daemon {
             }
         }
         self.ledger.note(Step::Journal, r.err());
+    }
+
+    /// What waits for the webhooks, when it changed, so that a restarted dtd sends it.
+    async fn save_alerts(&mut self) {
+        let Some((saved, changes)) = self.alerts.waiting_since(self.alerts_saved) else {
+            return;
+        };
+        let path = self.paths.alerts_outbox();
+        let save = move || fsutil::write_atomic(&path, &saved.render()).map_err(|e| e.to_string());
+        let r = self.state_fs.try_run("saving the alert outbox", save).await;
+        if r.is_ok() {
+            self.alerts_saved = changes;
+        }
+        self.ledger.note(Step::AlertOutbox, r.err());
     }
 
     /// The journal, then the state it explains.
@@ -116,4 +135,13 @@ pub(super) struct PassRun {
     pub calls: u32,
     pub started: Instant,
     pub now: Millis,
+}
+
+/// What waited for the webhooks when dtd last stopped; nothing, with a warning, when the file
+/// cannot be read (the alerts are lost, not the daemon).
+pub(super) fn saved_alerts(paths: &Paths) -> Saved {
+    Saved::load(&paths.alerts_outbox(), fsutil::own_uid()).unwrap_or_else(|e| {
+        tracing::warn!("{e}; the alerts it held are not sent");
+        Saved::default()
+    })
 }

@@ -52,6 +52,18 @@ impl Event {
             message,
         }
     }
+
+    /// The event's line in the journal (`events.jsonl`), without its newline.
+    pub fn line(&self) -> String {
+        // Strings, numbers and IPs: serializing cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// What a webhook deduplicates by (`Idempotency-Key`): the SHA-256 of [`Event::line`], so
+    /// the same event has the same id in every attempt, across restarts, and in the journal.
+    pub fn id(&self) -> String {
+        crate::digest::Sha256::of(self.line().as_bytes()).to_string()
+    }
 }
 
 /// What a journal line is about. Written as the snake_case names people and `dtctl events`

@@ -28,6 +28,7 @@ pub enum Step {
     QueueDeletes,
     Journal,
     StateFile,
+    AlertOutbox,
 }
 
 /// Either, as a failure is remembered until it recovers.
@@ -64,6 +65,7 @@ impl Step {
             Step::QueueDeletes => "event queue deletes",
             Step::Journal => "events journal",
             Step::StateFile => "state file",
+            Step::AlertOutbox => "alert outbox",
         }
     }
 }

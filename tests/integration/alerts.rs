@@ -219,6 +219,73 @@ fn a_webhook_that_is_down_holds_no_pass_back_and_gets_its_alert_once_it_is_up() 
     drop(hung);
 }
 
+/// An alert waiting when `dtd` is killed (its webhook answering 503) is saved in the state
+/// directory and sent after the restart; every attempt, before and after, carries the same
+/// `Idempotency-Key` (the SHA-256 of the event's journal line), so a receiver that deduplicates
+/// by it takes the event exactly once.
+#[test]
+fn an_alert_waiting_when_dtd_is_killed_is_sent_after_the_restart_under_the_same_id() {
+    let receiver = WebhookReceiver::start();
+    receiver.answer(503);
+    let url = receiver.url(&hook_path("RESTART"));
+    let mut c = cluster_with_alerts(&[(&url, "joined", "json")]);
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the worker to join", |h| h.contains(&ip));
+    wait_received(&receiver, "failing", 1);
+    let outbox = c.state_dir().join("alerts_outbox.json");
+    wait_until("the alert saved", Duration::from_secs(30), || {
+        std::fs::read_to_string(&outbox).is_ok_and(|t| t.contains("\"joined\""))
+    });
+    let saved = std::fs::read_to_string(&outbox).expect("the outbox");
+    assert!(!saved.contains(TOKEN), "the URL's token is saved: {saved}");
+
+    c.kill_dtd();
+    receiver.answer(200);
+    c.start_dtd();
+    let got = wait_for(
+        "the alert taken after the restart",
+        Duration::from_secs(60),
+        || receiver.received(),
+        |r| r.iter().any(|r| r.answered == 200),
+    );
+    // The id is the SHA-256 of the journal's line as written (what `sha256sum` prints of it).
+    let journal = std::fs::read_to_string(c.state_dir().join("events.jsonl")).expect("journal");
+    let joined = (journal.lines())
+        .find(|l| l.contains("\"kind\":\"joined\"") && l.contains(&id))
+        .expect("the joined line");
+    let want = dt::digest::Sha256::of(joined.as_bytes());
+    let keys: std::collections::BTreeSet<_> =
+        got.iter().map(|r| r.idempotency_key.clone()).collect();
+    assert_eq!(
+        keys,
+        [Some(want.to_string())].into(),
+        "one id for every attempt: {got:#?}"
+    );
+    assert_eq!(
+        got.last().expect("a request").json()["id"],
+        want.to_string()
+    );
+    c.wait_status("the alert counted as sent", |s| {
+        s["alerts"][0]["sent"] == 1 && s["alerts"][0]["pending"] == 0
+    });
+    // Struck from the file once delivered: a second restart sends nothing.
+    wait_until("the outbox emptied", Duration::from_secs(30), || {
+        std::fs::read_to_string(&outbox).is_ok_and(|t| !t.contains("\"joined\""))
+    });
+    let taken = receiver.received().len();
+    c.kill_dtd();
+    c.start_dtd();
+    c.wait_passes(3);
+    assert_eq!(
+        receiver.received().len(),
+        taken,
+        "{:#?}",
+        receiver.received()
+    );
+    assert_eq!(c.events_of("joined", &id), 1);
+}
+
 #[test]
 fn a_webhook_that_refuses_an_event_is_not_retried_and_shows_why() {
     let hook = WebhookReceiver::start();

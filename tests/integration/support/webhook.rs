@@ -12,7 +12,10 @@ use super::server::Server;
 pub struct Received {
     pub path: String,
     pub content_type: Option<String>,
+    pub idempotency_key: Option<String>,
     pub body: String,
+    /// The status it was answered with.
+    pub answered: u16,
 }
 
 impl Received {
@@ -73,8 +76,9 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
     while let Some(req) = read_request(&mut reader) {
         let status = {
             let mut s = state.lock().expect("receiver state");
-            s.received.push(req);
-            s.status.unwrap_or(200)
+            let answered = s.status.unwrap_or(200);
+            s.received.push(Received { answered, ..req });
+            answered
         };
         let answer = format!("HTTP/1.1 {status} Status\r\nContent-Length: 2\r\n\r\nok");
         if out.write_all(answer.as_bytes()).is_err() {
@@ -89,7 +93,7 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Received> {
         return None;
     }
     let path = line.split_whitespace().nth(1)?.to_string();
-    let (mut length, mut content_type) = (0, None);
+    let (mut length, mut content_type, mut idempotency_key) = (0, None, None);
     loop {
         let mut h = String::new();
         if reader.read_line(&mut h).ok()? == 0 {
@@ -101,6 +105,7 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Received> {
         match k.trim().to_ascii_lowercase().as_str() {
             "content-length" => length = v.trim().parse().ok()?,
             "content-type" => content_type = Some(v.trim().to_string()),
+            "idempotency-key" => idempotency_key = Some(v.trim().to_string()),
             _ => {}
         }
     }
@@ -109,6 +114,8 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Received> {
     Some(Received {
         path,
         content_type,
+        idempotency_key,
         body: String::from_utf8_lossy(&body).to_string(),
+        answered: 0,
     })
 }
