@@ -5,18 +5,15 @@
 //! few asked to leave this pass and a few removals waiting for the job, every member's health
 //! check passing — and decide runs on the same inputs over and over for a fixed time budget.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use dt::config::Slots;
+use common::{instance, ip, ELASTIC, NOW};
 use dt::decide::{decide, decide_from, Rules};
 use dt::model::*;
 
-const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
-const NOW: Millis = 1_700_000_000_000;
-const PREPARE_TIMEOUT: u64 = 3_600_000;
 const BASE: usize = 2;
 /// Workers in each transient state (joining, preparing, leaving, waiting for an ack).
 const FEW: usize = 5;
@@ -24,58 +21,9 @@ const FEW: usize = 5;
 const BUDGET: Duration = Duration::from_secs(2);
 const TARGET: Duration = Duration::from_millis(5);
 
-fn ip(n: usize) -> IpAddr {
-    let n = n as u32 + 256;
-    IpAddr::V4(Ipv4Addr::new(10, (n >> 16) as u8, (n >> 8) as u8, n as u8))
-}
-
-fn instance(n: usize, status: Option<WorkerStatus>, elastic: bool) -> Instance {
-    let mut tags = Tags::from([
-        ("NodeType".to_string(), "Worker".to_string()),
-        ("aws:ec2launchtemplate:id".to_string(), "lt-1".to_string()),
-        ("Name".to_string(), format!("worker-{n}")),
-    ]);
-    if elastic {
-        tags.insert(ELASTIC.into(), "true".into());
-    }
-    if let Some(s) = status {
-        tags.insert(STATUS_TAG.into(), s.as_tag().into());
-    }
-    Instance {
-        id: format!("i-{n:017x}"),
-        ip: ip(n),
-        instance_type: "p4d.24xlarge".into(),
-        az: "us-east-1a".into(),
-        market: "spot".into(),
-        launched_at: NOW - 3_600_000 + n as u64,
-        tags,
-        capacity_reservation: None,
-    }
-}
-
 /// Rules, snapshot and remembered state for `workers` workers in steady state.
 fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
-    let rules = Rules {
-        elastic_tag: ELASTIC.into(),
-        worker_tags: BTreeMap::from([("NodeType".into(), "Worker".into())]),
-        launch_template_id: Some("lt-1".into()),
-        auto_scaling_group: None,
-        min: 1,
-        max: workers + 2 * FEW,
-        base_hosts: (0..BASE).map(|n| ip(1_000_000 + n)).collect(),
-        master: Some(ip(2_000_000)),
-        slots: Slots::All(8),
-        ack_timeout_ms: 600_000,
-        rebalance: dt::config::Rebalance::Drain,
-        max_prepare_failures: 5,
-        prepare_timeout_ms: PREPARE_TIMEOUT,
-        scheduled_change_lead_ms: 3_600_000,
-        max_unhealthy: dt::config::MaxUnhealthy::default(),
-        health_leave: dt::config::HealthLeave::default(),
-        replace_unhealthy: false,
-        stall_after_ms: None,
-        launcher_silent_ms: None,
-    };
+    let rules = common::rules(BASE, workers + 2 * FEW);
     let few = FEW.min(workers / 4).max(1);
     let members = workers - BASE;
     let mut instances = Vec::new();

@@ -1,6 +1,8 @@
 //! Joining: a worker whose prepare-data marker is there joins the job, within `max` and only on
 //! a complete view; a member's view follows the job's acknowledgement of its join.
 
+use std::collections::BTreeSet;
+
 use super::draft::Draft;
 use super::pass::Pass;
 use super::{group, health, launch, mount_targets, prepare_failed, trust, worker_count};
@@ -54,6 +56,12 @@ pub(super) fn candidate(
 }
 
 pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>) {
+    if let Some(why) = batch_waits(p, st, &joins) {
+        for at in joins {
+            out.view(at, Some(WorkerStatus::AddQueued), Some(why.clone()));
+        }
+        return;
+    }
     for at in joins {
         let inst = &p.list[at];
         let listed = st.members.iter().any(|m| m.ip == inst.ip);
@@ -92,6 +100,39 @@ pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>)
         joined.launched_at = Some(inst.launched_at);
         member_view(p, st, out, st.members.len() - 1, at);
     }
+}
+
+/// With `join.batch`, why the ready workers wait: until the first of them has been ready for the
+/// batch, unless they already fill the room under `max` (more cannot come). `None`: they join.
+/// Remembers when each was first ready, and forgets a worker no longer waiting.
+fn batch_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String> {
+    let batch = p.rules.join_batch_ms;
+    if batch == 0 {
+        st.ready_since.clear();
+        return None;
+    }
+    let ids: BTreeSet<&str> = joins.iter().map(|at| p.list[*at].id.as_str()).collect();
+    st.ready_since.retain(|id, _| ids.contains(id.as_str()));
+    for id in &ids {
+        st.ready_since.entry(id.to_string()).or_insert(p.now);
+    }
+    let first = st.ready_since.values().min().copied()?;
+    if !p.can_join() {
+        // They wait for a complete view (`join` says so), their window running on.
+        return None;
+    }
+    let ends = first.saturating_add(batch);
+    let room = p.rules.max.saturating_sub(worker_count(p, st));
+    if p.now >= ends || joins.len() >= room {
+        st.ready_since.clear();
+        return None;
+    }
+    let left = span_left(ends - p.now);
+    Some(format!(
+        "the join batch: {} ready worker(s) join together in {left} (join.batch {})",
+        joins.len(),
+        span(batch)
+    ))
 }
 
 /// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`),

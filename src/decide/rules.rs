@@ -40,6 +40,8 @@ pub struct Rules {
     /// `job.launcher.silent_after`: a training member whose agent's launcher report has not
     /// changed for this long stopped answering. `None`: no launcher configured.
     pub launcher_silent_ms: Option<u64>,
+    /// `join.batch`: how long the first ready worker waits for others to join with it.
+    pub join_batch_ms: u64,
 }
 
 /// What the rules read from one instance's tags.
@@ -74,6 +76,7 @@ impl Rules {
             stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),
+            join_batch_ms: cfg.join.batch.as_millis() as u64,
         }
     }
 

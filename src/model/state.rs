@@ -101,6 +101,10 @@ pub struct State {
     /// or journals an abandoned worker twice.
     #[serde(default)]
     pub launch_waits: BTreeMap<String, LaunchWait>,
+    /// Ready workers waiting for `join.batch` to end, since when each was first ready: kept so
+    /// that a restarted dtd neither restarts the window nor lets them join one by one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ready_since: BTreeMap<String, Millis>,
     /// The `dtctl resume` request already honoured.
     #[serde(default)]
     pub resumed_at: Option<Millis>,

@@ -109,6 +109,7 @@ fn group_rules() -> Rules {
         replace_unhealthy: false,
         stall_after_ms: None,
         launcher_silent_ms: None,
+        join_batch_ms: 0,
     }
 }
 

@@ -80,6 +80,40 @@ fn a_worker_joins_once_its_marker_appears() {
     );
 }
 
+/// `join.batch: 5s`: three workers whose markers appear half a second apart join in one
+/// generation once the first has waited the batch, the status saying why until then.
+#[test]
+fn workers_ready_within_the_join_batch_join_in_one_generation() {
+    let mut c = Cluster::new();
+    c.extra = "join: { batch: 5s }\n".into();
+    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    c.start_dtd();
+    let launched = c.launch(3);
+    c.wait_passes(2);
+    for (_, ip) in &launched {
+        c.marker(ip);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let printed = c.wait_status_text("the join batch: 3 ready worker(s) join together");
+    assert!(
+        c.hosts().is_empty(),
+        "joined before the batch ended: {printed}"
+    );
+    c.wait_hosts("the three to join", |h| h.len() == 3);
+    let generations: std::collections::BTreeSet<_> = (launched.iter())
+        .map(|(id, _)| {
+            let lines = c.journal_of(id);
+            let joined = lines
+                .iter()
+                .find(|e| e["kind"] == "joined")
+                .expect("joined");
+            joined["generation"].as_u64().expect("a generation")
+        })
+        .collect();
+    assert_eq!(generations.len(), 1, "{generations:?}");
+    assert_eq!(c.written_generation().trim(), "1", "one new generation");
+}
+
 #[test]
 fn removal_waits_for_the_host_worker_log_acknowledgement() {
     let mut c = Cluster::new();

@@ -349,3 +349,17 @@ fn the_journal_limits_take_sizes_with_units_and_refuse_what_cannot_work() {
 mod alerts;
 mod job;
 mod launcher;
+
+#[test]
+fn join_batch_defaults_to_none_and_refuses_an_hour_or_more() {
+    let with = |join: &str| format!("{GOOD}{join}\n");
+    assert_eq!(Config::parse(GOOD).unwrap().join.batch, Duration::ZERO);
+    let cfg = Config::parse(&with("join: { batch: 30s }")).unwrap();
+    assert_eq!(cfg.join.batch, Duration::from_secs(30));
+    let e = error_of(&with("join: { batch: 2h }"));
+    assert!(e.contains("batch: 2h is longer than an hour"), "{e}");
+    let e = error_of(&with("join: { batch: soon }"));
+    assert!(e.contains("batch:"), "{e}");
+    let e = error_of(&with("join: { sizes: [8] }"));
+    assert!(e.contains("sizes"), "{e}");
+}

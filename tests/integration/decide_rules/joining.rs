@@ -260,3 +260,80 @@ fn joins_stop_at_max() {
     assert_eq!(plan.state.generation, 1);
     assert_eq!(waiting_for(&plan, &w, "i-2"), "room under max (3)");
 }
+
+fn batched(ms: Millis) -> Rules {
+    Rules {
+        join_batch_ms: ms,
+        ..rules()
+    }
+}
+
+/// `join.batch`: workers ready at 0 s, 5 s and 10 s of a 30 s batch join in one generation at
+/// 30 s, shown until then as waiting for the batch; a restart keeps the window.
+#[test]
+fn workers_ready_within_the_batch_join_in_one_generation() {
+    let r = batched(30_000);
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 100),
+        instance("i-3", "10.0.1.3", 100),
+    ]);
+    let mut state = State::default();
+    let mut generations = Vec::new();
+    for (now, ready) in [
+        (1_000, "10.0.1.1"),
+        (6_000, "10.0.1.2"),
+        (11_000, "10.0.1.3"),
+    ] {
+        w.ready(ready);
+        let plan = pass(&r, &mut w, &reloaded(&state), now);
+        assert_eq!(
+            hosts(&plan),
+            with_base(&[]),
+            "joined before the batch ended"
+        );
+        let why = waiting_for(&plan, &w, "i-1");
+        assert!(why.contains("the join batch"), "{why}");
+        state = plan.state;
+        generations.push(state.generation);
+    }
+    let before = pass(&r, &mut w, &state, 30_999);
+    assert_eq!(hosts(&before), with_base(&[]));
+    assert!(waiting_for(&before, &w, "i-3").contains("join together in 1s"));
+
+    let plan = pass(&r, &mut w, &before.state, 31_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.1", "10.0.1.2", "10.0.1.3"])
+    );
+    assert_eq!(plan.state.generation, generations[0] + 1, "one generation");
+    assert_eq!(kinds(&plan), ["joined", "joined", "joined", "generation"]);
+    assert!(plan.state.ready_since.is_empty());
+}
+
+#[test]
+fn a_batch_that_fills_the_room_under_max_joins_at_once() {
+    let r = Rules {
+        max: 4,
+        ..batched(30_000)
+    };
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 100),
+    ]);
+    w.ready("10.0.1.1");
+    w.ready("10.0.1.2");
+    // Two base hosts and two ready workers: max is reached, no one else can come.
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+}
+
+#[test]
+fn without_a_batch_each_ready_worker_joins_at_once() {
+    let r = rules();
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert!(plan.state.ready_since.is_empty());
+}

@@ -40,6 +40,7 @@ pub(crate) fn rules() -> Rules {
         scheduled_change_lead_ms: 3_600_000,
         stall_after_ms: None,
         launcher_silent_ms: None,
+        join_batch_ms: 0,
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
