@@ -64,5 +64,6 @@ pub fn rules(base: usize, max: usize) -> Rules {
         stall_after_ms: None,
         launcher_silent_ms: None,
         join_batch_ms: 0,
+        disruption_budget: dt::config::Budget::Unlimited,
     }
 }

@@ -8,6 +8,7 @@
 
 mod alerts;
 mod de;
+mod disruption;
 mod join;
 mod launch_template;
 mod launcher;
@@ -29,6 +30,7 @@ use std::time::Duration;
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
+pub use disruption::{Budget, Disruption};
 pub use join::Join;
 pub use launch_template::TemplateRef;
 pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
@@ -94,6 +96,8 @@ pub struct Config {
     pub journal: JournalConfig,
     /// When ready workers join: at once, or gathered into one generation (`join.batch`).
     pub join: Join,
+    /// How many members may be leaving voluntarily at once (`disruption.budget`).
+    pub disruption: Disruption,
     /// Lets the state directory be on the root file system (a demo or a test on one machine);
     /// otherwise `dtd run` refuses it, since a shared file system not yet mounted would leave the
     /// real state behind and start a second one under the mount point.

@@ -53,6 +53,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub join: super::Join,
     #[serde(default)]
+    pub disruption: super::Disruption,
+    #[serde(default)]
     pub allow_local_state_dir: bool,
     #[serde(default = "default_api_timeout", deserialize_with = "duration")]
     pub api_timeout: Duration,

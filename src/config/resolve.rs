@@ -51,6 +51,7 @@ pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
         allow_local_state_dir: raw.allow_local_state_dir,
         journal: raw.journal,
         join: raw.join,
+        disruption: raw.disruption,
         api_timeout: raw.api_timeout,
         fs_timeout: raw.fs_timeout,
         master: raw.master,

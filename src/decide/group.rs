@@ -4,7 +4,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{removal, worker_count};
+use super::{budget, removal, worker_count};
 use crate::model::*;
 
 pub(super) fn lifecycle<'a>(p: &Pass<'a>, at: usize) -> Option<&'a GroupMember> {
@@ -78,8 +78,14 @@ pub(super) fn scale_in(p: &Pass, st: &mut State, out: &mut Draft) {
 
 fn drain_for_scale_in(p: &Pass, st: &mut State, out: &mut Draft, at: usize, desired: usize) {
     let inst = &p.list[at];
-    if worker_count(p, st) <= p.rules.min {
-        let msg = format!("scale-in to {desired} held at min ({})", p.rules.min);
+    let held = match worker_count(p, st) <= p.rules.min {
+        true => Some(format!(
+            "scale-in to {desired} held at min ({})",
+            p.rules.min
+        )),
+        false => budget::exhausted(p, st).map(|why| format!("scale-in to {desired} held: {why}")),
+    };
+    if let Some(msg) = held {
         if st.held.insert(inst.id.clone(), msg.clone()).is_none() {
             out.event(p, EventKind::RemovalHeld, Some(p.who(at)), None, msg);
         }

@@ -4,7 +4,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, joining, removal, worker_count};
+use super::{budget, group, joining, removal, worker_count};
 use crate::model::*;
 
 pub(super) fn leave(p: &Pass, st: &mut State, out: &mut Draft, leaves: Vec<usize>) {
@@ -18,7 +18,13 @@ pub(super) fn leave(p: &Pass, st: &mut State, out: &mut Draft, leaves: Vec<usize
         let r = group::departure(p, at);
         let voluntary = r.cause() == Some(Cause::ElasticTag);
         if voluntary && worker_count(p, st) - gone.len() <= p.rules.min {
-            hold_at_min(p, st, out, at);
+            let why = format!("worker count above min ({})", p.rules.min);
+            let msg = format!("the job is at min ({})", p.rules.min);
+            hold(p, st, out, at, &msg, why);
+            continue;
+        }
+        if let Some(why) = budget::exhausted(p, st).filter(|_| voluntary) {
+            hold(p, st, out, at, &why, why.clone());
             continue;
         }
         let inst = &p.list[at];
@@ -33,14 +39,12 @@ pub(super) fn leave(p: &Pass, st: &mut State, out: &mut Draft, leaves: Vec<usize
     }
 }
 
-fn hold_at_min(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
+/// The member stays in the job, its removal journaled once as held (`held_by`) and shown as
+/// waiting for `why`.
+fn hold(p: &Pass, st: &mut State, out: &mut Draft, at: usize, held_by: &str, why: String) {
     let inst = &p.list[at];
-    let why = format!("worker count above min ({})", p.rules.min);
     if !st.held.contains_key(&inst.id) {
-        let msg = format!(
-            "removal of {} held: the job is at min ({})",
-            inst.ip, p.rules.min
-        );
+        let msg = format!("removal of {} held: {held_by}", inst.ip);
         let who = Some(p.who(at));
         out.event(p, EventKind::RemovalHeld, who, None, msg.clone());
         st.held.insert(inst.id.clone(), msg);

@@ -12,6 +12,7 @@
 //! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
 //! `report` (rows, tags, host files).
 
+mod budget;
 mod classify;
 mod draft;
 mod group;

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{removal, trust};
+use super::{budget, removal, trust};
 use crate::config::Rebalance;
 use crate::model::*;
 
@@ -57,11 +57,37 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]
             // Not this cluster's, or already gone: nothing to do, nothing to remember.
             continue;
         }
+        if let Some(why) = held_by_budget(p, st, n, &targets) {
+            // Kept, like a drain not yet due, and heeded once a leave in progress ends.
+            out.outcome.deferred_notices.push(n.id.clone());
+            out.outcome.holds.push(format!(
+                "{} from the {} for {}: held by {why}",
+                describe(n.kind),
+                n.source,
+                target_text(&n.target)
+            ));
+            continue;
+        }
         st.noticed.insert(n.id.clone(), now);
         for t in targets {
             heed_one(p, st, out, n, t);
         }
     }
+}
+
+/// Why a voluntary drain (a rebalance recommendation, a scheduled change) of a member waits for
+/// the disruption budget; `None` for anything else.
+fn held_by_budget(p: &Pass, st: &State, n: &Notice, targets: &[Target]) -> Option<String> {
+    let voluntary = match n.kind {
+        NoticeKind::Rebalance => p.rules.rebalance == Rebalance::Drain,
+        NoticeKind::ScheduledChange => true,
+        _ => false,
+    };
+    let member = |t: &Target| st.members.iter().any(|m| m.id == t.id);
+    if !voluntary || !targets.iter().any(member) {
+        return None;
+    }
+    budget::exhausted(p, st)
 }
 
 /// Whether an agent's notice goes on to be heeded: only for the instance EC2 lists at its IP

@@ -42,6 +42,8 @@ pub struct Rules {
     pub launcher_silent_ms: Option<u64>,
     /// `join.batch`: how long the first ready worker waits for others to join with it.
     pub join_batch_ms: u64,
+    /// `disruption.budget`: how many members may be leaving voluntarily at once.
+    pub disruption_budget: crate::config::Budget,
 }
 
 /// What the rules read from one instance's tags.
@@ -77,6 +79,7 @@ impl Rules {
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),
             join_batch_ms: cfg.join.batch.as_millis() as u64,
+            disruption_budget: cfg.disruption.budget,
         }
     }
 

@@ -110,6 +110,7 @@ fn group_rules() -> Rules {
         stall_after_ms: None,
         launcher_silent_ms: None,
         join_batch_ms: 0,
+        disruption_budget: dt::config::Budget::Unlimited,
     }
 }
 

@@ -114,6 +114,42 @@ fn workers_ready_within_the_join_batch_join_in_one_generation() {
     assert_eq!(c.written_generation().trim(), "1", "one new generation");
 }
 
+/// `disruption.budget: 1`: two elastic tags deleted at once; one worker leaves, the other
+/// keeps training (held, journaled, shown why) until the first is acknowledged and terminated.
+#[test]
+fn a_disruption_budget_of_one_holds_the_second_removal_until_the_first_ends() {
+    let mut c = Cluster::new();
+    c.extra = "disruption: { budget: 1 }\n".into();
+    let job = log_ack_job(&c, "10m");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    let launched = c.launch(2);
+    for (_, ip) in &launched {
+        c.marker(ip);
+    }
+    c.wait_hosts("both workers to join", |h| h.len() == 2);
+    for (id, _) in &launched {
+        c.delete_elastic_tag(id);
+    }
+    let one = c.wait_hosts("one worker to leave", |h| h.len() == 1);
+    let stays = launched
+        .iter()
+        .position(|(_, ip)| *ip == one[0])
+        .expect("a worker");
+    let ((held, _), (leaving, leaving_ip)) = (&launched[stays], &launched[1 - stays]);
+    c.wait_events("removal_held", held, 1);
+    let printed = c.wait_status_text("the disruption budget: 1 may be leaving at once, 1 are");
+    assert!(printed.contains(leaving_ip.as_str()), "{printed}");
+    assert_eq!(c.state_of(held), "running");
+    assert_ne!(c.tag(held, STATUS).as_deref(), Some("REMOVAL_QUEUED"));
+
+    c.append_log(&format!("1 REMOVED {leaving_ip} 2026-11-22 10:00:00\n"));
+    c.wait_events("terminated", leaving, 1);
+    c.wait_hosts("the held worker to leave in turn", |h| h.is_empty());
+    c.wait_tag(held, "REMOVAL_QUEUED");
+    assert_eq!(c.events_of("removal_held", held), 1, "journaled once");
+}
+
 #[test]
 fn removal_waits_for_the_host_worker_log_acknowledgement() {
     let mut c = Cluster::new();

@@ -363,3 +363,26 @@ fn join_batch_defaults_to_none_and_refuses_an_hour_or_more() {
     let e = error_of(&with("join: { sizes: [8] }"));
     assert!(e.contains("sizes"), "{e}");
 }
+
+#[test]
+fn disruption_budget_is_a_number_or_a_share_and_unlimited_by_default() {
+    let with = |d: &str| format!("{GOOD}{d}\n");
+    let budget = |d: &str| Config::parse(&with(d)).unwrap().disruption.budget;
+    assert_eq!(
+        Config::parse(GOOD).unwrap().disruption.budget,
+        Budget::Unlimited
+    );
+    assert_eq!(budget("disruption: { budget: 1 }"), Budget::Workers(1));
+    assert_eq!(
+        budget("disruption: { budget: \"10%\" }"),
+        Budget::Percent(10)
+    );
+    assert_eq!(budget("disruption: { budget: 0 }"), Budget::Workers(0));
+    for bad in ["-1", "\"101%\"", "lots", "\"1.5\""] {
+        let e = error_of(&with(&format!("disruption: {{ budget: {bad} }}")));
+        assert!(e.contains("is not a number of workers"), "{bad}: {e}");
+    }
+    assert_eq!(Budget::Percent(10).allowed(5), Some(1), "rounded up");
+    assert_eq!(Budget::Percent(50).allowed(4), Some(2));
+    assert_eq!(Budget::Unlimited.allowed(4), None);
+}

@@ -264,3 +264,97 @@ fn member_whose_instance_is_gone_leaves_the_host_file() {
     assert!(plan.outcome.terminate().is_empty());
     assert!(plan.state.removals.is_empty());
 }
+
+fn budget_of_one(r: Rules) -> Rules {
+    Rules {
+        disruption_budget: dt::config::Budget::Workers(1),
+        ..r
+    }
+}
+
+/// `disruption.budget: 1`: of two elastic tags deleted at once, one worker leaves and the other
+/// stays in the job, held and shown why, until the first's instance stops running.
+#[test]
+fn a_budget_of_one_holds_the_second_voluntary_removal_until_the_first_ends() {
+    let (r, mut w, state) = two_members();
+    let r = budget_of_one(r);
+    w.delete_elastic_tag("i-1");
+    w.delete_elastic_tag("i-2");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+    let held = "the disruption budget: 1 may be leaving at once, 1 are (10.0.1.1)";
+    assert_eq!(waiting_for(&plan, &w, "i-2"), held);
+    let journaled: Vec<_> = (plan.outcome.events.iter())
+        .filter(|e| e.kind == "removal_held")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(journaled, [format!("removal of 10.0.1.2 held: {held}")]);
+
+    // Acknowledged and terminated, but still running: still leaving, still counted.
+    w.acks.generation = Some(2);
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert!(!kinds(&plan).contains(&"removal_held"), "journaled once");
+
+    w.vanish("i-1");
+    let plan = pass(&r, &mut w, &plan.state, 30_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-2"]);
+}
+
+/// An interruption is never held, and counts against the budget: the deleted tag waits.
+#[test]
+fn an_interruption_is_never_held_and_counts_against_the_budget() {
+    let (r, mut w, state) = two_members();
+    let r = budget_of_one(r);
+    w.inst("i-1").market = "spot".into();
+    w.notices.push(spot("e-1", "i-1"));
+    w.delete_elastic_tag("i-2");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert!(
+        waiting_for(&plan, &w, "i-2").starts_with("the disruption budget"),
+        "{}",
+        waiting_for(&plan, &w, "i-2")
+    );
+}
+
+/// A share rounds up: 25% of the 4 workers (2 base hosts, 2 members) is 1.
+#[test]
+fn a_budget_share_of_the_workers_rounds_up() {
+    let (r, mut w, state) = two_members();
+    let r = Rules {
+        disruption_budget: dt::config::Budget::Percent(25),
+        ..r
+    };
+    w.delete_elastic_tag("i-1");
+    w.delete_elastic_tag("i-2");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+}
+
+/// A rebalance recommendation is a voluntary drain: while the budget is in use its notice stays
+/// queued (deferred, with a HOLDING line), and is heeded once the leave in progress has ended.
+#[test]
+fn a_rebalance_drain_waits_for_the_budget_with_its_notice_kept() {
+    let (r, mut w, state) = two_members();
+    let r = budget_of_one(r);
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 5_000);
+    let target = NoticeTarget::Instance("i-2".into());
+    w.notices = vec![notice("rb-1", NoticeKind::Rebalance, target)];
+    let plan = pass(&r, &mut w, &plan.state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    assert_eq!(plan.outcome.deferred_notices, ["rb-1"]);
+    let holds = plan.outcome.holds.join("\n");
+    assert!(holds.contains("held by the disruption budget"), "{holds}");
+    assert!(!plan.state.noticed.contains_key("rb-1"));
+
+    w.vanish("i-1");
+    let plan = pass(&r, &mut w, &plan.state, 20_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    assert!(plan.outcome.deferred_notices.is_empty());
+    assert!(plan.state.noticed.contains_key("rb-1"));
+}

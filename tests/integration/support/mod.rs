@@ -550,9 +550,10 @@ impl Cluster {
             .collect()
     }
 
-    pub fn wait_hosts(&self, what: &str, f: impl Fn(&[String]) -> bool) {
+    /// Waits until the host file's IPs satisfy `f`; returns them.
+    pub fn wait_hosts(&self, what: &str, f: impl Fn(&[String]) -> bool) -> Vec<String> {
         let what = format!("{what} (host_worker)");
-        wait_for(&what, Duration::from_secs(30), || self.hosts(), |h| f(h));
+        wait_for(&what, Duration::from_secs(30), || self.hosts(), |h| f(h))
     }
 
     /// The generation of the host files as they are now: dtd writes the `generation` file after

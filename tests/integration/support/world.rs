@@ -41,6 +41,7 @@ pub(crate) fn rules() -> Rules {
         stall_after_ms: None,
         launcher_silent_ms: None,
         join_batch_ms: 0,
+        disruption_budget: dt::config::Budget::Unlimited,
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
