@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use crate::support::autoscaling::{AutoScalingStandIn, Fields};
 use dt::act::asg;
-use dt::config::Slots;
 use dt::decide::{decide, Rules};
 use dt::model::*;
 
@@ -88,29 +87,18 @@ const ELASTIC: &str = "demo-aws-dl-cfn-elastic-worker";
 const HEARTBEAT: Millis = 60_000;
 const PREPARE_TIMEOUT: Millis = 600_000;
 
+/// The rule tests' rules (support/world.rs) for a group's workers, with no base hosts.
 fn group_rules() -> Rules {
     Rules {
-        elastic_tag: ELASTIC.into(),
-        worker_tags: BTreeMap::from([("NodeType".into(), "Worker".into())]),
         launch_template_id: None,
         auto_scaling_group: Some("demo-workers".into()),
         min: 0,
         max: 4,
         base_hosts: Vec::new(),
         master: None,
-        slots: Slots::All(1),
         ack_timeout_ms: 600_000,
-        rebalance: dt::config::Rebalance::Drain,
-        max_prepare_failures: 5,
         prepare_timeout_ms: PREPARE_TIMEOUT,
-        scheduled_change_lead_ms: 3_600_000,
-        max_unhealthy: dt::config::MaxUnhealthy::default(),
-        health_leave: dt::config::HealthLeave::default(),
-        replace_unhealthy: false,
-        stall_after_ms: None,
-        launcher_silent_ms: None,
-        join_batch_ms: 0,
-        disruption_budget: dt::config::Budget::Unlimited,
+        ..crate::support::world::rules()
     }
 }
 
