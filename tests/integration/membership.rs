@@ -47,9 +47,8 @@ fn a_worker_joins_once_its_marker_appears() {
     );
     c.wait_tag(id, "ADD_QUEUED");
     // Without its marker the other is PREPARING (a join would tag it ADD_QUEUED at once).
-    // Waited for: a listing that ran while moto
-    // was still adding the two instances of one RunInstances saw only the first, and dtd tags
-    // the second at its next listing (seen once in CI).
+    // Waited for: a listing that ran while moto was still adding the two instances of one
+    // RunInstances saw only the first, and dtd tags the second at its next listing.
     c.wait_tag(&launched[1].0, "PREPARING");
 
     // The job acknowledges in the 2018 form: the worker is then ADDED.
