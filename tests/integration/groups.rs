@@ -80,15 +80,17 @@ pub(crate) fn prepare_new(c: &Cluster, ok: bool) {
             true => ("prepare_data_success_", "prepare_data_failed_"),
             false => ("prepare_data_failed_", "prepare_data_success_"),
         };
-        if c.efs().join(format!("{other}{ip}")).exists() {
+        let marker = c.efs().join(format!("{mine}{ip}"));
+        if marker.exists() || c.efs().join(format!("{other}{ip}")).exists() {
             continue;
         }
         let body =
             r#"{"exit_code": 7, "attempts": 3, "output_tail": ["download: checksum mismatch"]}"#;
-        let _ = std::fs::write(
-            c.efs().join(format!("{mine}{ip}")),
-            if ok { "{}" } else { body },
-        );
+        // Whole or not at all, as the agent writes it: rewritten in place on every call, a
+        // marker was once read empty between the truncation and the write.
+        let tmp = c.efs().join(format!(".{mine}{ip}.tmp"));
+        let _ = std::fs::write(&tmp, if ok { "{}" } else { body });
+        let _ = std::fs::rename(&tmp, &marker);
     }
 }
 
