@@ -65,5 +65,7 @@ pub fn rules(base: usize, max: usize) -> Rules {
         launcher_silent_ms: None,
         join_batch_ms: 0,
         disruption_budget: dt::config::Budget::Unlimited,
+        capacity: Vec::new(),
+        capacity_cool_down_ms: 0,
     }
 }

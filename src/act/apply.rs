@@ -8,7 +8,7 @@ use crate::config::{Config, HostfileSpec, Notify, TemplateRef};
 use crate::deadline::Deadline;
 use crate::model::*;
 
-use super::{asg, ec2, hostfiles, notify};
+use super::{asg, capacity, ec2, hostfiles, notify};
 
 /// What applying an outcome acts on.
 pub struct Actuators {
@@ -228,30 +228,39 @@ async fn apply_group(
 
 /// Replacements of unhealthy launch-template workers, before any termination: the new worker
 /// prepares while the old one leaves. Each result is reported by its token (decide stops owing
-/// a launch that succeeded, and sets when a refused one is sent again).
+/// a launch that succeeded, and sets when a refused one is sent again), and each capacity
+/// choice EC2 refused (decide skips it for its cool-down).
 async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done: &mut Applied) {
     let launches = outcome.launches();
     let Some(template) = a.launch_template.as_ref().filter(|_| !launches.is_empty()) else {
         return;
     };
     let mut error = None;
-    for (replaces, token) in launches {
-        match ec2::launch(&a.ec2, template, &token).await {
-            Ok((id, ip)) => {
-                let ip_text = ip.as_deref().unwrap_or("no IP yet");
+    for (replaces, token, choices) in launches {
+        let tried = capacity::launch(&a.ec2, template, &choices, Some(&token), 1).await;
+        done.no_capacity.extend(tried.no_capacity);
+        match tried.launched.map(|mut l| l.pop()) {
+            Ok(Some(l)) => {
+                let ip_text = l.ip.as_deref().unwrap_or("no IP yet");
+                let as_what =
+                    (l.choice.as_ref()).map_or(String::new(), |c| format!(" as {}", c.name()));
                 let message = format!(
-                    "launched {id} ({ip_text}) from {template} to replace unhealthy {replaces}"
+                    "launched {} ({ip_text}) from {template}{as_what} to replace unhealthy {replaces}",
+                    l.id
                 );
                 tracing::info!("{message}");
                 let e = Event::new(now, EventKind::ReplacementLaunched, message);
-                let ip = ip.and_then(|t| t.parse().ok());
-                done.launches.push((token, Ok(id.clone())));
+                let ip = l.ip.and_then(|t| t.parse().ok());
+                done.launches.push((token, Ok(l.id.clone())));
                 done.events.push(Event {
-                    instance: Some(id),
+                    instance: Some(l.id),
                     ip,
                     ..e
                 });
             }
+            Ok(None) => done
+                .launches
+                .push((token, Err("RunInstances launched nothing".into()))),
             Err(e) => {
                 let again = crate::model::span(crate::decide::LAUNCH_RETRY_MS);
                 error = Some(format!("{e} (retried in {again})"));

@@ -1,4 +1,5 @@
-//! Status tags and terminations, batched: one call for many instances.
+//! Status tags and terminations, batched: one call for many instances; the launch template as
+//! a launch names it.
 
 use crate::config::TemplateRef;
 use std::collections::BTreeMap;
@@ -41,29 +42,6 @@ pub fn template_spec(template: &TemplateRef) -> LaunchTemplateSpecification {
         TemplateRef::Id(id) => b.launch_template_id(id).build(),
         TemplateRef::Name(name) => b.launch_template_name(name).build(),
     }
-}
-
-/// One worker from the launch template. `token` (ClientToken) makes a resent launch return the
-/// instance the first one launched rather than a second ("Ensuring idempotency in Amazon EC2 API
-/// requests", Amazon EC2 API Reference). Returns the new instance's id and private IP.
-pub async fn launch(
-    client: &Client,
-    template: &TemplateRef,
-    token: &str,
-) -> Result<(String, Option<String>), String> {
-    let out = client
-        .run_instances()
-        .launch_template(template_spec(template))
-        .min_count(1)
-        .max_count(1)
-        .client_token(token)
-        .send()
-        .await
-        .map_err(|e| format!("RunInstances from {template}: {}", describe_error(&e)))?;
-    let first = out.instances().first();
-    let id = first.and_then(|i| i.instance_id()).unwrap_or("?");
-    let ip = first.and_then(|i| i.private_ip_address());
-    Ok((id.to_string(), ip.map(str::to_string)))
 }
 
 /// Returns the ids whose termination AWS accepted, and the error that stopped the rest.

@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod asg;
+pub mod capacity;
 pub mod ec2;
 pub mod hook;
 pub mod hostfiles;

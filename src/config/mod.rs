@@ -7,6 +7,7 @@
 //! the ack file, the prepare timeout...) is computed there, so callers only read fields.
 
 mod alerts;
+mod capacity;
 mod de;
 mod disruption;
 mod join;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
+pub use capacity::{Capacity, Choice};
 pub use disruption::{Budget, Disruption};
 pub use join::Join;
 pub use launch_template::TemplateRef;
@@ -141,6 +143,8 @@ pub struct Workers {
     pub prepare_timeout: Duration,
     /// Launch a worker from the template for each unhealthy launch-template worker terminated.
     pub replace_unhealthy: bool,
+    /// What a launched worker may be, in order (`workers.capacity`); `None`: the template's own.
+    pub capacity: Option<Capacity>,
 }
 
 /// One host file: a built-in `format`, or a `template` file of the user's own.

@@ -89,7 +89,7 @@ pub(super) struct RawWorkers {
     #[serde(default)]
     pub base_hosts: Vec<IpAddr>,
     #[serde(default)]
-    pub slots: Slots,
+    pub slots: Option<Slots>,
     #[serde(default = "default_page_size")]
     pub page_size: i32,
     #[serde(default = "default_max_prepare_failures")]
@@ -98,6 +98,8 @@ pub(super) struct RawWorkers {
     pub prepare_timeout: Option<Duration>,
     #[serde(default)]
     pub replace_unhealthy: bool,
+    #[serde(default)]
+    pub capacity: Option<super::Capacity>,
 }
 
 /// The section's own rules, checked while it is parsed so the error names `workers` and its line.
@@ -133,6 +135,13 @@ impl RawWorkers {
             return Err(
                 "replace_unhealthy launches from launch_template, which is not set \
                  (group workers are replaced by their group)"
+                    .into(),
+            );
+        }
+        if self.capacity.is_some() && self.launch_template.is_none() {
+            return Err(
+                "capacity overrides launch_template, which is not set (a group's choices are \
+                 its mixed instances policy)"
                     .into(),
             );
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::position::{at_key, at_path};
 use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
 use super::{
-    Ack, Agent, Config, Health, HostfileSpec, Job, Workers, ELASTIC_TAG_SUFFIX,
+    Ack, Agent, Capacity, Config, Health, HostfileSpec, Job, Slots, Workers, ELASTIC_TAG_SUFFIX,
     HOOK_GLOBAL_TIMEOUT_MAX, PREPARE_MARGIN,
 };
 use crate::hostfile::{Format, HostTemplate};
@@ -74,11 +74,18 @@ fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
         min: w.min,
         max: w.max,
         base_hosts: w.base_hosts,
-        slots: w.slots,
+        slots: slots(w.slots, w.capacity.as_ref()),
+        capacity: w.capacity,
         page_size: w.page_size,
         max_prepare_failures: w.max_prepare_failures,
         replace_unhealthy: w.replace_unhealthy,
     }
+}
+
+/// The workers' slots: as configured, else one per GPU of the capacity choices, else 1.
+fn slots(slots: Option<Slots>, capacity: Option<&Capacity>) -> Slots {
+    let gpus = capacity.and_then(|c| c.choices.first()).map(|c| c.gpus);
+    slots.unwrap_or(Slots::All(gpus.unwrap_or(1)))
 }
 
 fn job(j: RawJob, shared_dir: &Path) -> Job {

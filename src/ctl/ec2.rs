@@ -11,35 +11,60 @@ use crate::decide::Rules;
 use crate::model::Instance;
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 
-use crate::act::ec2::template_spec;
+use crate::act::capacity;
+use crate::ctl::local::load_status;
+use crate::model::Choice;
+use crate::status::CapacityStatus;
 
 pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
     let Some(template) = cfg.workers.launch_template.as_ref() else {
         bail!("workers.launch_template is not set in the config: nothing to launch from");
     };
     let client = ec2_client(cfg).await;
-    let out = client
-        .run_instances()
-        .launch_template(template_spec(template))
-        .min_count(count as i32)
-        .max_count(count as i32)
-        .send()
-        .await
-        .map_err(|e| {
-            anyhow!(
-                "RunInstances from launch template {template}: {}",
-                describe_error(&e)
-            )
-        })?;
-    for i in out.instances() {
+    let choices = usable_choices(cfg);
+    let count = i32::try_from(count).context("too many workers to launch at once")?;
+    let tried = capacity::launch(&client, template, &choices, None, count).await;
+    for (choice, code, message) in &tried.no_capacity {
         println!(
-            "launched {} ({}) from {template}",
-            i.instance_id().unwrap_or("?"),
-            i.private_ip_address().unwrap_or("no IP yet")
+            "no capacity for {}: {code} ({message}); trying the next choice",
+            choice.name()
         );
+    }
+    let launched = tried.launched.map_err(|e| anyhow!(e))?;
+    for l in &launched {
+        let as_what = (l.choice.as_ref()).map_or(String::new(), |c| format!(" as {}", c.name()));
+        let ip = l.ip.as_deref().unwrap_or("no IP yet");
+        println!("launched {} ({ip}) from {template}{as_what}", l.id);
     }
     println!("they join the job once their prepare-data marker appears; watch `dtctl status`");
     Ok(())
+}
+
+/// The capacity choices in order, without those dtd skips now (its status says which): a
+/// choice EC2 just refused is not asked again before its cool-down ends.
+fn usable_choices(cfg: &Config) -> Vec<Choice> {
+    let Some(capacity) = cfg.workers.capacity.as_ref() else {
+        return Vec::new();
+    };
+    let skipped: Vec<CapacityStatus> = load_status(cfg).map(|s| s.capacity).unwrap_or_default();
+    let usable: Vec<Choice> = (capacity.choices.iter())
+        .filter(|c| {
+            let skip = skipped
+                .iter()
+                .find(|s| s.choice == c.name() && s.skipped.is_some());
+            if let Some(s) = skip {
+                let why = s.skipped.as_deref().unwrap_or_default();
+                println!("skipping {}: {why} (dtctl status)", s.choice);
+            }
+            skip.is_none()
+        })
+        .cloned()
+        .collect();
+    if usable.is_empty() {
+        println!("every choice is skipped by dtd now; trying them all, as asked");
+        return capacity.choices.clone();
+    }
+    usable
 }
 
 pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {

@@ -233,7 +233,7 @@ impl Daemon {
         let (a, shared_fs) = (&self.actuators, &mut self.shared_fs);
         let applied =
             act::apply::apply(a, outcome, generation, shared_fs, notify_failing, now).await;
-        let settled = crate::decide::settle(&mut self.state, &applied, now);
+        let settled = crate::decide::settle(&self.rules(), &mut self.state, &applied, now);
         let mut tagged = BTreeMap::new();
         for (step, err) in applied.results {
             if step == Step::StatusTags && err.is_none() {

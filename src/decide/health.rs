@@ -42,7 +42,6 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft) {
     bad.sort_unstable();
     bad.dedup();
     journal(p, st, out, &bad);
-    resend_launches(p, st, out);
     if (bad.is_empty() && st.health_stopped.is_none()) || !within_limit(p, st, out, bad.len()) {
         return;
     }
@@ -174,7 +173,7 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
         deadline: None,
     });
     let end = ending(p, at);
-    owe_replacement(p, st, out, at, &end);
+    owe_replacement(p, st, at, &end);
     let reason = h.describe();
     let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
     let then = then_text(&end);
@@ -205,7 +204,7 @@ fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
     };
     let inst = &p.list[at];
     let end = ending(p, at);
-    owe_replacement(p, st, out, at, &end);
+    owe_replacement(p, st, at, &end);
     let then = then_text(&end);
     let reason = h.describe();
     let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
@@ -234,8 +233,8 @@ fn ending(p: &Pass, at: usize) -> Ending {
 }
 
 /// A terminated launch-template worker's replacement is owed from now when `replace_unhealthy`
-/// is set: the new worker prepares while this one goes.
-fn owe_replacement(p: &Pass, st: &mut State, out: &mut Draft, at: usize, end: &Ending) {
+/// is set: the new worker prepares while this one goes (sent by `replacements::send`).
+fn owe_replacement(p: &Pass, st: &mut State, at: usize, end: &Ending) {
     if *end != Ending::Terminate
         || !p.rules.replace_unhealthy
         || p.rules.launch_template_id.is_none()
@@ -251,14 +250,10 @@ fn owe_replacement(p: &Pass, st: &mut State, out: &mut Draft, at: usize, end: &E
     }
     st.replacements.push(Replacement {
         replaces: id.clone(),
-        token: token.clone(),
+        token,
         queued_at: p.now,
         retry_at: p.now,
         last_error: None,
-    });
-    out.act(Action::Launch {
-        replaces: id.clone(),
-        token,
     });
 }
 
@@ -266,32 +261,6 @@ fn then_text(end: &Ending) -> &'static str {
     match end {
         Ending::MarkUnhealthy => "marked Unhealthy, its Auto Scaling group replaces it",
         _ => "terminated",
-    }
-}
-
-/// Launches not yet confirmed are sent again, with the same token (the same launch), once their
-/// retry time has come.
-fn resend_launches(p: &Pass, st: &State, out: &mut Draft) {
-    for r in &st.replacements {
-        if let Some(e) = &r.last_error {
-            let e: String = e.chars().take(300).collect();
-            let next = rfc3339(r.retry_at.max(p.now));
-            let msg = format!(
-                "replacement launch for unhealthy {}: {e} (sent again from {next})",
-                r.replaces
-            );
-            out.outcome.holds.push(msg);
-        }
-        if p.now < r.retry_at {
-            continue;
-        }
-        let a = Action::Launch {
-            replaces: r.replaces.clone(),
-            token: r.token.clone(),
-        };
-        if !out.outcome.actions.contains(&a) {
-            out.act(a);
-        }
     }
 }
 

@@ -10,7 +10,7 @@
 //! launching hook), `removal` (the removal lifecycle), `launcher` (the workers' torchrun
 //! launchers), `stall` (the job's step standing still),
 //! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
-//! `report` (rows, tags, host files).
+//! `replacements` (launches owed, over the capacity choices), `report` (rows, tags, host files).
 
 mod budget;
 mod classify;
@@ -26,6 +26,7 @@ mod notices;
 mod pass;
 mod prepare_failed;
 mod removal;
+mod replacements;
 mod report;
 mod rules;
 mod settle;
@@ -55,6 +56,7 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     // Before members are located: a notice can take a member out of the job.
     notices::heed(&p, &mut st, &mut out, &snap.notices);
     health::heed(&p, &mut st, &mut out);
+    replacements::send(&p, &mut st, &mut out);
     let member_of = classify::locate_members(&p, &mut st, &mut out);
     let (joins, leaves) = classify::classify(&p, &mut st, &mut out, &member_of);
     joining::join(&p, &mut st, &mut out, joins);

@@ -44,6 +44,10 @@ pub struct Rules {
     pub join_batch_ms: u64,
     /// `disruption.budget`: how many members may be leaving voluntarily at once.
     pub disruption_budget: crate::config::Budget,
+    /// `workers.capacity`: what a launched worker may be, in order; empty: the template's own.
+    pub capacity: Vec<Choice>,
+    /// How long a choice EC2 had no capacity for is skipped.
+    pub capacity_cool_down_ms: Millis,
 }
 
 /// What the rules read from one instance's tags.
@@ -80,6 +84,9 @@ impl Rules {
                 .map(|l| l.silent_after.as_millis() as u64),
             join_batch_ms: cfg.join.batch.as_millis() as u64,
             disruption_budget: cfg.disruption.budget,
+            capacity: (cfg.workers.capacity.as_ref()).map_or_else(Vec::new, |c| c.choices.clone()),
+            capacity_cool_down_ms: (cfg.workers.capacity.as_ref())
+                .map_or(0, |c| c.cool_down.as_millis() as u64),
         }
     }
 

@@ -3,14 +3,14 @@
 //! launched is no longer owed and a refused one waits before it is sent again. Act changes no
 //! state; every transition and retry time is decided here, at the daemon's `now`.
 
-use super::removal;
+use super::{removal, Rules};
 use crate::model::*;
 
 /// How long a refused replacement launch waits before it is sent again.
 pub const LAUNCH_RETRY_MS: Millis = 60_000;
 
-/// Returns the events the settling makes (`terminated`).
-pub fn settle(state: &mut State, applied: &Applied, now: Millis) -> Vec<Event> {
+/// Returns the events the settling makes (`terminated`, `capacity_unavailable`).
+pub fn settle(rules: &Rules, state: &mut State, applied: &Applied, now: Millis) -> Vec<Event> {
     if applied.delivered.is_some() && state.pending_notification == applied.delivered {
         state.pending_notification = None;
     }
@@ -25,9 +25,32 @@ pub fn settle(state: &mut State, applied: &Applied, now: Millis) -> Vec<Event> {
             }
         }
     }
-    let mut events = Vec::new();
+    let mut events = cool_down(rules, state, applied, now);
     for (id, call) in &applied.ended {
         events.extend(removal::confirm(state, std::slice::from_ref(id), call, now));
+    }
+    events
+}
+
+/// A choice EC2 had no capacity for is skipped for the cool-down, journaled once each time.
+fn cool_down(rules: &Rules, state: &mut State, applied: &Applied, now: Millis) -> Vec<Event> {
+    let until = now.saturating_add(rules.capacity_cool_down_ms);
+    let mut events = Vec::new();
+    for (choice, code, message) in &applied.no_capacity {
+        let name = choice.name();
+        let message: String = message.chars().take(300).collect();
+        let text = format!(
+            "no capacity for {name}: {code} ({message}); skipped until {}, the next choice is tried",
+            rfc3339(until)
+        );
+        events.push(Event::new(now, EventKind::CapacityUnavailable, text));
+        let code = code.clone();
+        let u = Unavailable {
+            until,
+            code,
+            message,
+        };
+        state.no_capacity.insert(name, u);
     }
     events
 }
@@ -35,6 +58,45 @@ pub fn settle(state: &mut State, applied: &Applied, now: Millis) -> Vec<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+
+    /// Two capacity choices, skipped for 90 s when refused.
+    fn rules() -> Rules {
+        let cfg = Config::parse(
+            "cluster: demo\nworkers:\n  launch_template: lt-0abc\n  max: 4\n  capacity:\n    \
+             cool_down: 90s\n    choices:\n      - { instance_type: p5.48xlarge, gpus: 8 }\n      \
+             - { instance_type: p4d.24xlarge, gpus: 8 }\nshared_dir: /efs\n",
+        )
+        .expect("config");
+        Rules::from_config(&cfg, Some("lt-0abc".into()))
+    }
+
+    #[test]
+    fn a_choice_without_capacity_is_skipped_for_the_cool_down_and_journaled() {
+        let mut state = State::default();
+        let p5 = rules().capacity[0].clone();
+        let applied = Applied {
+            no_capacity: vec![(
+                p5,
+                "InsufficientInstanceCapacity".into(),
+                "We currently do not have sufficient p5.48xlarge capacity".into(),
+            )],
+            ..Applied::default()
+        };
+        let events = settle(&rules(), &mut state, &applied, 1_000_000);
+        let u = &state.no_capacity["p5.48xlarge"];
+        assert_eq!(
+            (u.until, u.code.as_str()),
+            (1_090_000, "InsufficientInstanceCapacity")
+        );
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].kind, EventKind::CapacityUnavailable);
+        assert!(
+            events[0].message.contains("no capacity for p5.48xlarge"),
+            "{:?}",
+            events[0]
+        );
+    }
 
     fn owed(token: &str) -> Replacement {
         Replacement {
@@ -63,7 +125,7 @@ mod tests {
             ..Applied::default()
         };
         let now = 1_000_000;
-        assert!(settle(&mut state, &applied, now).is_empty());
+        assert!(settle(&rules(), &mut state, &applied, now).is_empty());
         assert_eq!(state.replacements.len(), 1);
         let r = &state.replacements[0];
         assert_eq!(
@@ -92,13 +154,13 @@ mod tests {
             delivered: Some(n(7)),
             ..Applied::default()
         };
-        settle(&mut state, &old, 0);
+        settle(&rules(), &mut state, &old, 0);
         assert_eq!(state.pending_notification, Some(n(8)));
         let now = Applied {
             delivered: Some(n(8)),
             ..Applied::default()
         };
-        settle(&mut state, &now, 0);
+        settle(&rules(), &mut state, &now, 0);
         assert_eq!(state.pending_notification, None);
     }
 }

@@ -119,6 +119,8 @@ pub enum EventKind {
     HealthResumed,
     /// A launch-template worker was launched to replace an unhealthy one.
     ReplacementLaunched,
+    /// EC2 had no capacity for a `workers.capacity` choice: it is skipped for its cool-down.
+    CapacityUnavailable,
     /// The job's step (its progress file) has not advanced for `job.stall.after`.
     Stalled,
     /// The step advanced again after a stall (or the job stopped reporting, or has no workers).
@@ -202,6 +204,7 @@ impl EventKind {
             EventKind::HealthStopped => "health_stopped",
             EventKind::HealthResumed => "health_resumed",
             EventKind::ReplacementLaunched => "replacement_launched",
+            EventKind::CapacityUnavailable => "capacity_unavailable",
             EventKind::Stalled => "stalled",
             EventKind::StallCleared => "stall_cleared",
             EventKind::NoticeRefused => "notice_refused",
@@ -269,6 +272,7 @@ mod tests {
             EventKind::HealthStopped,
             EventKind::HealthResumed,
             EventKind::ReplacementLaunched,
+            EventKind::CapacityUnavailable,
             EventKind::Stalled,
             EventKind::StallCleared,
             EventKind::NoticeRefused,

@@ -1,5 +1,6 @@
 //! Plain data shared by observe, decide and act: what was seen, what is remembered, what to do.
 
+mod capacity;
 mod event;
 pub mod fleet;
 mod observed;
@@ -11,6 +12,7 @@ mod totals;
 mod worker;
 
 pub use crate::tags::Tags;
+pub use capacity::{Choice, Unavailable, NO_CAPACITY};
 pub use event::{Event, EventKind, EVENT_LINE_LIMIT};
 pub use observed::*;
 pub use outcome::{Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange};

@@ -164,6 +164,8 @@ pub struct Snapshot {
 pub struct MountTargets {
     pub fs_id: String,
     pub zones: BTreeSet<String>,
+    /// The zone of each subnet a `workers.capacity` choice names, as far as EC2 said.
+    pub subnet_zones: BTreeMap<String, String>,
 }
 
 /// The worker Auto Scaling group as DescribeAutoScalingGroups and DescribeLifecycleHooks see it.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{Event, EventKind, Millis, Notification, Row, State, Step, WorkerStatus};
+use super::{Choice, Event, EventKind, Millis, Notification, Row, State, Step, WorkerStatus};
 use crate::hostfile::Host;
 
 /// What decide returns: the state to remember, and the outcome to apply.
@@ -29,6 +29,8 @@ pub struct Outcome {
     pub rows: Vec<Row>,
     /// Why this pass held its ground (a source failed), empty when it did not.
     pub holds: Vec<String>,
+    /// Each `workers.capacity` choice in order, and why it is skipped now (`None`: usable).
+    pub capacity: Vec<(String, Option<String>)>,
     /// What a worker wrote that this pass did not believe, one line each for `dtctl status`
     /// (each is journaled once, when first refused).
     pub refused: Vec<String>,
@@ -80,8 +82,13 @@ pub enum Action {
     /// SetInstanceHealth Unhealthy: the group replaces the instance.
     SetUnhealthy { instance: String },
     /// RunInstances of one worker from the launch template, replacing `replaces`; the token
-    /// (ClientToken) makes a resent launch the same launch.
-    Launch { replaces: String, token: String },
+    /// (ClientToken) makes a resent launch the same launch. `choices`: the overrides to try in
+    /// order until one has capacity (empty: the template as it is).
+    Launch {
+        replaces: String,
+        token: String,
+        choices: Vec<Choice>,
+    },
 }
 
 /// A lifecycle action to complete.
@@ -163,10 +170,14 @@ impl Outcome {
         })
     }
 
-    /// (replaced instance, token).
-    pub fn launches(&self) -> Vec<(String, String)> {
+    /// (replaced instance, token, choices in order).
+    pub fn launches(&self) -> Vec<(String, String, Vec<Choice>)> {
         self.each(|a| match a {
-            Action::Launch { replaces, token } => Some((replaces.clone(), token.clone())),
+            Action::Launch {
+                replaces,
+                token,
+                choices,
+            } => Some((replaces.clone(), token.clone(), choices.clone())),
             _ => None,
         })
     }
@@ -206,4 +217,6 @@ pub struct Applied {
     pub ended: Vec<(String, &'static str)>,
     /// Each replacement launch sent, by its token: the instance launched, or why not.
     pub launches: Vec<(String, Result<String, String>)>,
+    /// Each choice EC2 refused for lack of capacity: the choice, its error code and message.
+    pub no_capacity: Vec<(Choice, String, String)>,
 }

@@ -126,6 +126,9 @@ pub struct State {
     /// Launches owed for unhealthy launch-template workers, resent until RunInstances succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replacements: Vec<Replacement>,
+    /// Capacity choices EC2 refused, by [`Choice::name`]: skipped until their cool-down ends.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub no_capacity: BTreeMap<String, super::Unavailable>,
     /// What a worker wrote that dtd refused to believe, already journaled (`notice_refused`,
     /// `ack_refused`, ...), each under a key naming the file and the lie; forgotten once the
     /// file no longer says it, so it is journaled again if it comes back.

@@ -195,3 +195,22 @@ pub async fn resolve_launch_template(
         .map(str::to_string)
         .ok_or_else(|| format!("launch template {wanted} not found"))
 }
+
+/// The Availability Zone of each subnet: read once, since a subnet never moves.
+pub async fn subnet_zones(
+    client: &Client,
+    subnets: Vec<String>,
+) -> Result<BTreeMap<String, String>, String> {
+    let out = (client.describe_subnets().set_subnet_ids(Some(subnets)))
+        .send()
+        .await
+        .map_err(|e| format!("DescribeSubnets: {}", describe_error(&e)))?;
+    Ok((out.subnets().iter())
+        .filter_map(|s| {
+            Some((
+                s.subnet_id()?.to_string(),
+                s.availability_zone()?.to_string(),
+            ))
+        })
+        .collect())
+}

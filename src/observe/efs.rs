@@ -191,6 +191,7 @@ impl MountTargetCache {
         self.known.as_ref().map(|zones| MountTargets {
             fs_id: self.fs_id.clone(),
             zones: zones.clone(),
+            ..MountTargets::default()
         })
     }
 

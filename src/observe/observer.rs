@@ -4,6 +4,7 @@
 //! for it and decides on it; what a source keeps between passes (the EC2 view, the event queue's
 //! inbox, the group as last read) lives here.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -39,6 +40,10 @@ pub struct Observer {
     /// Read on a thread of their own, with the shared directory's deadline.
     readers: Arc<Mutex<SharedReaders>>,
     launch_template_id: Option<String>,
+    /// The zones of the subnets `workers.capacity` names, once read (only with mount targets
+    /// to compare them with), and the subnets still to read.
+    subnet_zones: BTreeMap<String, String>,
+    subnets_unread: Vec<String>,
 }
 
 /// What one observation found.
@@ -80,6 +85,11 @@ impl Observer {
                 .map(|(fs, efs)| MountTargetWatch::new(efs, fs, cfg.shared_fs_refresh)),
             readers: Arc::new(Mutex::new(readers)),
             launch_template_id: None,
+            subnet_zones: BTreeMap::new(),
+            subnets_unread: match cfg.shared_fs_id {
+                Some(_) => capacity_subnets(cfg),
+                None => Vec::new(),
+            },
             clients,
         }
     }
@@ -110,6 +120,7 @@ impl Observer {
             Err(e) => Err(e),
         };
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
+        let mount_targets = self.with_subnet_zones(mount_targets).await;
         let snap = Snapshot {
             instances,
             notices: self.inbox.notices(&shared.markers),
@@ -173,6 +184,25 @@ impl Observer {
         (view, watch.cache().error().map(str::to_string))
     }
 
+    /// Reads the capacity choices' subnets' zones until it has them (a failure is tried again
+    /// on the next pass), and lends them to the mount-target view.
+    async fn with_subnet_zones(&mut self, view: Option<MountTargets>) -> Option<MountTargets> {
+        let mut view = view?;
+        if !self.subnets_unread.is_empty() {
+            let wanted = self.subnets_unread.clone();
+            match super::ec2::subnet_zones(&self.clients.ec2, wanted).await {
+                Ok(zones) => {
+                    tracing::info!(?zones, "capacity choices' subnets read");
+                    self.subnets_unread.clear();
+                    self.subnet_zones = zones;
+                }
+                Err(e) => tracing::warn!("capacity choices' zones unknown: {e}"),
+            }
+        }
+        view.subnet_zones = self.subnet_zones.clone();
+        Some(view)
+    }
+
     async fn resolve_launch_template(&mut self, cfg: &Config) -> Result<(), String> {
         let Some(wanted) = cfg.workers.launch_template.as_ref() else {
             return Ok(());
@@ -184,6 +214,14 @@ impl Observer {
         }
         Ok(())
     }
+}
+
+/// The subnets the capacity choices name, each once.
+fn capacity_subnets(cfg: &Config) -> Vec<String> {
+    let choices = cfg.workers.capacity.iter().flat_map(|c| &c.choices);
+    let subnets: std::collections::BTreeSet<String> =
+        choices.filter_map(|c| c.subnet.clone()).collect();
+    subnets.into_iter().collect()
 }
 
 /// Reads the worker group when it is due, or when the last read failed.

@@ -61,6 +61,13 @@ impl StatusReport {
             let mark = if s.ok { "ok" } else { "FAILED" };
             let _ = writeln!(o, "Source:      {:<22} {mark} {}", s.name, s.detail);
         }
+        for (n, c) in self.capacity.iter().enumerate() {
+            let now = c
+                .skipped
+                .as_deref()
+                .map_or("tried".into(), |why| format!("skipped: {why}"));
+            let _ = writeln!(o, "Capacity:    {}. {} {now}", n + 1, c.choice);
+        }
         for h in &self.holds {
             let _ = writeln!(
                 o,

@@ -75,7 +75,8 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
         now,
     ));
     // Act changes no state; decide settles what it reported.
-    let settled = dt::decide::settle(&mut state, &applied, now);
+    let rules = dt::decide::Rules::from_config(&cfg, None);
+    let settled = dt::decide::settle(&rules, &mut state, &applied, now);
 
     let failed: Vec<_> = (applied.results.iter())
         .filter(|(_, e)| e.is_some())

@@ -391,6 +391,7 @@ impl World {
                         .then(|| "us-east-1a".to_string())
                         .into_iter()
                         .collect(),
+                    ..MountTargets::default()
                 }),
             },
             progress: None,
@@ -782,7 +783,7 @@ fn run(
                 ended: accepted.into_iter().map(|id| (id, call)).collect(),
                 ..Default::default()
             };
-            dt::decide::settle(&mut state, &applied, now);
+            dt::decide::settle(&r, &mut state, &applied, now);
             sent.extend(plan.outcome.terminate().iter().cloned());
             if step.shutdown {
                 world

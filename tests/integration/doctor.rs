@@ -498,6 +498,17 @@ fn doctor_passes_a_healthy_cluster_and_names_each_defect() {
         gpus["detail"], "g5.xlarge 1: the same on every type",
         "{gpus:#}"
     );
+    // workers.capacity saying 4 GPUs of a type EC2 says has 1.
+    let wrong = h.c.dir.path().join("capacity.yaml");
+    let choices = "  capacity: { choices: [ { instance_type: g5.xlarge, gpus: 4 } ] }\n";
+    let body =
+        config(&h.c, &h.n, &h.c.efs()).replace("  min: 0\n", &format!("  min: 0\n{choices}"));
+    std::fs::write(&wrong, body).unwrap();
+    let line = expect_only(&h, "workers.gpus", Some(&wrong));
+    assert_eq!(
+        line["detail"], "workers.capacity says 4 GPUs per worker; EC2 says g5.xlarge 1",
+        "{line:#}"
+    );
 
     // No mount target in the second zone.
     let target_b = mount_targets(

@@ -13,7 +13,7 @@ use crate::support::imds::ImdsStandIn;
 use crate::support::webhook::WebhookReceiver;
 use crate::support::*;
 
-fn log_ack_job(c: &Cluster) -> String {
+pub(crate) fn log_ack_job(c: &Cluster) -> String {
     format!(
         "  notify: none\n  ack: {{ host_worker_log: {}/host_worker_log, timeout: 10m }}",
         c.efs().display()
@@ -21,7 +21,7 @@ fn log_ack_job(c: &Cluster) -> String {
 }
 
 /// What a worker's agent writes after its health check.
-fn report(c: &Cluster, id: &str, ip: &str, ok: bool, gpus_lost: bool, reason: &str) {
+pub(crate) fn report(c: &Cluster, id: &str, ip: &str, ok: bool, gpus_lost: bool, reason: &str) {
     let body = HealthReport {
         instance_id: id.into(),
         ok,
@@ -36,7 +36,7 @@ fn report(c: &Cluster, id: &str, ip: &str, ok: bool, gpus_lost: bool, reason: &s
 }
 
 /// Launch-template instances running, besides `but`.
-fn running_from_template(c: &Cluster, but: &[&str]) -> Vec<(String, String)> {
+pub(crate) fn running_from_template(c: &Cluster, but: &[&str]) -> Vec<(String, String)> {
     let out = c.aws(&[
         "ec2",
         "describe-instances",

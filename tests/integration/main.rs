@@ -10,6 +10,7 @@ mod agent_program;
 mod alerts;
 mod apply;
 mod aws_events;
+mod capacity;
 mod clock;
 mod decide_launcher;
 mod decide_props;

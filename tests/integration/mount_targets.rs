@@ -179,3 +179,40 @@ fn an_unreadable_file_system_claims_nothing() {
     c.marker(&ip_b);
     c.wait_hosts("the worker to join", |h| h == [ip_b.clone()]);
 }
+
+#[test]
+fn a_capacity_choice_in_a_zone_without_a_mount_target_is_skipped_by_dtd_and_dtctl_add() {
+    let mut c = Cluster::new();
+    let n = build_network(&c);
+    create_mount_target(&c, &n.fs_id, &n.subnet_b);
+    c.worker_extra = format!(
+        "  capacity:\n    choices:\n      - {{ instance_type: p5.48xlarge, gpus: 8, subnet: {} }}\n      - {{ instance_type: p4d.24xlarge, gpus: 8, subnet: {} }}\n",
+        n.subnet_a, n.subnet_b
+    );
+    start(&mut c, &n.fs_id);
+    let first = format!(
+        "Capacity:    1. p5.48xlarge in {a} skipped: {a} is in {ZONE_A}, where {} has no mount target",
+        n.fs_id,
+        a = n.subnet_a
+    );
+    let status = c.wait_status_text(&first);
+    let second = format!("Capacity:    2. p4d.24xlarge in {} tried", n.subnet_b);
+    assert!(status.contains(&second), "{status}");
+
+    // dtctl add reads what dtd skips and launches the second choice only.
+    let out = c.dtctl(&["add"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(&format!("skipping p5.48xlarge in {}:", n.subnet_a)),
+        "{text}"
+    );
+    let launched = text
+        .lines()
+        .find(|l| l.starts_with("launched "))
+        .unwrap_or_default();
+    assert!(
+        launched.ends_with(&format!("as p4d.24xlarge in {}", n.subnet_b)),
+        "{text}"
+    );
+}

@@ -347,6 +347,7 @@ fn the_journal_limits_take_sizes_with_units_and_refuse_what_cannot_work() {
 }
 
 mod alerts;
+mod capacity;
 mod job;
 mod launcher;
 

@@ -10,8 +10,9 @@ use crate::aws::describe_error;
 const ID: &str = "workers.gpus";
 const TITLE: &str = "workers: GPUs per instance";
 
-/// The check over the types the template and the group name.
-pub async fn check(cx: &Context<'_>, types: &BTreeSet<String>) -> Check {
+/// The check over the types the template, the group and `workers.capacity` name; `stated`: the
+/// GPUs per worker `workers.capacity` says they have.
+pub async fn check(cx: &Context<'_>, types: &BTreeSet<String>, stated: Option<i32>) -> Check {
     if types.is_empty() {
         let why = "no instance type named by the launch template or the group's overrides";
         return Check::skip(ID, TITLE, why);
@@ -33,7 +34,23 @@ pub async fn check(cx: &Context<'_>, types: &BTreeSet<String>) -> Check {
     let gpus: BTreeMap<String, i32> = (found.iter())
         .filter_map(|t| Some((t.instance_type()?.as_str().to_string(), gpu_count(t))))
         .collect();
-    verdict(types, &gpus)
+    match stated.filter(|n| gpus.values().any(|g| g != n)) {
+        Some(n) => Check::fail(
+            ID,
+            TITLE,
+            format!(
+                "workers.capacity says {n} GPUs per worker; EC2 says {}",
+                listed(&gpus)
+            ),
+            "make every choice's gpus what EC2 says its instance type has",
+        ),
+        None => verdict(types, &gpus),
+    }
+}
+
+fn listed(gpus: &BTreeMap<String, i32>) -> String {
+    let each: Vec<String> = gpus.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    each.join(", ")
 }
 
 fn gpu_count(t: &aws_sdk_ec2::types::InstanceTypeInfo) -> i32 {
@@ -57,10 +74,7 @@ fn verdict(types: &BTreeSet<String>, gpus: &BTreeMap<String, i32>) -> Check {
         );
     }
     let counts: BTreeSet<i32> = gpus.values().copied().collect();
-    let listed = (gpus.iter())
-        .map(|(t, n)| format!("{t} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let listed = listed(gpus);
     let fix = || {
         "let the launch template and the group's overrides name only instance types with the same \
          number of GPUs (a job places one process per GPU on every node alike)"

@@ -38,6 +38,12 @@ pub async fn doctor(cfg: &Config, json: bool) -> anyhow::Result<bool> {
     Ok(report.ok)
 }
 
+/// The GPUs per worker `workers.capacity` says every choice has.
+fn stated_gpus(cfg: &Config) -> Option<i32> {
+    let first = cfg.workers.capacity.as_ref()?.choices.first()?;
+    i32::try_from(first.gpus).ok()
+}
+
 pub async fn run(cfg: &Config) -> Report {
     let sdk = sdk_config(cfg.region.as_deref(), cfg.api_timeout).await;
     let cx = Context {
@@ -52,7 +58,8 @@ pub async fn run(cfg: &Config) -> Report {
         group::checks(&cx),
         events::checks(&cx),
     );
-    let workers = template::Workers::merge(&template.workers, &group.workers);
+    let workers = template::Workers::merge(&template.workers, &group.workers)
+        .with_capacity(cfg.workers.capacity.as_ref());
     // Read once for the two checks that need the worker subnets' zones and CIDRs.
     let subnets = match cfg.shared_fs_id.is_some() || cfg.job.launcher.is_some() {
         true => file_system::subnets(&cx, &workers.subnets).await,
@@ -61,7 +68,7 @@ pub async fn run(cfg: &Config) -> Report {
     let (file_system, permissions, gpus, rendezvous) = tokio::join!(
         file_system::checks(&cx, &workers, &subnets),
         permissions::checks(&cx, template.found.clone()),
-        gpus::check(&cx, &workers.instance_types),
+        gpus::check(&cx, &workers.instance_types, stated_gpus(cfg)),
         rendezvous::check(&cx, &workers, &subnets),
     );
     let mut checks = identity;

@@ -26,6 +26,15 @@ impl Workers {
         groups.join(", ")
     }
 
+    /// With the types and subnets `workers.capacity` may launch as well.
+    pub fn with_capacity(mut self, capacity: Option<&crate::config::Capacity>) -> Workers {
+        for c in capacity.iter().flat_map(|c| &c.choices) {
+            self.instance_types.insert(c.instance_type.clone());
+            self.subnets.extend(c.subnet.clone());
+        }
+        self
+    }
+
     pub fn merge(a: &Workers, b: &Workers) -> Workers {
         let union = |x: &BTreeSet<String>, y: &BTreeSet<String>| x.union(y).cloned().collect();
         Workers {

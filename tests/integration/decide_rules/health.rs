@@ -4,7 +4,7 @@ use crate::support::world::*;
 
 impl World {
     /// What a worker's agent writes after its health check.
-    fn health(&mut self, id: &str, ok: bool, gpus_lost: bool, reason: &str) {
+    pub(crate) fn health(&mut self, id: &str, ok: bool, gpus_lost: bool, reason: &str) {
         let ip = self.inst(id).ip;
         let h = Health {
             instance_id: id.into(),
@@ -18,8 +18,11 @@ impl World {
     }
 }
 
+/// (replaced instance, token) of each launch; the capacity choices are tested in capacity.rs.
 fn launches(plan: &Plan) -> Vec<(String, String)> {
-    plan.outcome.launches()
+    (plan.outcome.launches().into_iter())
+        .map(|(replaces, token, _)| (replaces, token))
+        .collect()
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! lines, the status tags written, the instances terminated, the job notification, the journal.
 //! One file per rule family, as decide itself is split; the builders are in support/world.rs.
 
+mod capacity;
 mod group;
 mod health;
 mod joining;

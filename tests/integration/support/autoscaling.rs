@@ -6,11 +6,11 @@
 //! ([`AutoScalingStandIn::fail_with`]). Everything else about groups runs against moto.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Mutex;
 
-use super::server::Server;
+use super::server::{parse_form, read_request, Server};
 
 /// The two actions moto lacks; anything else is answered `InvalidAction`.
 const ACTIONS: [&str; 2] = ["CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"];
@@ -81,8 +81,8 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
         return;
     };
     let mut reader = BufReader::new(conn);
-    while let Some(body) = read_body(&mut reader) {
-        let fields = parse_form(&body);
+    while let Some(request) = read_request(&mut reader) {
+        let fields = parse_form(&request.body);
         let (status, xml) = answer(fields, &mut state.lock().expect("Auto Scaling state"));
         let head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n\r\n",
@@ -93,33 +93,6 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
             return;
         }
     }
-}
-
-/// Reads one request and returns its body (the form).
-fn read_body(reader: &mut BufReader<TcpStream>) -> Option<String> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut len = 0;
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            if k.trim().eq_ignore_ascii_case("content-length") {
-                len = v.trim().parse().ok()?;
-            }
-        }
-    }
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body).ok()?;
-    String::from_utf8(body).ok()
 }
 
 fn answer(fields: Fields, s: &mut State) -> (u16, String) {
@@ -152,36 +125,4 @@ fn answer(fields: Fields, s: &mut State) -> (u16, String) {
             ),
         ),
     }
-}
-
-/// `application/x-www-form-urlencoded` into fields.
-fn parse_form(body: &str) -> Fields {
-    body.split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'+', _) => out.push(b' '),
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 2;
-            }
-            (b, _) => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

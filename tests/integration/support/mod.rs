@@ -2,6 +2,7 @@
 //! CLI as the person at the console, and the real `dtd` / `dtctl` binaries.
 #![allow(dead_code)]
 pub mod autoscaling;
+pub mod ec2_capacity;
 pub mod fixtures;
 pub mod imds;
 pub mod prometheus;
@@ -237,6 +238,9 @@ pub struct Cluster {
     /// Extra YAML appended to the config (top-level keys) and lines under `workers:`.
     pub extra: String,
     pub worker_extra: String,
+    /// Where dtd and dtctl send EC2 calls when not to moto itself (`AWS_ENDPOINT_URL_EC2`),
+    /// e.g. the capacity stand-in.
+    pub ec2_endpoint: Option<String>,
 }
 
 impl Cluster {
@@ -267,6 +271,7 @@ impl Cluster {
             dtd: None,
             extra: String::new(),
             worker_extra: String::new(),
+            ec2_endpoint: None,
         };
         std::fs::create_dir_all(c.efs()).expect("efs dir");
         c.template_id = c.create_template("itest-worker-template", "Worker");
@@ -430,13 +435,20 @@ impl Cluster {
         let child = Command::new(env!("CARGO_BIN_EXE_dtd"))
             .args(["run", "--config"])
             .arg(self.config_path())
-            .envs(aws_env(&self.moto.endpoint()))
+            .envs(self.env())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("starting dtd");
         self.dtd = Some(child);
+    }
+
+    /// The AWS environment of dtd and dtctl: moto, or the EC2 stand-in for EC2's calls.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = aws_env(&self.moto.endpoint());
+        env.extend((self.ec2_endpoint.clone()).map(|e| ("AWS_ENDPOINT_URL_EC2", e)));
+        env
     }
 
     pub fn dtd_log(&self) -> String {
@@ -461,7 +473,7 @@ impl Cluster {
             .arg("--config")
             .arg(config)
             .args(args)
-            .envs(aws_env(&self.moto.endpoint()))
+            .envs(self.env())
             .output()
             .expect("running dtctl")
     }

@@ -42,6 +42,8 @@ pub(crate) fn rules() -> Rules {
         launcher_silent_ms: None,
         join_batch_ms: 0,
         disruption_budget: dt::config::Budget::Unlimited,
+        capacity: Vec::new(),
+        capacity_cool_down_ms: 0,
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,

@@ -1,0 +1,166 @@
+//! One launch from the worker template over the `workers.capacity` choices, in order: each is
+//! a RunInstances with the choice's instance type and subnet as overrides, and a choice EC2
+//! has no capacity for (its error code in [`NO_CAPACITY`]) hands over to the next. Any other
+//! refusal ends the launch: the next choice would be refused the same way.
+
+use aws_sdk_ec2::config::retry::RetryConfig;
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::Client;
+
+use super::ec2::template_spec;
+use crate::aws::describe_error;
+use crate::config::TemplateRef;
+use crate::digest::Sha256;
+use crate::model::{Choice, NO_CAPACITY};
+
+/// One instance EC2 launched: its id and private IP (none yet is possible).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launched {
+    pub id: String,
+    pub ip: Option<String>,
+    /// The choice it was launched as; `None`: the template's own type and subnet.
+    pub choice: Option<Choice>,
+}
+
+/// What one launch did: the instances, or why none; and each choice EC2 had no capacity for
+/// (the choice, the error code, EC2's message), in the order tried.
+#[derive(Debug)]
+pub struct Tried {
+    pub launched: Result<Vec<Launched>, String>,
+    pub no_capacity: Vec<(Choice, String, String)>,
+}
+
+/// Launches `count` workers as the first choice that has capacity (`choices` empty: the
+/// template as it is). `token`, when given, is the base of each attempt's ClientToken, so a
+/// launch sent again returns what the first one launched ("Ensuring idempotency in Amazon EC2
+/// API requests", Amazon EC2 API Reference).
+pub async fn launch(
+    client: &Client,
+    template: &TemplateRef,
+    choices: &[Choice],
+    token: Option<&str>,
+    count: i32,
+) -> Tried {
+    let mut no_capacity = Vec::new();
+    if choices.is_empty() {
+        let launched = run(client, template, None, token, count).await;
+        return Tried {
+            launched: launched.map_err(|(_, e)| e),
+            no_capacity,
+        };
+    }
+    for choice in choices {
+        let token = token.map(|t| choice_token(t, choice));
+        match run(client, template, Some(choice), token.as_deref(), count).await {
+            Ok(launched) => {
+                return Tried {
+                    launched: Ok(launched),
+                    no_capacity,
+                }
+            }
+            Err((Some(code), message)) if NO_CAPACITY.contains(&code.as_str()) => {
+                no_capacity.push((choice.clone(), code, message));
+            }
+            Err((_, e)) => {
+                return Tried {
+                    launched: Err(e),
+                    no_capacity,
+                }
+            }
+        }
+    }
+    let tried: Vec<String> = choices.iter().map(Choice::name).collect();
+    Tried {
+        launched: Err(format!("no capacity for any choice ({})", tried.join(", "))),
+        no_capacity,
+    }
+}
+
+/// A token per choice: the same choice sent again is the same launch, another is a new one
+/// (EC2 refuses a token reused with other parameters). At most 64 ASCII characters.
+fn choice_token(token: &str, choice: &Choice) -> String {
+    let digest = Sha256::of(choice.name().as_bytes()).to_string();
+    let base: String = token.chars().take(64 - 13).collect();
+    format!("{base}-{}", &digest[..12])
+}
+
+/// One RunInstances; on failure, EC2's error code (when it gave one) and the whole message.
+async fn run(
+    client: &Client,
+    template: &TemplateRef,
+    choice: Option<&Choice>,
+    token: Option<&str>,
+    count: i32,
+) -> Result<Vec<Launched>, (Option<String>, String)> {
+    let mut call = (client.run_instances())
+        .launch_template(template_spec(template))
+        .min_count(count)
+        .max_count(count)
+        .set_client_token(token.map(str::to_string));
+    if let Some(c) = choice {
+        call =
+            (call.instance_type(c.instance_type.as_str().into())).set_subnet_id(c.subnet.clone());
+    }
+    let as_what = choice.map_or(String::new(), |c| format!(" as {}", c.name()));
+    // With choices, the next choice is the retry: the SDK's own retries of a capacity error
+    // (an HTTP 500) would only delay it by seconds.
+    let sent = match choice {
+        Some(_) => {
+            let once =
+                aws_sdk_ec2::config::Builder::default().retry_config(RetryConfig::disabled());
+            call.customize().config_override(once).send().await
+        }
+        None => call.send().await,
+    };
+    let out = sent.map_err(|e| {
+        let code = e
+            .as_service_error()
+            .and_then(|s| s.code())
+            .map(str::to_string);
+        let said = (e.as_service_error())
+            .and_then(|s| s.message())
+            .map(str::to_string);
+        let message = said.unwrap_or_else(|| describe_error(&e));
+        let text = format!(
+            "RunInstances from {template}{as_what}: {}",
+            describe_error(&e)
+        );
+        match code {
+            Some(code) if NO_CAPACITY.contains(&code.as_str()) => (Some(code), message),
+            code => (code, text),
+        }
+    })?;
+    Ok((out.instances().iter())
+        .map(|i| Launched {
+            id: i.instance_id().unwrap_or("?").to_string(),
+            ip: i.private_ip_address().map(str::to_string),
+            choice: choice.cloned(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_choice_has_its_own_token_of_at_most_64_characters() {
+        let p5 = Choice {
+            instance_type: "p5.48xlarge".into(),
+            gpus: 8,
+            subnet: Some("subnet-0123456789abcdef0".into()),
+        };
+        let p4 = Choice {
+            instance_type: "p4d.24xlarge".into(),
+            ..p5.clone()
+        };
+        let long = "x".repeat(80);
+        let (a, b) = (choice_token(&long, &p5), choice_token(&long, &p4));
+        assert_ne!(a, b);
+        assert!(a.len() <= 64 && a.is_ascii(), "{a}");
+        assert_eq!(
+            choice_token("dt-replace-i-0a", &p5),
+            choice_token("dt-replace-i-0a", &p5)
+        );
+    }
+}

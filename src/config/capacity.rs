@@ -1,0 +1,105 @@
+//! `workers.capacity`: what a worker launched by `dtd` or `dtctl add` may be, in order of
+//! preference (SkyPilot's `ordered` resources, ParallelCluster's capacity failover). A choice
+//! EC2 has no capacity for is skipped for `cool_down`, and the next one is tried.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::de::duration;
+pub use crate::model::Choice;
+
+/// How long a choice EC2 refused for lack of capacity is skipped when the config does not say.
+const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(600);
+
+/// More choices than this is a typo, not a preference list (CreateFleet takes 300 overrides).
+const MAX_CHOICES: usize = 50;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capacity {
+    /// In order of preference; at least one.
+    pub choices: Vec<Choice>,
+    pub cool_down: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCapacity {
+    choices: Vec<Choice>,
+    #[serde(default, deserialize_with = "cool_down")]
+    cool_down: Option<Duration>,
+}
+
+fn cool_down<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("cool_down: {e}")))
+}
+
+impl<'de> Deserialize<'de> for Capacity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Capacity, D::Error> {
+        let raw = RawCapacity::deserialize(d)?;
+        check(&raw.choices).map_err(|e| serde::de::Error::custom(format!("capacity: {e}")))?;
+        Ok(Capacity {
+            choices: raw.choices,
+            cool_down: raw.cool_down.unwrap_or(DEFAULT_COOL_DOWN),
+        })
+    }
+}
+
+fn check(choices: &[Choice]) -> Result<(), String> {
+    if choices.is_empty() || choices.len() > MAX_CHOICES {
+        return Err(format!("choices must list 1 to {MAX_CHOICES} choices"));
+    }
+    let mut seen = BTreeSet::new();
+    for c in choices {
+        check_choice(c)?;
+        if !seen.insert(c) {
+            return Err(format!("choices lists {} twice", c.name()));
+        }
+    }
+    let first = &choices[0];
+    match choices.iter().find(|c| c.gpus != first.gpus) {
+        Some(c) => Err(format!(
+            "every choice must have the same number of GPUs: {} has {}, {} has {}",
+            first.instance_type, first.gpus, c.instance_type, c.gpus
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_choice(c: &Choice) -> Result<(), String> {
+    if !is_instance_type(&c.instance_type) {
+        let shown: String = c.instance_type.chars().take(40).collect();
+        return Err(format!(
+            "`{shown}` is not an instance type (e.g. p4d.24xlarge)"
+        ));
+    }
+    if c.gpus == 0 {
+        return Err(format!("{}: gpus must be at least 1", c.instance_type));
+    }
+    match &c.subnet {
+        Some(s) if !is_subnet_id(s) => {
+            let shown: String = s.chars().take(40).collect();
+            Err(format!("`{shown}` is not a subnet id (subnet-...)"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A family and a size, as EC2 names them: `p4d.24xlarge`, `u-6tb1.metal`.
+fn is_instance_type(t: &str) -> bool {
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 32
+            && (s.bytes()).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    matches!(t.split_once('.'), Some((family, size)) if ok(family) && ok(size))
+}
+
+fn is_subnet_id(s: &str) -> bool {
+    s.strip_prefix("subnet-").is_some_and(|hex| {
+        (8..=17).contains(&hex.len()) && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
