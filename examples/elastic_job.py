@@ -247,7 +247,8 @@ class Trainer:
 
 
 class Progress:
-    """The `progress` file dtd reads for stall detection: `{"step": N, "time": RFC 3339, "pid": P}`.
+    """The `progress` file dtd reads for stall detection and checkpoint joins: `{"step": N,
+    "time": RFC 3339, "pid": P}`, and `"checkpoint_step": C` once a checkpoint was saved.
 
     Replaced atomically after a step, at most once per `every` seconds (a step can be much shorter
     than a file write on EFS), and not fsynced: an update lost in a crash only makes dtd see the
@@ -260,6 +261,12 @@ class Progress:
         self.path, self.every = path, every
         self.written_at = None  # time.monotonic() of the last write
         self.failing = False
+        self.checkpoint_step = None
+
+    def checkpointed(self, step):
+        """A checkpoint was saved at `step`: said at once (dtd's join.at_checkpoint waits for it)."""
+        self.checkpoint_step = step
+        self.after_step(step, force=True)
 
     def after_step(self, step, force=False):
         now = time.monotonic()
@@ -267,6 +274,8 @@ class Progress:
             return
         line = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "pid": os.getpid()}
+        if self.checkpoint_step is not None:
+            line["checkpoint_step"] = self.checkpoint_step
         try:
             atomic_write(self.path, json.dumps(line) + "\n", durable=False)
         except OSError as e:
@@ -429,6 +438,7 @@ def train_steps(args, flags, trainer, progress):
             trainer.epoch += 1
             trainer.step_in_epoch = 0
             loss = trainer.save(args.checkpoint)
+            progress.checkpointed(trainer.global_step)
             say(f"epoch {trainer.epoch} loss {loss:.6f} "
                 f"workers {len(trainer.workers)} {trainer.workers}")
 

@@ -163,6 +163,13 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
         validate_health(health, text)?;
     }
     validate_prepare_timeout(raw, text)?;
+    if let Some(size) = raw.join.sizes.iter().find(|s| **s > raw.workers.max) {
+        let msg = format!(
+            "join.sizes names {size} workers, more than workers.max ({}): the job never grows to it",
+            raw.workers.max
+        );
+        return Err(at_path(text, &["join", "sizes"], &msg));
+    }
     if let Some(launcher) = &raw.job.launcher {
         launcher
             .check()

@@ -57,11 +57,14 @@ pub(super) fn candidate(
 
 pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>) {
     if let Some(why) = batch_waits(p, st, &joins) {
-        for at in joins {
-            out.view(at, Some(WorkerStatus::AddQueued), Some(why.clone()));
-        }
-        return;
+        return hold(out, joins, &why);
     }
+    // Spares first: a checkpoint that passes while none could join is not theirs to use.
+    let joins = spares(p, st, out, joins);
+    if let Some(why) = checkpoint_waits(p, st, &joins) {
+        return hold(out, joins, &why);
+    }
+    let added = out.added.len();
     for at in joins {
         let inst = &p.list[at];
         let listed = st.members.iter().any(|m| m.ip == inst.ip);
@@ -100,6 +103,17 @@ pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>)
         joined.launched_at = Some(inst.launched_at);
         member_view(p, st, out, st.members.len() - 1, at);
     }
+    // The batch and the checkpoint were waited for: whoever is ready later waits anew.
+    if out.added.len() > added {
+        st.ready_since.clear();
+        st.checkpoint_wait = None;
+    }
+}
+
+fn hold(out: &mut Draft, joins: Vec<usize>, why: &str) {
+    for at in joins {
+        out.view(at, Some(WorkerStatus::AddQueued), Some(why.to_string()));
+    }
 }
 
 /// With `join.batch`, why the ready workers wait: until the first of them has been ready for the
@@ -124,7 +138,6 @@ fn batch_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String> {
     let ends = first.saturating_add(batch);
     let room = p.rules.max.saturating_sub(worker_count(p, st));
     if p.now >= ends || joins.len() >= room {
-        st.ready_since.clear();
         return None;
     }
     let left = span_left(ends - p.now);
@@ -133,6 +146,65 @@ fn batch_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String> {
         joins.len(),
         span(batch)
     ))
+}
+
+/// With `join.at_checkpoint`, why the ready workers wait: until the job's `checkpoint_step`
+/// moves on from what it was when they began waiting, at most `join.max_wait`. A job with no
+/// worker has nothing to checkpoint: they join at once. `None`: they join.
+fn checkpoint_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String> {
+    if !p.rules.join_at_checkpoint || joins.is_empty() || worker_count(p, st) == 0 {
+        st.checkpoint_wait = None;
+        return None;
+    }
+    let seen = match p.progress {
+        Some(Ok(progress)) => progress.checkpoint_step,
+        _ => None,
+    };
+    let wait = st.checkpoint_wait.get_or_insert(CheckpointWait {
+        since: p.now,
+        checkpoint: seen,
+        passed: false,
+    });
+    let moved = seen.is_some_and(|c| wait.checkpoint.is_none_or(|w| c > w));
+    let ends = wait.since.saturating_add(p.rules.join_max_wait_ms);
+    if wait.passed || moved || p.now >= ends {
+        wait.passed = true;
+        return None;
+    }
+    let after = wait
+        .checkpoint
+        .map_or("the job's first".into(), |c| format!("one after step {c}"));
+    Some(format!(
+        "the job's next checkpoint: {} ready worker(s) join at {after} (join.at_checkpoint; at \
+         most {} more)",
+        joins.len(),
+        span_left(ends - p.now)
+    ))
+}
+
+/// With `join.sizes`, the ready workers that join: as many as bring the job to the largest
+/// allowed size within reach (and `max`). The rest wait as spares, ready and idle.
+fn spares(p: &Pass, st: &State, out: &mut Draft, mut joins: Vec<usize>) -> Vec<usize> {
+    let sizes = &p.rules.join_sizes;
+    if sizes.is_empty() {
+        return joins;
+    }
+    let now = worker_count(p, st);
+    let reach = now.saturating_add(joins.len()).min(p.rules.max);
+    let target = sizes.iter().rev().find(|s| **s <= reach).copied();
+    let joining = target.unwrap_or(0).saturating_sub(now).min(joins.len());
+    let grown = now + joining;
+    let spare = joins.len() - joining;
+    let why = match sizes.iter().find(|s| **s > grown) {
+        Some(next) => {
+            format!("a spare: join.sizes lets the job grow from {grown} to {next} workers, {spare} ready")
+        }
+        None => format!("a spare: the job has the largest of join.sizes ({grown} workers)"),
+    };
+    for at in joins.split_off(joining) {
+        out.view(at, Some(WorkerStatus::AddQueued), Some(why.clone()));
+    }
+    joins
 }
 
 /// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`),

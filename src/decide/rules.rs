@@ -42,6 +42,12 @@ pub struct Rules {
     pub launcher_silent_ms: Option<u64>,
     /// `join.batch`: how long the first ready worker waits for others to join with it.
     pub join_batch_ms: u64,
+    /// `join.at_checkpoint`: ready workers wait for the job's next checkpoint, at most
+    /// `join_max_wait_ms`.
+    pub join_at_checkpoint: bool,
+    pub join_max_wait_ms: u64,
+    /// `join.sizes`: the world sizes the job may grow to, ascending; empty: any.
+    pub join_sizes: Vec<usize>,
     /// `disruption.budget`: how many members may be leaving voluntarily at once.
     pub disruption_budget: crate::config::Budget,
     /// `workers.capacity`: what a launched worker may be, in order; empty: the template's own.
@@ -83,6 +89,9 @@ impl Rules {
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),
             join_batch_ms: cfg.join.batch.as_millis() as u64,
+            join_at_checkpoint: cfg.join.at_checkpoint,
+            join_max_wait_ms: cfg.join.max_wait.as_millis() as u64,
+            join_sizes: cfg.join.sizes.clone(),
             disruption_budget: cfg.disruption.budget,
             capacity: (cfg.workers.capacity.as_ref()).map_or_else(Vec::new, |c| c.choices.clone()),
             capacity_cool_down_ms: (cfg.workers.capacity.as_ref())

@@ -121,6 +121,8 @@ pub struct Progress {
     pub step: u64,
     /// When the job wrote it, if it said so readably (shown only: stalls are timed by dtd).
     pub time: Option<Millis>,
+    /// The step of the job's last checkpoint, if it says (`join.at_checkpoint`).
+    pub checkpoint_step: Option<u64>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.

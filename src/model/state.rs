@@ -105,6 +105,10 @@ pub struct State {
     /// that a restarted dtd neither restarts the window nor lets them join one by one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ready_since: BTreeMap<String, Millis>,
+    /// With `join.at_checkpoint`, since when ready workers wait for the job's next checkpoint,
+    /// the checkpoint step then, and whether it has passed (they join at the next chance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_wait: Option<CheckpointWait>,
     /// The `dtctl resume` request already honoured.
     #[serde(default)]
     pub resumed_at: Option<Millis>,
@@ -148,6 +152,16 @@ pub struct State {
     /// The generation whose every launcher finished (exit code 0): `job_finished` journaled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<u64>,
+}
+
+/// Ready workers waiting for the job's next checkpoint (`join.at_checkpoint`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointWait {
+    pub since: Millis,
+    /// `checkpoint_step` when the wait began (`None`: the job had said none).
+    pub checkpoint: Option<u64>,
+    /// The checkpoint came, or `join.max_wait` ran out: they join once they can.
+    pub passed: bool,
 }
 
 /// A launch from the template owed for an unhealthy worker.

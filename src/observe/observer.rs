@@ -71,8 +71,7 @@ impl Observer {
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(&ack.file, ack.host_worker_log.as_deref(), owner),
             resume: paths.resume(),
-            progress: (cfg.job.stall.as_ref())
-                .map(|_| ProgressReader::new(&cfg.job.progress, owner)),
+            progress: reads_progress(cfg).then(|| ProgressReader::new(&cfg.job.progress, owner)),
         };
         let tags = &cfg.workers.tags;
         let listing = Ec2Observer::new(clients.ec2.clone(), tags, cfg.workers.page_size);
@@ -106,8 +105,7 @@ impl Observer {
     /// Reads every source (see the module's comment).
     pub async fn observe(&mut self, cfg: &Config, shared_fs: &mut Deadline) -> Observed {
         let listing_calls = self.ec2.first_listing().await;
-        let reads_progress = cfg.job.stall.is_some();
-        let shared = shared::read(&self.readers, shared_fs, reads_progress).await;
+        let shared = shared::read(&self.readers, shared_fs, reads_progress(cfg)).await;
         let stalled = shared.markers.is_err() && shared_fs.is_stuck();
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
@@ -214,6 +212,11 @@ impl Observer {
         }
         Ok(())
     }
+}
+
+/// The job's progress file is read for stall detection and for joins at checkpoints only.
+fn reads_progress(cfg: &Config) -> bool {
+    cfg.job.stall.is_some() || cfg.join.at_checkpoint
 }
 
 /// The subnets the capacity choices name, each once.

@@ -108,6 +108,7 @@ fn progress(line: ProgressLine) -> Progress {
     Progress {
         step: line.step,
         time: line.time.as_deref().and_then(millis_from_rfc3339),
+        checkpoint_step: line.checkpoint_step,
     }
 }
 

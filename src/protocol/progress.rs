@@ -1,9 +1,11 @@
 //! The `progress` file: the job's last finished step, one JSON line it replaces atomically
 //! (temp file and rename) as it trains: `{"step": 1234, "time": "2026-11-24T08:16:41Z"}`.
 //!
-//! Optional for the job; `dtd run` reads it only with `job.stall` configured and journals
-//! `stalled` when the step stops advancing. `time` (when the job wrote it) is optional and only
-//! shown: how long a step has not advanced is measured by `dtd`'s own clock, never the job's.
+//! Optional for the job; `dtd run` reads it only with `job.stall` configured (and journals
+//! `stalled` when the step stops advancing) or `join.at_checkpoint` (ready workers join once
+//! `checkpoint_step`, the step of the job's last checkpoint, moves on). `time` (when the job
+//! wrote it) is optional and only shown: how long a step has not advanced is measured by `dtd`'s
+//! own clock, never the job's.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +22,9 @@ pub struct ProgressLine {
     /// When the job wrote it (RFC 3339), if it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
+    /// The step of the job's last checkpoint, if it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_step: Option<u64>,
 }
 
 impl ProgressLine {
@@ -47,6 +52,7 @@ mod tests {
         let line = ProgressLine {
             step: 1234,
             time: Some("2026-11-24T08:16:41Z".into()),
+            checkpoint_step: None,
         };
         let text = line.render();
         assert_eq!(text, "{\"step\":1234,\"time\":\"2026-11-24T08:16:41Z\"}\n");
@@ -60,6 +66,10 @@ mod tests {
         let golden = include_str!("../../tests/fixtures/protocol/progress.json");
         let line = ProgressLine::parse(golden.as_bytes()).unwrap();
         assert_eq!(line.step, 1234);
+        assert_eq!(line.render(), golden);
+        let golden = include_str!("../../tests/fixtures/protocol/progress_checkpoint.json");
+        let line = ProgressLine::parse(golden.as_bytes()).unwrap();
+        assert_eq!((line.step, line.checkpoint_step), (1234, Some(1200)));
         assert_eq!(line.render(), golden);
     }
 

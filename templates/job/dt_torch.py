@@ -8,6 +8,8 @@ dynamic-training. Standard library and torch only; shipped in the release next t
     for step in range(start, steps):
         ...one training step...
         session.progress(step)               # rank 0, at most once a second
+        if step % every == 0:
+            save_checkpoint(); session.checkpointed(step)   # said at once (join.at_checkpoint)
         if session.should_stop():            # every rank agrees (one tiny allreduce)
             save_checkpoint()                # rank 0; then leave: the launcher starts the next world
             sys.exit(session.exit_code())
@@ -56,6 +58,7 @@ class Session:
         self.peer_lost = False
         self.stop_timeout = stop_timeout
         self._progress_at = 0.0
+        self._checkpoint_step = None
         self._stopping = threading.Event()
         for s in stop_signals:
             signal.signal(s, self._on_stop)
@@ -141,8 +144,16 @@ class Session:
             "generation": self.generation,
             "world_size": dist.get_world_size() if dist.is_initialized() else 1,
         }
+        if self._checkpoint_step is not None:
+            body["checkpoint_step"] = self._checkpoint_step
         body.update(extra)
         _write_atomic(self.progress_file, json.dumps(body) + "\n", durable=False)
+
+    def checkpointed(self, step):
+        """Rank 0, after a checkpoint was saved at `step`: says so in the progress file at once,
+        where dtd's `join.at_checkpoint` waits for it to add ready workers."""
+        self._checkpoint_step = int(step)
+        self.progress(step, force=True)
 
     def should_stop(self):
         """True on every rank at the same step once any rank's node was asked to stop, or when a

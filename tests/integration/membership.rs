@@ -117,6 +117,55 @@ fn workers_ready_within_the_join_batch_join_in_one_generation() {
     assert_eq!(c.written_generation().trim(), "1", "one new generation");
 }
 
+/// The job's progress file as the job writes it (temp file and rename).
+fn job_progress(c: &Cluster, step: u64, checkpoint_step: u64) {
+    let path = c.efs().join("progress");
+    let line = format!("{{\"step\": {step}, \"checkpoint_step\": {checkpoint_step}}}\n");
+    std::fs::write(path.with_extension("tmp"), line).unwrap();
+    std::fs::rename(path.with_extension("tmp"), path).unwrap();
+}
+
+/// `join.at_checkpoint` and `join.sizes: [1, 3]`: the first worker joins at once (no job yet
+/// to checkpoint); a second waits as a spare (2 is not an allowed size); with a third the two
+/// wait for the job's next checkpoint and join together when its progress file says one.
+#[test]
+fn ready_workers_join_at_the_jobs_next_checkpoint_and_only_to_allowed_sizes() {
+    let mut c = Cluster::new();
+    c.extra = "join: { at_checkpoint: true, max_wait: 10m, sizes: [1, 3] }\n".into();
+    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    c.start_dtd();
+    let launched = c.launch(3);
+    c.marker(&launched[0].1);
+    c.wait_hosts("the first worker, at once", |h| h.len() == 1);
+    job_progress(&c, 40, 20);
+    c.marker(&launched[1].1);
+    c.wait_status_text("a spare: join.sizes lets the job grow from 1 to 3 workers, 1 ready");
+    let told = stdout(&c.dtctl(&["explain", &launched[1].0]));
+    assert!(told.contains("waiting for a spare: join.sizes"), "{told}");
+    c.marker(&launched[2].1);
+    c.wait_status_text("the job's next checkpoint: 2 ready worker(s) join at one after step 20");
+    job_progress(&c, 50, 20);
+    c.wait_passes(3);
+    assert_eq!(
+        c.hosts().len(),
+        1,
+        "not at a progress line with the same checkpoint"
+    );
+    job_progress(&c, 60, 60);
+    c.wait_hosts("the two to join at the checkpoint", |h| h.len() == 3);
+    let generations: std::collections::BTreeSet<_> = (launched[1..].iter())
+        .map(|(id, _)| {
+            let lines = c.journal_of(id);
+            let joined = lines
+                .iter()
+                .find(|e| e["kind"] == "joined")
+                .expect("joined");
+            joined["generation"].as_u64().expect("a generation")
+        })
+        .collect();
+    assert_eq!(generations.len(), 1, "one generation: {generations:?}");
+}
+
 /// `disruption.budget: 1`: two elastic tags deleted at once; one worker leaves, the other
 /// keeps training (held, journaled, shown why) until the first is acknowledged and terminated.
 #[test]

@@ -326,8 +326,11 @@ class ElasticJobTest(ScriptTest):
         job = self.start("--progress-every", "600")
         self.wait_line(job, "resumed from epoch 1")
         self.wait_epochs(job, 2)
-        # Written once at the start, where the checkpoint left off: not after every step.
-        self.assertEqual(self.progress()["step"], 5)
+        # Written at the start, where the checkpoint left off, and at each checkpoint (an epoch's
+        # end, said at once for join.at_checkpoint): not after every step.
+        p = self.progress()
+        self.assertEqual(p["step"], p["checkpoint_step"], p)
+        self.assertEqual(p["step"] % 5, 0, p)
         # Another job's progress is left alone at the end.
         write_atomically(self.shared / "progress", '{"step": 9, "pid": 999999}\n')
         self.assertEqual(self.terminate(job), 0)

@@ -80,6 +80,17 @@ class ProgressTest(GoldenTest):
         self.assertIsInstance(written.pop("pid"), int)  # the job's own key, for remove()
         self.assertEqual(written, json.loads(golden("progress.json")))
 
+    def test_a_checkpoint_is_said_at_once_with_its_step(self):
+        path = self.tmp / "progress"
+        at = time.strptime("2026-11-24T08:16:41Z", "%Y-%m-%dT%H:%M:%SZ")
+        with mock.patch.object(self.job.time, "gmtime", return_value=at):
+            progress = self.job.Progress(str(path), every=3600.0)
+            progress.checkpointed(1200)
+            progress.after_step(1234, force=True)
+        written = json.loads(path.read_text())
+        written.pop("pid")
+        self.assertEqual(written, json.loads(golden("progress_checkpoint.json")))
+
 
 class NoticesTest(GoldenTest):
     def read(self, generation):

@@ -82,6 +82,15 @@ class DtTorchGoldenTest(unittest.TestCase):
         self.assertRegex(written["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
         self.assertEqual((written["generation"], written["world_size"]), (8, 1))
 
+    def test_a_checkpoint_is_said_with_the_golden_key(self):
+        session = self.session(DT_STRATEGY="generation", DT_GENERATION="8")
+        session.checkpointed(1200)
+        session.progress(1234, force=True)
+        written = json.loads((self.tmp / "progress").read_text())
+        golden = json.loads((GOLDEN / "progress_checkpoint.json").read_text())
+        self.assertEqual({k: written[k] for k in golden if k != "time"},
+                         {"step": 1234, "checkpoint_step": 1200})
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -361,8 +361,46 @@ fn join_batch_defaults_to_none_and_refuses_an_hour_or_more() {
     assert!(e.contains("batch: 2h is longer than an hour"), "{e}");
     let e = error_of(&with("join: { batch: soon }"));
     assert!(e.contains("batch:"), "{e}");
-    let e = error_of(&with("join: { sizes: [8] }"));
-    assert!(e.contains("sizes"), "{e}");
+}
+
+#[test]
+fn join_at_checkpoint_waits_at_most_half_an_hour_and_sizes_ascend_within_max() {
+    let with = |join: &str| format!("{GOOD}{join}\n");
+    let join = Config::parse(GOOD).unwrap().join;
+    assert_eq!(
+        (join.at_checkpoint, join.max_wait),
+        (false, Duration::from_secs(1800))
+    );
+    assert!(join.sizes.is_empty());
+    let cfg = Config::parse(&with(
+        "join: { at_checkpoint: true, max_wait: 5m, sizes: [2, 4] }",
+    ));
+    let join = cfg.unwrap().join;
+    assert_eq!(
+        (join.at_checkpoint, join.max_wait),
+        (true, Duration::from_secs(300))
+    );
+    assert_eq!(join.sizes, [2, 4]);
+    for (bad, says) in [
+        (
+            "join: { sizes: [4, 2] }",
+            "sizes: list the allowed world sizes",
+        ),
+        (
+            "join: { sizes: [0, 2] }",
+            "sizes: list the allowed world sizes",
+        ),
+        ("join: { sizes: [] }", "sizes: list the allowed world sizes"),
+        (
+            "join: { sizes: [2, 8] }",
+            "join.sizes names 8 workers, more than workers.max (4)",
+        ),
+        ("join: { max_wait: soon }", "max_wait:"),
+        ("join: { at_checkpoint: maybe }", "at_checkpoint"),
+    ] {
+        let e = error_of(&with(bad));
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }
 
 #[test]

@@ -337,3 +337,128 @@ fn without_a_batch_each_ready_worker_joins_at_once() {
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
     assert!(plan.state.ready_since.is_empty());
 }
+
+fn at_checkpoint(max_wait_ms: Millis) -> Rules {
+    Rules {
+        join_at_checkpoint: true,
+        join_max_wait_ms: max_wait_ms,
+        ..rules()
+    }
+}
+
+/// What the job's progress file says: its step and its last checkpoint's.
+fn progress(w: &mut World, step: u64, checkpoint_step: Option<u64>) {
+    w.progress = Some(Ok(Progress {
+        step,
+        time: None,
+        checkpoint_step,
+    }));
+}
+
+/// `join.at_checkpoint`: ready workers wait for the job's next checkpoint, joining in the pass
+/// that sees `checkpoint_step` move on, with a batch that ended before it (no second wait).
+#[test]
+fn ready_workers_join_once_the_checkpoint_step_moves_on() {
+    let r = Rules {
+        join_batch_ms: 5_000,
+        ..at_checkpoint(600_000)
+    };
+    let mut w = World::with(vec![
+        instance("i-1", "10.0.1.1", 100),
+        instance("i-2", "10.0.1.2", 100),
+    ]);
+    progress(&mut w, 150, Some(100));
+    w.ready("10.0.1.1");
+    w.ready("10.0.1.2");
+    let mut state = State::default();
+    for now in [1_000, 7_000, 60_000] {
+        let plan = pass(&r, &mut w, &reloaded(&state), now);
+        assert_eq!(
+            hosts(&plan),
+            with_base(&[]),
+            "joined at {now} before a checkpoint"
+        );
+        state = plan.state;
+    }
+    let plan = pass(&r, &mut w, &state, 61_000);
+    let why = waiting_for(&plan, &w, "i-2");
+    assert!(
+        why.starts_with("the job's next checkpoint: 2 ready worker(s) join at one after step 100"),
+        "{why}"
+    );
+    // A progress line with the same checkpoint is not one.
+    progress(&mut w, 190, Some(100));
+    let plan = pass(&r, &mut w, &plan.state, 62_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    progress(&mut w, 200, Some(200));
+    let plan = pass(&r, &mut w, &plan.state, 63_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]));
+    assert_eq!(
+        plan.state.generation,
+        state.generation + 1,
+        "one generation"
+    );
+    assert!(plan.state.checkpoint_wait.is_none() && plan.state.ready_since.is_empty());
+}
+
+#[test]
+fn without_a_checkpoint_they_join_after_max_wait_and_a_job_with_no_worker_is_not_waited_for() {
+    let r = at_checkpoint(120_000);
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    let why = waiting_for(&plan, &w, "i-1");
+    assert!(
+        why.contains("join at the job's first (join.at_checkpoint; at most 2m more)"),
+        "{why}"
+    );
+    let plan = pass(&r, &mut w, &plan.state, 120_999);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    let plan = pass(&r, &mut w, &plan.state, 121_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.1"]),
+        "max_wait is the bound"
+    );
+
+    let empty = Rules {
+        base_hosts: Vec::new(),
+        ..at_checkpoint(120_000)
+    };
+    let plan = pass(&empty, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), ["10.0.1.1"], "no job to checkpoint: at once");
+}
+
+/// `join.sizes` [4, 6] with two base hosts: one ready worker waits as a spare, two join (4),
+/// a third waits again until a fourth makes 6.
+#[test]
+fn join_sizes_hold_spares_until_the_next_allowed_size() {
+    let r = Rules {
+        join_sizes: vec![4, 6],
+        ..rules()
+    };
+    let ips = ["10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4"];
+    let ids = ["i-1", "i-2", "i-3", "i-4"];
+    let mut w = World::with(
+        ids.iter()
+            .zip(ips)
+            .map(|(id, ip)| instance(id, ip, 100))
+            .collect(),
+    );
+    w.ready(ips[0]);
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+    let why = waiting_for(&plan, &w, "i-1");
+    assert_eq!(
+        why,
+        "a spare: join.sizes lets the job grow from 2 to 4 workers, 1 ready"
+    );
+    w.ready(ips[1]);
+    w.ready(ips[2]);
+    let plan = pass(&r, &mut w, &plan.state, 2_000);
+    assert_eq!(hosts(&plan), with_base(&ips[..2]), "4 of 5 reachable");
+    assert!(waiting_for(&plan, &w, "i-3").contains("from 4 to 6 workers"));
+    w.ready(ips[3]);
+    let plan = pass(&r, &mut w, &plan.state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&ips));
+}

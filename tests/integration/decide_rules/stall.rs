@@ -12,7 +12,11 @@ fn stall_rules() -> Rules {
 }
 
 fn at_step(w: &mut World, step: u64) {
-    w.progress = Some(Ok(Progress { step, time: None }));
+    w.progress = Some(Ok(Progress {
+        step,
+        time: None,
+        checkpoint_step: None,
+    }));
 }
 
 /// A pass whose state goes through its JSON form, as a restarted dtd would read it.
