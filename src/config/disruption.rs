@@ -1,14 +1,66 @@
 //! `disruption`: how many members may be leaving voluntarily at once (Karpenter's disruption
-//! budget, for a training job). Unlimited unless configured, as before it existed.
+//! budget, for a training job), and when (its `schedule` and `duration`, in UTC). Unlimited and
+//! at any time unless configured, as before it existed.
+
+use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+use super::de::duration;
+
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Disruption {
     /// A number of workers (`1`) or a share of them (`"10%"`).
     #[serde(default, deserialize_with = "budget")]
     pub budget: Budget,
+    /// When voluntary leaves may start; empty: at any time.
+    #[serde(default)]
+    pub windows: Vec<Window>,
+}
+
+/// A window opens at each time its cron `schedule` (UTC) names and stays open for `duration`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Window {
+    #[serde(deserialize_with = "schedule")]
+    pub schedule: Schedule,
+    #[serde(deserialize_with = "window_duration")]
+    pub duration: Duration,
+}
+
+/// A cron schedule and the text it was written as (for messages).
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub text: String,
+    pub cron: croner::Cron,
+}
+
+/// The five POSIX fields (minute hour day-of-month month day-of-week), in UTC.
+fn schedule<'de, D: Deserializer<'de>>(d: D) -> Result<Schedule, D::Error> {
+    let text = String::deserialize(d)?;
+    let fields = text.split_whitespace().count();
+    let cron = (fields == 5)
+        .then(|| croner::Cron::from_str(&text).ok())
+        .flatten()
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "schedule: `{}` is not a cron schedule of five fields (minute hour day month \
+                 weekday, UTC; e.g. \"0 22 * * *\")",
+                text.chars().take(60).collect::<String>()
+            ))
+        })?;
+    Ok(Schedule { text, cron })
+}
+
+/// At most a week: a longer window is no window.
+fn window_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let d = duration(d).map_err(|e| serde::de::Error::custom(format!("duration: {e}")))?;
+    if d > Duration::from_secs(7 * 24 * 3600) {
+        return Err(serde::de::Error::custom("duration: at most 7 days"));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -32,7 +32,7 @@ use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
 pub use capacity::{Capacity, Choice};
-pub use disruption::{Budget, Disruption};
+pub use disruption::{Budget, Disruption, Schedule, Window};
 pub use join::Join;
 pub use launch_template::TemplateRef;
 pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};

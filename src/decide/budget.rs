@@ -1,9 +1,11 @@
-//! The disruption budget (`disruption.budget`): a voluntary leave (elastic tag deleted, the
-//! group's scale-in, a rebalance recommendation, an EC2 scheduled change) starts only while
-//! fewer workers are leaving than the budget allows. Every leave in progress counts against it,
-//! from the host files until its instance stops running, an involuntary one too (an
-//! interruption, a Capacity Block's end, GPUs gone, an unhealthy worker), which is never held.
+//! The disruption budget (`disruption.budget`) and windows (`disruption.windows`): a voluntary
+//! leave (elastic tag deleted, the group's scale-in, a rebalance recommendation, an EC2
+//! scheduled change, an unhealthy worker that can drain) starts only within a window and while
+//! fewer workers are leaving than the budget allows. Every leave in progress counts against the
+//! budget, from the host files until its instance stops running, an involuntary one too (an
+//! interruption, a Capacity Block's end, GPUs gone), which is never held.
 
+use chrono::{DateTime, Utc};
 use rustc_hash::FxHashSet;
 
 use super::pass::Pass;
@@ -11,8 +13,51 @@ use super::worker_count;
 use crate::config::Budget;
 use crate::model::*;
 
-/// Why a voluntary leave waits now; `None`: it may start (or there is no budget).
+/// Why a voluntary leave waits now; `None`: it may start.
 pub(super) fn exhausted(p: &Pass, st: &State) -> Option<String> {
+    closed(p).or_else(|| spent(p, st))
+}
+
+/// Outside every disruption window: which they are and when the next opens. `None` within one,
+/// or without windows.
+fn closed(p: &Pass) -> Option<String> {
+    let windows = &p.rules.disruption_windows;
+    if windows.is_empty() {
+        return None;
+    }
+    let now = DateTime::from_timestamp_millis(i64::try_from(p.now).ok()?)?;
+    let mut next: Option<DateTime<Utc>> = None;
+    for w in windows {
+        let cron = &w.schedule.cron;
+        let length = chrono::Duration::from_std(w.duration).ok()?;
+        if let Ok(opened) = cron.find_previous_occurrence(&now, true) {
+            if now < opened + length {
+                return None;
+            }
+        }
+        if let Ok(at) = cron.find_next_occurrence(&now, false) {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+    }
+    let each: Vec<String> = (windows.iter())
+        .map(|w| {
+            format!(
+                "{} for {}",
+                w.schedule.text,
+                humantime::format_duration(w.duration)
+            )
+        })
+        .collect();
+    let next = next.and_then(|t| u64::try_from(t.timestamp_millis()).ok());
+    Some(format!(
+        "the disruption windows ({}; UTC): the next opens at {}",
+        each.join(", "),
+        next.map_or("no time".into(), |t| rfc3339(t).to_string())
+    ))
+}
+
+/// The budget spent: who is leaving. `None`: room, or no budget.
+fn spent(p: &Pass, st: &State) -> Option<String> {
     let budget = p.rules.disruption_budget;
     if budget == Budget::Unlimited {
         return None;

@@ -88,9 +88,11 @@ pub(super) fn classify(
 }
 
 fn stay(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
-    if !st.held.is_empty() {
-        // Asked to stay after all: a later removal is journaled again.
-        st.held.remove(&p.list[at].id);
+    let id = &p.list[at].id;
+    // Asked to stay after all: a later removal is journaled again. An unhealthy member whose
+    // drain is held stays too, still held.
+    if !st.held.is_empty() && !st.unhealthy.contains_key(id) {
+        st.held.remove(id);
     }
     joining::member_view(p, st, out, pos, at);
 }

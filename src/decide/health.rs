@@ -11,7 +11,7 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, launcher, removal};
+use super::{budget, group, launcher, removal};
 use crate::config::HealthLeave;
 use crate::model::*;
 
@@ -163,6 +163,10 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     };
     let inst = &p.list[at];
     let at_once = h.gpus_lost || h.vanished || p.rules.health_leave == HealthLeave::Immediate;
+    // A drain is voluntary: it waits for the disruption window and budget, training on.
+    if let Some(why) = budget::exhausted(p, st).filter(|_| !at_once) {
+        return hold_drain(p, st, out, at, &why);
+    }
     st.members.remove(pos);
     st.held.remove(&inst.id);
     out.removed.push(inst.ip);
@@ -193,6 +197,22 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     };
     let msg = format!("{reason}: {} left the job at once ({why}); {then}", inst.ip);
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
+}
+
+/// Journaled once (`removal_held`); `show_kept` shows why it still trains.
+fn hold_drain(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
+    let inst = &p.list[at];
+    if !st.held.contains_key(&inst.id) {
+        let msg = format!("removal of {} held: {why}", inst.ip);
+        out.event(
+            p,
+            EventKind::RemovalHeld,
+            Some(p.who(at)),
+            None,
+            msg.clone(),
+        );
+        st.held.insert(inst.id.clone(), msg);
+    }
 }
 
 /// A worker not in the job never joins: it is replaced at once. One whose tag says it may be
@@ -266,15 +286,19 @@ fn then_text(end: &Ending) -> &'static str {
 
 /// While stopped, an unhealthy member stays in the job: its row says why and what it waits for.
 pub(super) fn show_kept(p: &Pass, st: &State, out: &mut Draft) {
-    if !stopped(st) {
-        return;
-    }
     for (id, reason) in &st.unhealthy {
         let Some(at) = p.at(id) else { continue };
+        let why = match (stopped(st), st.held.get(id)) {
+            (true, _) => {
+                format!(
+                    "a person: health check failed ({reason}); kept, health.max_unhealthy reached"
+                )
+            }
+            (false, Some(held)) => format!("health check failed ({reason}); {held}"),
+            (false, None) => continue,
+        };
         if let Some(view) = out.views[at].as_mut() {
-            view.1 = Some(format!(
-                "a person: health check failed ({reason}); kept, health.max_unhealthy reached"
-            ));
+            view.1 = Some(why);
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct Rules {
     pub join_sizes: Vec<usize>,
     /// `disruption.budget`: how many members may be leaving voluntarily at once.
     pub disruption_budget: crate::config::Budget,
+    /// `disruption.windows`: when voluntary leaves may start; empty: at any time.
+    pub disruption_windows: Vec<crate::config::Window>,
     /// `workers.capacity`: what a launched worker may be, in order; empty: the template's own.
     pub capacity: Vec<Choice>,
     /// How long a choice EC2 had no capacity for is skipped.
@@ -93,6 +95,7 @@ impl Rules {
             join_max_wait_ms: cfg.join.max_wait.as_millis() as u64,
             join_sizes: cfg.join.sizes.clone(),
             disruption_budget: cfg.disruption.budget,
+            disruption_windows: cfg.disruption.windows.clone(),
             capacity: (cfg.workers.capacity.as_ref()).map_or_else(Vec::new, |c| c.choices.clone()),
             capacity_cool_down_ms: (cfg.workers.capacity.as_ref())
                 .map_or(0, |c| c.cool_down.as_millis() as u64),

@@ -117,6 +117,36 @@ fn workers_ready_within_the_join_batch_join_in_one_generation() {
     assert_eq!(c.written_generation().trim(), "1", "one new generation");
 }
 
+/// `disruption.windows` with a window that opens twelve hours from now: a deleted elastic tag
+/// is held and journaled, `dtctl status` saying when the next window opens; the worker trains on.
+#[test]
+fn a_voluntary_leave_outside_the_disruption_window_is_held_until_it_opens() {
+    let hour = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600
+        + 12)
+        % 24;
+    let mut c = Cluster::new();
+    c.extra = format!(
+        "disruption: {{ windows: [ {{ schedule: \"0 {hour} * * *\", duration: 1h }} ] }}\n"
+    );
+    let job = log_ack_job(&c, "10m");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.wait_hosts("the worker to join", |h| h.len() == 1);
+    c.delete_elastic_tag(&id);
+    c.wait_events("removal_held", &id, 1);
+    let shown = format!("the disruption windows (0 {hour} * * * for 1h; UTC): the next opens at ");
+    c.wait_status_text(&shown);
+    c.wait_passes(3);
+    assert_eq!(c.hosts(), [ip], "it trains on");
+    assert_eq!(c.state_of(&id), "running");
+}
+
 /// The job's progress file as the job writes it (temp file and rename).
 fn job_progress(c: &Cluster, step: u64, checkpoint_step: u64) {
     let path = c.efs().join("progress");

@@ -421,6 +421,33 @@ fn disruption_budget_is_a_number_or_a_share_and_unlimited_by_default() {
         let e = error_of(&with(&format!("disruption: {{ budget: {bad} }}")));
         assert!(e.contains("is not a number of workers"), "{bad}: {e}");
     }
+    assert!(Config::parse(GOOD).unwrap().disruption.windows.is_empty());
+    let w = "disruption: { windows: [ { schedule: \"0 22 * * SAT\", duration: 6h } ] }";
+    let windows = Config::parse(&with(w)).unwrap().disruption.windows;
+    assert_eq!(windows[0].schedule.text, "0 22 * * SAT");
+    assert_eq!(windows[0].duration, Duration::from_secs(6 * 3600));
+    for (bad, says) in [
+        (
+            "{ schedule: \"0 22 * *\", duration: 1h }",
+            "is not a cron schedule of five fields",
+        ),
+        (
+            "{ schedule: \"0 0 22 * * *\", duration: 1h }",
+            "is not a cron schedule",
+        ),
+        (
+            "{ schedule: \"61 * * * *\", duration: 1h }",
+            "is not a cron schedule",
+        ),
+        (
+            "{ schedule: \"0 22 * * *\", duration: 8d }",
+            "duration: at most 7 days",
+        ),
+        ("{ schedule: \"0 22 * * *\" }", "missing field `duration`"),
+    ] {
+        let e = error_of(&with(&format!("disruption: {{ windows: [ {bad} ] }}")));
+        assert!(e.contains(says), "{bad}: {e}");
+    }
     assert_eq!(Budget::Percent(10).allowed(5), Some(1), "rounded up");
     assert_eq!(Budget::Percent(50).allowed(4), Some(2));
     assert_eq!(Budget::Unlimited.allowed(4), None);

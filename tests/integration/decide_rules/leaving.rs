@@ -358,3 +358,79 @@ fn a_rebalance_drain_waits_for_the_budget_with_its_notice_kept() {
     assert!(plan.outcome.deferred_notices.is_empty());
     assert!(plan.state.noticed.contains_key("rb-1"));
 }
+
+/// `disruption.windows`: a window opening at 01:00 UTC for an hour (the passes' clock starts at
+/// the epoch). A deleted elastic tag outside it is held, shown with when the next opens, and
+/// leaves once the window is open.
+#[test]
+fn a_voluntary_leave_outside_the_disruption_windows_waits_for_the_next() {
+    let (r, mut w, state) = two_members();
+    let cfg = dt::config::Config::parse(
+        "cluster: demo\nworkers: { launch_template: lt-0abc, max: 4 }\nshared_dir: /efs\n\
+         disruption: { windows: [ { schedule: \"0 1 * * *\", duration: 1h } ] }\n",
+    )
+    .expect("config");
+    let r = Rules {
+        disruption_windows: cfg.disruption.windows.clone(),
+        ..r
+    };
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1", "10.0.1.2"]), "held");
+    let held = "the disruption windows (0 1 * * * for 1h; UTC): the next opens at \
+                1970-01-01T01:00:00Z";
+    assert_eq!(waiting_for(&plan, &w, "i-1"), held);
+    assert_eq!(kinds(&plan), ["removal_held"]);
+    let plan = pass(&r, &mut w, &plan.state, 3_599_000);
+    assert!(plan.outcome.events.is_empty(), "journaled once");
+    let plan = pass(&r, &mut w, &plan.state, 3_600_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]), "the window opened");
+    // Closed again at 02:00: an interruption is never held.
+    w.inst("i-2").market = "spot".into();
+    w.notices.push(spot("e-2", "i-2"));
+    let plan = pass(&r, &mut w, &plan.state, 7_300_000);
+    assert_eq!(hosts(&plan), with_base(&[]));
+}
+
+/// An unhealthy member that can drain (its GPUs are there) is a voluntary leave: with a budget
+/// of none it trains on, held and shown why, and drains once the budget allows.
+#[test]
+fn an_unhealthy_member_that_can_drain_waits_for_the_budget() {
+    let (r, mut w, state) = two_members();
+    let held = Rules {
+        disruption_budget: dt::config::Budget::Workers(0),
+        ..r.clone()
+    };
+    w.health("i-1", false, false, "Xid 13 (graphics engine exception)");
+    let plan = pass(&held, &mut w, &state, 10_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.1", "10.0.1.2"]),
+        "trains on"
+    );
+    let why = waiting_for(&plan, &w, "i-1");
+    assert!(
+        why.starts_with("health check failed (Xid 13") && why.contains("removal of 10.0.1.1 held"),
+        "{why}"
+    );
+    assert_eq!(
+        kinds(&plan)
+            .iter()
+            .filter(|k| **k == "removal_held")
+            .count(),
+        1
+    );
+    let plan = pass(&held, &mut w, &plan.state, 11_000);
+    assert!(!kinds(&plan).contains(&"removal_held"), "journaled once");
+    let plan = pass(&r, &mut w, &plan.state, 12_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.2"]),
+        "drains once allowed"
+    );
+    // GPUs gone is involuntary: never held.
+    let (_, mut w, state) = two_members();
+    w.health("i-2", false, true, "7 of 8 GPUs visible");
+    let plan = pass(&held, &mut w, &state, 10_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+}

@@ -45,6 +45,7 @@ pub(crate) fn rules() -> Rules {
         join_max_wait_ms: 0,
         join_sizes: Vec::new(),
         disruption_budget: dt::config::Budget::Unlimited,
+        disruption_windows: Vec::new(),
         capacity: Vec::new(),
         capacity_cool_down_ms: 0,
         max_unhealthy: dt::config::MaxUnhealthy::default(),
