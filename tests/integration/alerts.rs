@@ -46,6 +46,8 @@ fn wait_received(hook: &WebhookReceiver, what: &str, n: usize) -> Vec<Received> 
 
 /// The token is in no file `dtd` writes and nothing `dtctl status` prints.
 fn assert_token_never_shown(c: &Cluster) {
+    // An alert can arrive before the pass that queued it has written its status report.
+    c.wait_status("a report", |_| true);
     let log = c.dtd_log();
     assert!(!log.contains(TOKEN), "the token is in dtd's log:\n{log}");
     let status = std::fs::read_to_string(c.state_dir().join("status.json")).expect("status.json");

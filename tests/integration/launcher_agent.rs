@@ -107,6 +107,14 @@ impl Node {
         std::fs::read_to_string(self.dir.path().join("argv.log")).unwrap_or_default()
     }
 
+    /// The argv of the launcher's `n`th start (from 0), once it wrote it: the agent reports a
+    /// run as soon as it spawned the launcher, which may not have run its first line yet.
+    fn argv_line(&self, n: usize) -> String {
+        let what = format!("start {n}'s argv in argv.log");
+        wait_until(&what, WAIT, || self.argv().lines().nth(n).is_some());
+        self.argv().lines().nth(n).unwrap_or_default().to_string()
+    }
+
     /// Lines in a file the launcher wrote in the shared directory.
     fn lines(&self, name: &str) -> usize {
         let text = std::fs::read_to_string(self.efs().join(name)).unwrap_or_default();
@@ -118,6 +126,13 @@ impl Drop for Node {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("---- agent log ----\n{}", self.log());
+        }
+        // SIGTERM first: the agent stops its launcher and what it started (workers in sessions
+        // of their own included), which a SIGKILL would leave running after the test.
+        crate::support::signal(self.agent.id() as i32, "TERM");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while matches!(self.agent.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
         }
         let _ = self.agent.kill();
         let _ = self.agent.wait();
@@ -166,6 +181,7 @@ fn an_older_plan_is_a_replay_and_is_ignored() {
         ),
         ("running".into(), pid, 5.into())
     );
+    n.argv_line(0);
     assert_eq!(n.starts(), 1);
 }
 
@@ -182,8 +198,7 @@ fn a_failing_launcher_is_started_again_with_a_doubling_backoff_and_shown() {
         r["output_tail"].as_array().unwrap().last().unwrap(),
         "CUDA error: out of memory"
     );
-    let argv = std::fs::read_to_string(n.dir.path().join("argv.log")).unwrap();
-    let first = argv.lines().next().unwrap();
+    let first = n.argv_line(0);
     assert_eq!(
         first,
         "--nnodes=2 --nproc-per-node=gpu --rdzv-backend=c10d --rdzv-endpoint=10.0.4.8:29400 \
@@ -257,7 +272,7 @@ fn under_the_elastic_strategy_a_run_outlives_joins_and_a_leave_ends_only_its_wor
     let pid = r["pid"].clone();
     assert_eq!(r["rdzv_id"], "itest-e10-0-4-7");
     assert_eq!(
-        n.argv().lines().next().unwrap(),
+        n.argv_line(0),
         "--nnodes=1:4 --nproc-per-node=gpu --rdzv-backend=c10d --rdzv-endpoint=10.0.4.7:29400 \
          --rdzv-id=itest-e10-0-4-7 --rdzv-conf=is_host=true,last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=5 \
          --local-addr=10.0.4.7 --max-restarts=1000 /train.py"
@@ -294,7 +309,7 @@ fn under_the_elastic_strategy_a_run_outlives_joins_and_a_leave_ends_only_its_wor
         r["state"] == "running" && r["generation"] == 4 && r["pid"] != pid
     });
     assert_eq!(r["rdzv_id"], "itest-e10-0-4-9");
-    let second = n.argv().lines().nth(1).unwrap().to_string();
+    let second = n.argv_line(1);
     assert!(
         second.contains("--rdzv-endpoint=10.0.4.9:29400")
             && second.contains("--rdzv-conf=is_host=false,"),
