@@ -103,7 +103,17 @@ fn workers_ready_within_the_join_batch_join_in_one_generation() {
         "joined before the batch ended: {printed}"
     );
     c.wait_hosts("the three to join", |h| h.len() == 3);
-    let generations: std::collections::BTreeSet<_> = (launched.iter())
+    let generations = joined_generations(&c, &launched);
+    assert_eq!(generations.len(), 1, "{generations:?}");
+    assert_eq!(c.written_generation().trim(), "1", "one new generation");
+}
+
+/// The generations the workers' `joined` lines name.
+fn joined_generations(
+    c: &Cluster,
+    workers: &[(String, String)],
+) -> std::collections::BTreeSet<u64> {
+    (workers.iter())
         .map(|(id, _)| {
             let lines = c.journal_of(id);
             let joined = lines
@@ -112,9 +122,7 @@ fn workers_ready_within_the_join_batch_join_in_one_generation() {
                 .expect("joined");
             joined["generation"].as_u64().expect("a generation")
         })
-        .collect();
-    assert_eq!(generations.len(), 1, "{generations:?}");
-    assert_eq!(c.written_generation().trim(), "1", "one new generation");
+        .collect()
 }
 
 /// `disruption.windows` with a window that opens twelve hours from now: a deleted elastic tag
@@ -183,16 +191,7 @@ fn ready_workers_join_at_the_jobs_next_checkpoint_and_only_to_allowed_sizes() {
     );
     job_progress(&c, 60, 60);
     c.wait_hosts("the two to join at the checkpoint", |h| h.len() == 3);
-    let generations: std::collections::BTreeSet<_> = (launched[1..].iter())
-        .map(|(id, _)| {
-            let lines = c.journal_of(id);
-            let joined = lines
-                .iter()
-                .find(|e| e["kind"] == "joined")
-                .expect("joined");
-            joined["generation"].as_u64().expect("a generation")
-        })
-        .collect();
+    let generations = joined_generations(&c, &launched[1..]);
     assert_eq!(generations.len(), 1, "one generation: {generations:?}");
 }
 
