@@ -45,7 +45,7 @@ pub async fn launch(
     if choices.is_empty() {
         let launched = run(client, template, None, token, count).await;
         return Tried {
-            launched: launched.map_err(|(_, e)| e),
+            launched: launched.map_err(Refusal::into_text),
             no_capacity,
         };
     }
@@ -58,10 +58,10 @@ pub async fn launch(
                     no_capacity,
                 }
             }
-            Err((Some(code), message)) if NO_CAPACITY.contains(&code.as_str()) => {
+            Err(Refusal::NoCapacity { code, message }) => {
                 no_capacity.push((choice.clone(), code, message));
             }
-            Err((_, e)) => {
+            Err(Refusal::Other(e)) => {
                 return Tried {
                     launched: Err(e),
                     no_capacity,
@@ -84,14 +84,31 @@ fn choice_token(token: &str, choice: &Choice) -> String {
     format!("{base}-{}", &digest[..12])
 }
 
-/// One RunInstances; on failure, EC2's error code (when it gave one) and the whole message.
+/// Why EC2 refused one RunInstances.
+enum Refusal {
+    /// No capacity for this choice (its code in [`NO_CAPACITY`], and EC2's message).
+    NoCapacity { code: String, message: String },
+    /// Anything else, whole: what it was, as whom, and why.
+    Other(String),
+}
+
+impl Refusal {
+    fn into_text(self) -> String {
+        match self {
+            Refusal::NoCapacity { message, .. } => message,
+            Refusal::Other(text) => text,
+        }
+    }
+}
+
+/// One RunInstances.
 async fn run(
     client: &Client,
     template: &TemplateRef,
     choice: Option<&Choice>,
     token: Option<&str>,
     count: i32,
-) -> Result<Vec<Launched>, (Option<String>, String)> {
+) -> Result<Vec<Launched>, Refusal> {
     let mut call = (client.run_instances())
         .launch_template(template_spec(template))
         .min_count(count)
@@ -120,14 +137,15 @@ async fn run(
         let said = (e.as_service_error())
             .and_then(|s| s.message())
             .map(str::to_string);
-        let message = said.unwrap_or_else(|| describe_error(&e));
-        let text = format!(
-            "RunInstances from {template}{as_what}: {}",
-            describe_error(&e)
-        );
         match code {
-            Some(code) if NO_CAPACITY.contains(&code.as_str()) => (Some(code), message),
-            code => (code, text),
+            Some(code) if NO_CAPACITY.contains(&code.as_str()) => Refusal::NoCapacity {
+                code,
+                message: said.unwrap_or_else(|| describe_error(&e)),
+            },
+            _ => Refusal::Other(format!(
+                "RunInstances from {template}{as_what}: {}",
+                describe_error(&e)
+            )),
         }
     })?;
     Ok((out.instances().iter())
