@@ -26,6 +26,9 @@ use crate::deadline::Deadline;
 use crate::model::*;
 use crate::store::Paths;
 
+/// How long after a failed read of the capacity choices' subnets it is tried again.
+const SUBNETS_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub struct Observer {
     clients: Clients,
     /// Messages from the event queue, and those received but not yet heeded by a pass.
@@ -44,6 +47,9 @@ pub struct Observer {
     /// to compare them with), and the subnets still to read.
     subnet_zones: BTreeMap<String, String>,
     subnets_unread: Vec<String>,
+    /// When the subnets were last asked for: a failed read is tried again a minute later, not
+    /// on every pass.
+    subnets_asked: Option<Instant>,
 }
 
 /// What one observation found.
@@ -85,6 +91,7 @@ impl Observer {
             readers: Arc::new(Mutex::new(readers)),
             launch_template_id: None,
             subnet_zones: BTreeMap::new(),
+            subnets_asked: None,
             subnets_unread: match cfg.shared_fs_id {
                 Some(_) => capacity_subnets(cfg),
                 None => Vec::new(),
@@ -183,10 +190,12 @@ impl Observer {
     }
 
     /// Reads the capacity choices' subnets' zones until it has them (a failure is tried again
-    /// on the next pass), and lends them to the mount-target view.
+    /// a minute later), and lends them to the mount-target view.
     async fn with_subnet_zones(&mut self, view: Option<MountTargets>) -> Option<MountTargets> {
         let mut view = view?;
-        if !self.subnets_unread.is_empty() {
+        let due = (self.subnets_asked).is_none_or(|at| at.elapsed() >= SUBNETS_RETRY);
+        if !self.subnets_unread.is_empty() && due {
+            self.subnets_asked = Some(Instant::now());
             let wanted = self.subnets_unread.clone();
             match super::ec2::subnet_zones(&self.clients.ec2, wanted).await {
                 Ok(zones) => {
