@@ -24,7 +24,7 @@ use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::RequestLaunchTemplateData;
 use dt::act::capacity::launch;
 use dt::config::TemplateRef;
-use dt::model::Choice;
+use dt::model::{Choice, LaunchChoice};
 
 const RUNS: usize = 15;
 const TEMPLATE: &str = "bench-capacity";
@@ -51,7 +51,7 @@ fn main() {
     let template = TemplateRef::parse(TEMPLATE);
     let (p5, p4d) = (choice("p5.48xlarge"), choice("p4d.24xlarge"));
 
-    let launches = |choices: Vec<Choice>| {
+    let launches = |choices: Vec<LaunchChoice>| {
         let (once, template) = (&once, &template);
         move || {
             let choices = choices.clone();
@@ -89,11 +89,16 @@ fn main() {
     );
 }
 
-fn choice(instance_type: &str) -> Choice {
-    Choice {
+fn choice(instance_type: &str) -> LaunchChoice {
+    let choice = Choice {
         instance_type: instance_type.into(),
         gpus: 8,
         subnet: None,
+        reservation: None,
+    };
+    LaunchChoice {
+        choice,
+        capacity_block: false,
     }
 }
 

@@ -88,6 +88,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         ..Acks::default()
     };
     let snap = Snapshot {
+        reservations: None,
         instances: Ok(instances),
         markers: Ok(markers),
         acks: Ok(acks),

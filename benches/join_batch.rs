@@ -66,6 +66,7 @@ fn simulate(batch_ms: u64, at_checkpoint: bool, arrive: &[u64]) -> Cost {
             }
         }
         let snap = Snapshot {
+            reservations: None,
             instances: Ok(instances.clone()),
             markers: Ok(markers),
             acks: Ok(Acks::default()),

@@ -5,13 +5,18 @@
 
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::operation::run_instances::builders::RunInstancesFluentBuilder;
+use aws_sdk_ec2::types::{
+    CapacityReservationPreference, CapacityReservationSpecification, CapacityReservationTarget,
+    InstanceMarketOptionsRequest, MarketType,
+};
 use aws_sdk_ec2::Client;
 
 use super::ec2::template_spec;
 use crate::aws::describe_error;
 use crate::config::TemplateRef;
 use crate::digest::Sha256;
-use crate::model::{Choice, NO_CAPACITY};
+use crate::model::{Choice, LaunchChoice, NO_CAPACITY};
 
 /// One instance EC2 launched: its id and private IP (none yet is possible).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +42,7 @@ pub struct Tried {
 pub async fn launch(
     client: &Client,
     template: &TemplateRef,
-    choices: &[Choice],
+    choices: &[LaunchChoice],
     token: Option<&str>,
     count: i32,
 ) -> Tried {
@@ -50,7 +55,7 @@ pub async fn launch(
         };
     }
     for choice in choices {
-        let token = token.map(|t| choice_token(t, choice));
+        let token = token.map(|t| choice_token(t, &choice.choice));
         match run(client, template, Some(choice), token.as_deref(), count).await {
             Ok(launched) => {
                 return Tried {
@@ -59,7 +64,7 @@ pub async fn launch(
                 }
             }
             Err(Refusal::NoCapacity { code, message }) => {
-                no_capacity.push((choice.clone(), code, message));
+                no_capacity.push((choice.choice.clone(), code, message));
             }
             Err(Refusal::Other(e)) => {
                 return Tried {
@@ -69,7 +74,7 @@ pub async fn launch(
             }
         }
     }
-    let tried: Vec<String> = choices.iter().map(Choice::name).collect();
+    let tried: Vec<String> = choices.iter().map(|c| c.choice.name()).collect();
     Tried {
         launched: Err(format!("no capacity for any choice ({})", tried.join(", "))),
         no_capacity,
@@ -105,7 +110,7 @@ impl Refusal {
 async fn run(
     client: &Client,
     template: &TemplateRef,
-    choice: Option<&Choice>,
+    choice: Option<&LaunchChoice>,
     token: Option<&str>,
     count: i32,
 ) -> Result<Vec<Launched>, Refusal> {
@@ -115,10 +120,9 @@ async fn run(
         .max_count(count)
         .set_client_token(token.map(str::to_string));
     if let Some(c) = choice {
-        call =
-            (call.instance_type(c.instance_type.as_str().into())).set_subnet_id(c.subnet.clone());
+        call = overrides(call, c);
     }
-    let as_what = choice.map_or(String::new(), |c| format!(" as {}", c.name()));
+    let as_what = choice.map_or(String::new(), |c| format!(" as {}", c.choice.name()));
     // With choices, the next choice is the retry: the SDK's own retries of a capacity error
     // (an HTTP 500) would only delay it by seconds.
     let sent = match choice {
@@ -152,9 +156,40 @@ async fn run(
         .map(|i| Launched {
             id: i.instance_id().unwrap_or("?").to_string(),
             ip: i.private_ip_address().map(str::to_string),
-            choice: choice.cloned(),
+            choice: choice.map(|c| c.choice.clone()),
         })
         .collect())
+}
+
+/// The choice's type, subnet and reservation over the template's. A reservation is targeted
+/// with `capacity-reservations-only`, so that a full one is refused (and the next choice
+/// tried) rather than launched as plain On-Demand; a Capacity Block also needs its market type
+/// ("Launch instances using Capacity Blocks", Amazon EC2 User Guide).
+fn overrides(call: RunInstancesFluentBuilder, c: &LaunchChoice) -> RunInstancesFluentBuilder {
+    let choice = &c.choice;
+    let call = (call.instance_type(choice.instance_type.as_str().into()))
+        .set_subnet_id(choice.subnet.clone());
+    let Some(reservation) = choice.reservation.as_deref() else {
+        return call;
+    };
+    let target = match choice.reservation_id() {
+        Some(id) => CapacityReservationTarget::builder().capacity_reservation_id(id),
+        None => CapacityReservationTarget::builder()
+            .capacity_reservation_resource_group_arn(reservation),
+    };
+    let spec = CapacityReservationSpecification::builder()
+        .capacity_reservation_preference(CapacityReservationPreference::CapacityReservationsOnly)
+        .capacity_reservation_target(target.build())
+        .build();
+    let call = call.capacity_reservation_specification(spec);
+    match c.capacity_block {
+        true => call.instance_market_options(
+            InstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::CapacityBlock)
+                .build(),
+        ),
+        false => call,
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +202,7 @@ mod tests {
             instance_type: "p5.48xlarge".into(),
             gpus: 8,
             subnet: Some("subnet-0123456789abcdef0".into()),
+            reservation: None,
         };
         let p4 = Choice {
             instance_type: "p4d.24xlarge".into(),

@@ -79,10 +79,17 @@ fn check_choice(c: &Choice) -> Result<(), String> {
     if c.gpus == 0 {
         return Err(format!("{}: gpus must be at least 1", c.instance_type));
     }
-    match &c.subnet {
-        Some(s) if !is_subnet_id(s) => {
-            let shown: String = s.chars().take(40).collect();
-            Err(format!("`{shown}` is not a subnet id (subnet-...)"))
+    if let Some(s) = c.subnet.as_deref().filter(|s| !is_subnet_id(s)) {
+        let shown: String = s.chars().take(40).collect();
+        return Err(format!("`{shown}` is not a subnet id (subnet-...)"));
+    }
+    match c.reservation.as_deref() {
+        Some(r) if !is_reservation_id(r) && !is_reservation_group(r) => {
+            let shown: String = r.chars().take(80).collect();
+            Err(format!(
+                "`{shown}` is not a Capacity Reservation id (cr-...) or the ARN of a resource \
+                 group (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)"
+            ))
         }
         _ => Ok(()),
     }
@@ -99,7 +106,37 @@ fn is_instance_type(t: &str) -> bool {
 }
 
 fn is_subnet_id(s: &str) -> bool {
-    s.strip_prefix("subnet-").is_some_and(|hex| {
+    has_hex_id(s, "subnet-")
+}
+
+/// Capacity Reservations and Capacity Blocks alike: `cr-0123456789abcdef0`.
+fn is_reservation_id(s: &str) -> bool {
+    has_hex_id(s, "cr-")
+}
+
+fn has_hex_id(s: &str, prefix: &str) -> bool {
+    s.strip_prefix(prefix).is_some_and(|hex| {
         (8..=17).contains(&hex.len()) && hex.bytes().all(|b| b.is_ascii_hexdigit())
     })
+}
+
+/// `arn:aws:resource-groups:us-east-1:123456789012:group/my-reservations` (any partition).
+fn is_reservation_group(s: &str) -> bool {
+    let f: Vec<&str> = s.splitn(6, ':').collect();
+    let [arn, partition, service, region, account, resource] = f[..] else {
+        return false;
+    };
+    let name = resource.strip_prefix("group/").unwrap_or_default();
+    let word = |w: &str, extra: &[u8]| {
+        !w.is_empty() && (w.bytes()).all(|b| b.is_ascii_alphanumeric() || extra.contains(&b))
+    };
+    arn == "arn"
+        && partition.starts_with("aws")
+        && word(partition, b"-")
+        && service == "resource-groups"
+        && word(region, b"-")
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && name.len() <= 128
+        && word(name, b"._-")
 }

@@ -1,5 +1,6 @@
 //! `dtctl` commands that act on AWS exactly as a person at the EC2 console would.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context};
@@ -13,15 +14,15 @@ use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 
 use crate::act::capacity;
 use crate::ctl::local::load_status;
-use crate::model::Choice;
-use crate::status::CapacityStatus;
+use crate::model::{CapacityStatus, Choice, LaunchChoice};
+use crate::observe::reservations;
 
 pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
     let Some(template) = cfg.workers.launch_template.as_ref() else {
         bail!("workers.launch_template is not set in the config: nothing to launch from");
     };
     let client = ec2_client(cfg).await;
-    let choices = usable_choices(cfg);
+    let choices = launch_choices(&client, usable_choices(cfg)).await;
     let count = i32::try_from(count).context("too many workers to launch at once")?;
     let tried = capacity::launch(&client, template, &choices, None, count).await;
     for (choice, code, message) in &tried.no_capacity {
@@ -65,6 +66,32 @@ fn usable_choices(cfg: &Config) -> Vec<Choice> {
         return capacity.choices.clone();
     }
     usable
+}
+
+/// Each choice with what a launch needs to know of its reservation: whether it is a Capacity
+/// Block (launched with its own market type). Read from EC2 here, as dtd reads it.
+async fn launch_choices(client: &aws_sdk_ec2::Client, choices: Vec<Choice>) -> Vec<LaunchChoice> {
+    let ids: BTreeSet<String> = (choices.iter())
+        .filter_map(|c| c.reservation_id().map(str::to_string))
+        .collect();
+    let read = match ids.is_empty() {
+        true => BTreeMap::new(),
+        false => {
+            let ids: Vec<String> = ids.into_iter().collect();
+            reservations::read(client, &ids).await.unwrap_or_else(|e| {
+                println!("the reservations could not be read ({e}): each is launched into as an On-Demand Capacity Reservation");
+                BTreeMap::new()
+            })
+        }
+    };
+    (choices.into_iter())
+        .map(|choice| LaunchChoice {
+            capacity_block: (choice.reservation_id())
+                .and_then(|id| read.get(id))
+                .is_some_and(|r| r.capacity_block),
+            choice,
+        })
+        .collect()
 }
 
 pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {

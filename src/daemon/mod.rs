@@ -168,19 +168,14 @@ impl Daemon {
         snap: &Snapshot,
         pass: PassRun,
     ) -> BTreeMap<WorkerStatus, Vec<String>> {
-        let unheeded: Vec<&Notice> = (snap.notices.iter())
-            .filter(|n| !self.state.noticed.contains_key(&n.id))
-            .collect();
         let mut plan = decide_from(
             &self.rules(),
             snap,
             std::mem::take(&mut self.state),
             pass.now,
         );
-        let heeded = unheeded
-            .into_iter()
-            .filter(|n| plan.state.noticed.contains_key(&n.id));
-        self.metrics.note_notices(heeded);
+        self.metrics
+            .note_notices(plan.outcome.heeded_notices.iter());
         let decided = std::mem::take(&mut plan.outcome.events);
         self.record(&decided);
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.

@@ -54,7 +54,9 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
         trust::refuse_ack(&p, &mut st, &mut out, claimed);
     }
     // Before members are located: a notice can take a member out of the job.
-    notices::heed(&p, &mut st, &mut out, &snap.notices);
+    let block_ends = notices::capacity_block_ends(&p);
+    let heard = [snap.notices.as_slice(), &block_ends].concat();
+    notices::heed(&p, &mut st, &mut out, &heard);
     health::heed(&p, &mut st, &mut out);
     replacements::send(&p, &mut st, &mut out);
     let member_of = classify::locate_members(&p, &mut st, &mut out);

@@ -69,10 +69,31 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]
             continue;
         }
         st.noticed.insert(n.id.clone(), now);
+        out.outcome.heeded_notices.push(n.clone());
         for t in targets {
             heed_one(p, st, out, n, t);
         }
     }
+}
+
+/// The Capacity Blocks `workers.capacity` names whose end is 40 minutes away or less, as
+/// notices: their workers drain when AWS's own warning would come, from the end date EC2 lists,
+/// whether or not that warning reaches the event queue (one id per block and end, so each is
+/// heeded once).
+pub(super) fn capacity_block_ends(p: &Pass) -> Vec<Notice> {
+    let Some(Ok(read)) = p.reservations else {
+        return Vec::new();
+    };
+    (read.values())
+        .filter(|r| r.drains_at().is_some_and(|at| p.now >= at))
+        .map(|r| Notice {
+            id: format!("capacity-block-end:{}:{}", r.id, r.end.unwrap_or_default()),
+            kind: NoticeKind::CapacityBlockExpiring,
+            target: NoticeTarget::CapacityReservation(r.id.clone()),
+            deadline: r.terminates_at(),
+            source: "reservation",
+        })
+        .collect()
 }
 
 /// Why a voluntary drain (a rebalance recommendation, a scheduled change) of a member waits for

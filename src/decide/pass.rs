@@ -24,6 +24,8 @@ pub(super) struct Pass<'a> {
     pub markers: Option<&'a Markers>,
     pub acks: Option<&'a Acks>,
     pub mount_targets: Option<&'a MountTargets>,
+    /// The reservations `workers.capacity` names by id, when it names any.
+    pub reservations: Option<&'a Result<std::collections::BTreeMap<String, Reservation>, String>>,
     /// The job's progress file, when stall detection reads it and the job wrote one.
     pub progress: Option<&'a Result<Progress, String>>,
     /// The generation the `ack` file acknowledges, when dtd wrote it (see `trust`).
@@ -68,6 +70,7 @@ impl<'a> Pass<'a> {
             markers: snap.markers.as_ref().ok(),
             acks: snap.acks.as_ref().ok(),
             mount_targets: snap.mount_targets.as_ref(),
+            reservations: snap.reservations.as_ref(),
             progress: snap.progress.as_ref(),
             ack,
             ack_refused,

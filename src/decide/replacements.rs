@@ -1,7 +1,8 @@
 //! Launches owed for unhealthy launch-template workers, sent until one is launched, each with
 //! the `workers.capacity` choices to try in order: those EC2 has not refused within their
-//! cool-down, and none in a subnet whose zone the shared file system cannot serve. Settle
-//! starts a cool-down when act reports a choice refused.
+//! cool-down, none in a zone the shared file system cannot serve, and none from a reservation
+//! that cannot take one now (see [`reserved`]). Settle starts a cool-down when act reports a
+//! choice refused.
 
 use super::draft::Draft;
 use super::pass::Pass;
@@ -9,7 +10,7 @@ use crate::model::*;
 
 pub(super) fn send(p: &Pass, st: &mut State, out: &mut Draft) {
     st.no_capacity.retain(|_, u| u.until > p.now);
-    show_unavailable(p, st, out);
+    show(p, st, out);
     if st.replacements.is_empty() {
         return;
     }
@@ -44,14 +45,19 @@ pub(super) fn send(p: &Pass, st: &mut State, out: &mut Draft) {
 }
 
 /// The choices a launch may try now, in order (empty: the template as it is), or why none.
-fn usable(p: &Pass, st: &State) -> Result<Vec<Choice>, String> {
+fn usable(p: &Pass, st: &State) -> Result<Vec<LaunchChoice>, String> {
     let all = &p.rules.capacity;
     if all.is_empty() {
         return Ok(Vec::new());
     }
-    let usable: Vec<Choice> = (all.iter())
-        .filter(|c| !st.no_capacity.contains_key(&c.name()) && unmountable(p, c).is_none())
-        .cloned()
+    let usable: Vec<LaunchChoice> = (all.iter())
+        .filter_map(|c| match skipped(p, st, c) {
+            Ok(capacity_block) => Some(LaunchChoice {
+                choice: c.clone(),
+                capacity_block,
+            }),
+            Err(_) => None,
+        })
         .collect();
     if !usable.is_empty() {
         return Ok(usable);
@@ -62,32 +68,87 @@ fn usable(p: &Pass, st: &State) -> Result<Vec<Choice>, String> {
             "no capacity choice is usable; the first back is tried at {}",
             rfc3339(at)
         ),
-        None => "no capacity choice is in a zone the shared file system can serve".into(),
+        None => "no capacity choice is usable now (dtctl status says why of each)".into(),
     })
 }
 
-/// Why a choice's subnet cannot be used: its zone has no mount target. `None` when it can, or
-/// when the zones are unknown (nothing is concluded from what was not read).
-fn unmountable(p: &Pass, c: &Choice) -> Option<String> {
+/// Why a choice is skipped now; for one that is not, whether it is a Capacity Block.
+fn skipped(p: &Pass, st: &State, c: &Choice) -> Result<bool, String> {
+    if let Some(u) = st.no_capacity.get(&c.name()) {
+        return Err(format!("{} until {}", u.code, rfc3339(u.until)));
+    }
+    let zone = c.subnet.as_ref().and_then(|s| subnet_zone(p, s));
+    if let Some(why) = zone.and_then(|z| unmountable(p, z)) {
+        return Err(format!(
+            "{} is in {why}",
+            c.subnet.as_deref().unwrap_or_default()
+        ));
+    }
+    reserved(p, c, zone)
+}
+
+/// Whether the reservation a choice names by id can take a launch now (`Ok`: whether it is a
+/// Capacity Block). A resource group is EC2's to match within, and a choice naming none is
+/// always `Ok(false)`. What was not read is not launched into: a Capacity Block needs its
+/// market type.
+fn reserved(p: &Pass, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, String> {
+    let Some(id) = c.reservation_id() else {
+        return Ok(false);
+    };
+    let r = match p.reservations {
+        Some(Ok(read)) => read.get(id).ok_or(format!("EC2 does not list {id}"))?,
+        Some(Err(e)) => return Err(format!("{id} not read: {e}")),
+        None => return Err(format!("{id} not read yet")),
+    };
+    if r.state != "active" {
+        return Err(format!("{id} is {}, not active", r.state));
+    }
+    if r.instance_type != c.instance_type {
+        return Err(format!("{id} reserves {}", r.instance_type));
+    }
+    if r.available == 0 {
+        return Err(format!("{id} has no instance left"));
+    }
+    if let Some(at) = r.drains_at().filter(|at| p.now >= *at) {
+        let end = r.end.unwrap_or(at);
+        return Err(format!(
+            "{id} ends at {}: no launch into its last 40 minutes",
+            rfc3339(end)
+        ));
+    }
+    if let Some(zone) = subnet_zone.filter(|z| *z != r.zone) {
+        return Err(format!("{id} is in {}, its subnet in {zone}", r.zone));
+    }
+    match unmountable(p, &r.zone) {
+        Some(why) => Err(format!("{id} is in {why}")),
+        None => Ok(r.capacity_block),
+    }
+}
+
+fn subnet_zone<'p>(p: &Pass<'p>, subnet: &str) -> Option<&'p str> {
+    p.mount_targets?
+        .subnet_zones
+        .get(subnet)
+        .map(String::as_str)
+}
+
+/// `zone, where fs-... has no mount target` when the shared file system cannot serve it;
+/// `None` when it can, or when that is unknown (nothing is concluded from what was not read).
+fn unmountable(p: &Pass, zone: &str) -> Option<String> {
     let mt = p.mount_targets?;
-    let zone = mt.subnet_zones.get(c.subnet.as_ref()?)?;
-    (!mt.zones.contains(zone)).then(|| {
-        format!(
-            "{} is in {zone}, where {} has no mount target",
-            c.subnet.as_deref().unwrap_or_default(),
-            mt.fs_id
-        )
-    })
+    (!mt.zones.contains(zone)).then(|| format!("{zone}, where {} has no mount target", mt.fs_id))
 }
 
-/// Every choice in order, and why it is skipped now, for `dtctl status`.
-fn show_unavailable(p: &Pass, st: &State, out: &mut Draft) {
+/// Every choice in order, why it is skipped now, and its reservation as last read, for
+/// `dtctl status`.
+fn show(p: &Pass, st: &State, out: &mut Draft) {
+    let read = p.reservations.and_then(|r| r.as_ref().ok());
     for c in &p.rules.capacity {
-        let name = c.name();
-        let why = match (st.no_capacity.get(&name), unmountable(p, c)) {
-            (Some(u), _) => Some(format!("{} until {}", u.code, rfc3339(u.until))),
-            (None, why) => why,
-        };
-        out.outcome.capacity.push((name, why));
+        let reservation = (c.reservation_id()).and_then(|id| read?.get(id));
+        out.outcome.capacity.push(CapacityStatus {
+            choice: c.name(),
+            skipped: skipped(p, st, c).err(),
+            reservation: reservation.map(Reservation::summary),
+        });
     }
 }

@@ -12,7 +12,10 @@ mod totals;
 mod worker;
 
 pub use crate::tags::Tags;
-pub use capacity::{Choice, Unavailable, NO_CAPACITY};
+pub use capacity::{
+    CapacityStatus, Choice, LaunchChoice, Reservation, Unavailable, CAPACITY_BLOCK_TERMINATES_MS,
+    CAPACITY_BLOCK_WARNS_MS, NO_CAPACITY,
+};
 pub use event::{Event, EventKind, EVENT_LINE_LIMIT};
 pub use observed::*;
 pub use outcome::{Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange};

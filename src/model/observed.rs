@@ -158,6 +158,9 @@ pub struct Snapshot {
     /// The job's progress file, read only with `job.stall` configured: `None` when it is not,
     /// or the job has written none; `Err(why)` when it cannot be read (nothing is concluded).
     pub progress: Option<Result<Progress, String>>,
+    /// The Capacity Reservations and Capacity Blocks `workers.capacity` names by id; `None` when
+    /// it names none, `Err(why)` when they could not be read (nothing is concluded).
+    pub reservations: Option<Result<BTreeMap<String, super::Reservation>, String>>,
 }
 
 /// The Availability Zones (names, as this account sees them) where an EFS file system has a

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{Choice, Event, EventKind, Millis, Notification, Row, State, Step, WorkerStatus};
+use super::{
+    Choice, Event, EventKind, LaunchChoice, Millis, Notification, Row, State, Step, WorkerStatus,
+};
 use crate::hostfile::Host;
 
 /// What decide returns: the state to remember, and the outcome to apply.
@@ -29,13 +31,15 @@ pub struct Outcome {
     pub rows: Vec<Row>,
     /// Why this pass held its ground (a source failed), empty when it did not.
     pub holds: Vec<String>,
-    /// Each `workers.capacity` choice in order, and why it is skipped now (`None`: usable).
-    pub capacity: Vec<(String, Option<String>)>,
+    /// Each `workers.capacity` choice in order, and why it is skipped now.
+    pub capacity: Vec<super::CapacityStatus>,
     /// What a worker wrote that this pass did not believe, one line each for `dtctl status`
     /// (each is journaled once, when first refused).
     pub refused: Vec<String>,
     /// Notices this pass could not heed (a drain on a partial view): keep them for the next.
     pub deferred_notices: Vec<String>,
+    /// Notices this pass heeded, each once (for the metrics).
+    pub heeded_notices: Vec<super::Notice>,
     /// A stall journaled or cleared this pass: the stall command is run for it.
     pub stall: Option<StallChange>,
 }
@@ -87,7 +91,7 @@ pub enum Action {
     Launch {
         replaces: String,
         token: String,
-        choices: Vec<Choice>,
+        choices: Vec<LaunchChoice>,
     },
 }
 
@@ -171,7 +175,7 @@ impl Outcome {
     }
 
     /// (replaced instance, token, choices in order).
-    pub fn launches(&self) -> Vec<(String, String, Vec<Choice>)> {
+    pub fn launches(&self) -> Vec<(String, String, Vec<LaunchChoice>)> {
         self.each(|a| match a {
             Action::Launch {
                 replaces,

@@ -12,5 +12,6 @@ pub mod markers;
 pub mod observer;
 pub mod progress;
 pub mod queue;
+pub mod reservations;
 pub mod shared;
 pub mod shared_changes;

@@ -17,6 +17,7 @@ use super::efs::MountTargetWatch;
 use super::inbox::Inbox;
 use super::markers::MarkerScanner;
 use super::progress::ProgressReader;
+use super::reservations::ReservationWatch;
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use crate::aws::Clients;
@@ -50,6 +51,8 @@ pub struct Observer {
     /// When the subnets were last asked for: a failed read is tried again a minute later, not
     /// on every pass.
     subnets_asked: Option<Instant>,
+    /// The reservations `workers.capacity` names by id, when it names any.
+    reservations: Option<ReservationWatch>,
 }
 
 /// What one observation found.
@@ -96,6 +99,7 @@ impl Observer {
                 Some(_) => capacity_subnets(cfg),
                 None => Vec::new(),
             },
+            reservations: ReservationWatch::new(clients.ec2.clone(), reservation_ids(cfg)),
             clients,
         }
     }
@@ -126,6 +130,10 @@ impl Observer {
         };
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
         let mount_targets = self.with_subnet_zones(mount_targets).await;
+        let reservations = match self.reservations.as_mut() {
+            Some(watch) => Some(watch.poll(Instant::now()).await),
+            None => None,
+        };
         let snap = Snapshot {
             instances,
             notices: self.inbox.notices(&shared.markers),
@@ -135,6 +143,7 @@ impl Observer {
             resume_requested: shared.resume_requested,
             mount_targets,
             progress: shared.progress,
+            reservations,
         };
         Observed {
             snap,
@@ -234,6 +243,14 @@ fn capacity_subnets(cfg: &Config) -> Vec<String> {
     let subnets: std::collections::BTreeSet<String> =
         choices.filter_map(|c| c.subnet.clone()).collect();
     subnets.into_iter().collect()
+}
+
+/// The reservations the capacity choices name by id, each once.
+pub fn reservation_ids(cfg: &Config) -> Vec<String> {
+    let choices = cfg.workers.capacity.iter().flat_map(|c| &c.choices);
+    let ids: std::collections::BTreeSet<&str> =
+        choices.filter_map(|c| c.reservation_id()).collect();
+    ids.into_iter().map(str::to_string).collect()
 }
 
 /// Reads the worker group when it is due, or when the last read failed.

@@ -1,6 +1,6 @@
 //! A status report from what one pass saw and decided.
 
-use super::{ago, CapacityStatus, ProgressStatus, SourceStatus, StatusReport};
+use super::{ago, ProgressStatus, SourceStatus, StatusReport};
 use crate::alerts::AlertStatus;
 use crate::config::Config;
 use crate::decide::worker_views;
@@ -58,12 +58,7 @@ impl StatusReport {
             workers: worker_views(&f.outcome.rows, snap, state),
             alerts: f.alerts,
             progress: progress(cfg, snap, state),
-            capacity: (f.outcome.capacity.iter())
-                .map(|(choice, skipped)| CapacityStatus {
-                    choice: choice.clone(),
-                    skipped: skipped.clone(),
-                })
-                .collect(),
+            capacity: f.outcome.capacity.clone(),
         }
     }
 }

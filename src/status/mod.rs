@@ -78,16 +78,6 @@ pub struct StatusReport {
     pub capacity: Vec<CapacityStatus>,
 }
 
-/// One capacity choice as launches see it now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CapacityStatus {
-    /// The choice's name: `p5.48xlarge in subnet-0a1b2c3d`.
-    pub choice: String,
-    /// Why it is skipped (`InsufficientInstanceCapacity until ...`); `None`: it is tried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<String>,
-}
-
 /// What stall detection knows of the job's progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProgressStatus {

@@ -66,7 +66,8 @@ impl StatusReport {
                 .skipped
                 .as_deref()
                 .map_or("tried".into(), |why| format!("skipped: {why}"));
-            let _ = writeln!(o, "Capacity:    {}. {} {now}", n + 1, c.choice);
+            let held = (c.reservation.as_deref()).map_or(String::new(), |r| format!(" ({r})"));
+            let _ = writeln!(o, "Capacity:    {}. {}{held} {now}", n + 1, c.choice);
         }
         for h in &self.holds {
             let _ = writeln!(

@@ -36,6 +36,7 @@ fn a_report_is_built_from_what_a_pass_saw_and_decided() {
         resume_requested: None,
         mount_targets: None,
         progress: None,
+        reservations: None,
     };
     let state = State {
         generation: 3,
@@ -204,6 +205,7 @@ fn without_stall_detection_there_is_no_progress_line() {
 
 fn empty_snapshot() -> Snapshot {
     Snapshot {
+        reservations: None,
         instances: Ok(Vec::new()),
         markers: Ok(Markers::default()),
         acks: Ok(Acks::default()),

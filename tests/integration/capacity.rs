@@ -171,3 +171,192 @@ fn dtctl_add_falls_over_and_another_refusal_stops_it_with_ec2s_words() {
         "p4d not tried"
     );
 }
+
+const BLOCK: &str = "cr-0b10c0000000000b1";
+const RESERVED: &str = "cr-0c00000000000c001";
+
+/// The Capacity Block first, the Capacity Reservation second, then p4d without either.
+fn reserved_cluster() -> (Cluster, Ec2CapacityStandIn) {
+    let mut c = Cluster::new();
+    let stand_in = Ec2CapacityStandIn::start(c.moto.port);
+    let hours = |h: u64| Duration::from_secs(h * 3600);
+    stand_in.reserve(BLOCK, "p5.48xlarge", 1, hours(3), true);
+    stand_in.reserve(RESERVED, "p5.48xlarge", 2, hours(24 * 30), false);
+    c.worker_extra = format!(
+        "  capacity:\n    choices:\n      - {{ instance_type: p5.48xlarge, gpus: 8, reservation: {BLOCK} }}\n      - {{ instance_type: p5.48xlarge, gpus: 8, reservation: {RESERVED} }}\n      - {{ instance_type: p4d.24xlarge, gpus: 8 }}\n"
+    );
+    c.ec2_endpoint = Some(stand_in.endpoint());
+    (c, stand_in)
+}
+
+/// The reservation fields of the `n`th RunInstances: (target, preference, market type).
+fn targeting(stand_in: &Ec2CapacityStandIn, n: usize) -> (String, String, String) {
+    let calls = stand_in.run_instances();
+    let f = |k: &str| calls[n].get(k).cloned().unwrap_or_default();
+    let spec = "CapacityReservationSpecification";
+    (
+        f(&format!(
+            "{spec}.CapacityReservationTarget.CapacityReservationId"
+        )),
+        f(&format!("{spec}.CapacityReservationPreference")),
+        f("InstanceMarketOptions.MarketType"),
+    )
+}
+
+/// The id an `dtctl add` printed it launched.
+fn added(text: &str) -> (String, String) {
+    let line = (text.lines().find(|l| l.starts_with("launched ")))
+        .unwrap_or_else(|| panic!("nothing launched: {text}"));
+    let mut f = line.split_whitespace().skip(1);
+    let id = f.next().unwrap_or_default().to_string();
+    let ip = f
+        .next()
+        .unwrap_or_default()
+        .trim_matches(['(', ')'])
+        .to_string();
+    (id, ip)
+}
+
+#[test]
+fn dtctl_add_fills_the_capacity_block_then_the_reservation_and_the_blocks_worker_drains_before_its_end(
+) {
+    let (mut c, stand_in) = reserved_cluster();
+    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
+    c.start_dtd();
+    let status = c.wait_status_text(&format!(
+        "Capacity:    1. p5.48xlarge from {BLOCK} (Capacity Block, 1 of 1 left, ends "
+    ));
+    assert!(
+        status.contains(&format!(
+            "Capacity:    2. p5.48xlarge from {RESERVED} (Capacity Reservation, 2 of 2 left, ends "
+        )),
+        "{status}"
+    );
+
+    let out = c.dtctl(&["add"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(&format!("as p5.48xlarge from {BLOCK}")),
+        "{text}"
+    );
+    let (in_block, block_ip) = added(&text);
+    assert_eq!(
+        targeting(&stand_in, 0),
+        (
+            BLOCK.into(),
+            "capacity-reservations-only".into(),
+            "capacity-block".into()
+        )
+    );
+    assert_eq!(stand_in.available(BLOCK), 0);
+
+    // dtd reads the block full (within its 20 s re-read), and dtctl add skips it as dtd does.
+    let full = format!("1. p5.48xlarge from {BLOCK} (Capacity Block, 0 of 1 left, ends ");
+    let status = wait_for(
+        "the block read full",
+        Duration::from_secs(60),
+        || stdout(&c.dtctl(&["status"])),
+        |s| s.contains(&full),
+    );
+    assert!(
+        status.contains(&format!("skipped: {BLOCK} has no instance left")),
+        "{status}"
+    );
+    let out = c.dtctl(&["add"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "skipping p5.48xlarge from {BLOCK}: {BLOCK} has no instance left"
+        )) && text.contains(&format!("as p5.48xlarge from {RESERVED}")),
+        "{text}"
+    );
+    assert_eq!(
+        targeting(&stand_in, 1),
+        (
+            RESERVED.into(),
+            "capacity-reservations-only".into(),
+            String::new()
+        ),
+        "a Capacity Reservation is launched On-Demand"
+    );
+    assert_eq!(stand_in.run_instances().len(), 2, "the block not asked");
+
+    // The block's worker joins, and shows as a Capacity Block worker.
+    c.marker(&block_ip);
+    c.wait_hosts("the block's worker to join", |h| {
+        h.iter().any(|l| l.starts_with(&block_ip))
+    });
+    // The block now ends in 35 minutes: its instances go in 5. dtd drains it from the end
+    // date EC2 lists, with no EventBridge warning configured.
+    stand_in.ends_in(BLOCK, Duration::from_secs(35 * 60));
+    c.wait_hosts("the block's worker to leave", |h| {
+        !h.iter().any(|l| l.starts_with(&block_ip))
+    });
+    let said: Vec<String> = (c.journal_of(&in_block).iter())
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        said.iter()
+            .any(|m| m.contains("Capacity Block expiration warning from the reservation")),
+        "{said:#?}"
+    );
+    c.append_log(&format!("2 REMOVED {block_ip} 2026-11-26 10:00:00\n"));
+    wait_for(
+        "the block's worker terminated once the job let it go",
+        Duration::from_secs(30),
+        || c.state_of(&in_block),
+        |s| s == "terminated" || s == "shutting-down",
+    );
+}
+
+#[test]
+fn a_replacement_is_launched_into_the_capacity_block_with_its_market_type() {
+    let (mut c, stand_in) = reserved_cluster();
+    c.worker_extra.push_str("  replace_unhealthy: true\n");
+    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
+    c.start_dtd();
+    let launched = c.launch(2);
+    for (_, ip) in &launched {
+        c.marker(ip);
+    }
+    c.wait_hosts("both to join", |h| h.len() == 2);
+    let ids: Vec<&str> = launched.iter().map(|(id, _)| id.as_str()).collect();
+    let (sick, sick_ip) = &launched[0];
+    report(&c, sick, sick_ip, false, true, "7 of 8 GPUs visible");
+    let fresh = wait_for(
+        "a replacement launched",
+        Duration::from_secs(30),
+        || running_from_template(&c, &ids),
+        |r| r.len() == 1,
+    );
+    assert_eq!(
+        targeting(&stand_in, 0),
+        (
+            BLOCK.into(),
+            "capacity-reservations-only".into(),
+            "capacity-block".into()
+        )
+    );
+    let said: Vec<String> = (c.journal_of(&fresh[0].0).iter())
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        said.iter().any(|m| m.contains(&format!(
+            "as p5.48xlarge from {BLOCK} to replace unhealthy {sick}"
+        ))),
+        "{said:#?}"
+    );
+    // dtd's own view of the new worker: in the block, on the Capacity Block market.
+    let status = c.wait_status("the replacement listed", |s| {
+        s["workers"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w["id"] == fresh[0].0.as_str()))
+    });
+    let row = (status["workers"].as_array().unwrap().iter())
+        .find(|w| w["id"] == fresh[0].0.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(row["market"], "capacity-block", "{row}");
+}

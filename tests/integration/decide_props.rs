@@ -376,6 +376,7 @@ impl World {
             }
         };
         Snapshot {
+            reservations: None,
             instances: fail(step.ec2_err, "DescribeInstances")
                 .map(|_| self.instances.values().cloned().collect()),
             markers: fail(step.markers_err, "EFS").map(|_| self.markers.clone()),

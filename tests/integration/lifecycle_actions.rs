@@ -140,6 +140,7 @@ fn held_worker() -> Snapshot {
         terminating_hook: None,
     };
     Snapshot {
+        reservations: None,
         instances: Ok(vec![instance]),
         markers: Ok(Markers::default()),
         acks: Ok(Acks::default()),

@@ -57,6 +57,18 @@ fn bad_choices_are_named() {
             "lists p4d.24xlarge twice",
         ),
         ("{ choices: [ { instance_type: p4d.24xlarge, gpus: 8, zone: a } ] }", "unknown field `zone`"),
+        (
+            "{ choices: [ { instance_type: p4d.24xlarge, gpus: 8, reservation: cr-xyz } ] }",
+            "`cr-xyz` is not a Capacity Reservation id (cr-...) or the ARN of a resource group",
+        ),
+        (
+            "{ choices: [ { instance_type: p4d.24xlarge, gpus: 8, reservation: \"arn:aws:resource-groups:us-east-1:123:group/x\" } ] }",
+            "is not a Capacity Reservation id",
+        ),
+        (
+            "{ choices: [ { instance_type: p4d.24xlarge, gpus: 8, reservation: \"arn:aws:resource-groups:us-east-1:123456789012:group/a/../b\" } ] }",
+            "is not a Capacity Reservation id",
+        ),
         ("{ choices: [ { instance_type: p4d.24xlarge, gpus: 8 } ], cool_down: 0s }", "cool_down:"),
     ] {
         let e = error_of(&with(bad));
@@ -69,4 +81,35 @@ fn capacity_needs_the_launch_template_it_overrides() {
     let group = with(TWO).replace("  launch_template: lt-0abc\n", "  auto_scaling_group: g\n");
     let e = error_of(&group);
     assert!(e.contains("capacity overrides launch_template"), "{e}");
+}
+
+#[test]
+fn a_choice_may_name_a_reservation_or_a_group_of_them() {
+    let group = "arn:aws:resource-groups:us-east-1:123456789012:group/p5-reservations";
+    let choices = format!(
+        "{{ choices: [ {{ instance_type: p5.48xlarge, gpus: 8, subnet: subnet-0a1b2c3d, \
+         reservation: cr-0123456789abcdef0 }}, {{ instance_type: p5.48xlarge, gpus: 8, \
+         reservation: \"{group}\" }}, {{ instance_type: p5.48xlarge, gpus: 8 }} ] }}"
+    );
+    let capacity = Config::parse(&with(&choices))
+        .unwrap()
+        .workers
+        .capacity
+        .unwrap();
+    let names: Vec<_> = capacity.choices.iter().map(|c| c.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "p5.48xlarge in subnet-0a1b2c3d from cr-0123456789abcdef0".to_string(),
+            format!("p5.48xlarge from {group}"),
+            "p5.48xlarge".into()
+        ],
+        "the same type from a reservation and without one are different choices"
+    );
+    let ids: Vec<_> = capacity
+        .choices
+        .iter()
+        .map(|c| c.reservation_id())
+        .collect();
+    assert_eq!(ids, [Some("cr-0123456789abcdef0"), None, None]);
 }

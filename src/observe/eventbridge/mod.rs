@@ -4,11 +4,9 @@
 use serde::Deserialize;
 
 use crate::fsutil::{millis_from_gmt_date, millis_from_rfc3339};
-use crate::model::{is_ec2_instance_id, Millis, Notice, NoticeKind, NoticeTarget};
-
-/// How long before a Capacity Block ends its instances start terminating: the warning comes
-/// 40 minutes before the end, terminations begin 10 minutes after it.
-const CAPACITY_BLOCK_GRACE_MS: Millis = 30 * 60_000;
+use crate::model::{
+    is_ec2_instance_id, Millis, Notice, NoticeKind, NoticeTarget, CAPACITY_BLOCK_TERMINATES_MS,
+};
 
 /// An AWS Health event names the instances it affects; more than this is not a worker notice.
 const MAX_AFFECTED_ENTITIES: usize = 1000;
@@ -105,7 +103,7 @@ pub fn parse(body: &str) -> Parsed {
             match detail("capacity-reservation-id") {
                 Some(cr) => {
                     let end = detail("end-date").and_then(millis_from_rfc3339);
-                    let deadline = end.map(|e| e.saturating_sub(CAPACITY_BLOCK_GRACE_MS));
+                    let deadline = end.map(|e| e.saturating_sub(CAPACITY_BLOCK_TERMINATES_MS));
                     let target = NoticeTarget::CapacityReservation(cr.to_string());
                     notice(NoticeKind::CapacityBlockExpiring, target, deadline)
                 }

@@ -1,5 +1,6 @@
 //! Capacity choices (`workers.capacity`): a replacement launch tries them in order, without
-//! those EC2 refused within their cool-down or whose subnet's zone has no mount target.
+//! those EC2 refused within their cool-down, whose zone has no mount target, or whose
+//! reservation cannot take a launch now; a Capacity Block's workers drain before its end.
 
 use crate::support::world::*;
 
@@ -8,6 +9,7 @@ fn choice(instance_type: &str, subnet: Option<&str>) -> Choice {
         instance_type: instance_type.into(),
         gpus: 8,
         subnet: subnet.map(str::to_string),
+        reservation: None,
     }
 }
 
@@ -26,7 +28,7 @@ fn setup() -> (Rules, World, State) {
 
 fn tried(plan: &Plan) -> Vec<Vec<String>> {
     (plan.outcome.launches().into_iter())
-        .map(|(_, _, choices)| choices.iter().map(Choice::name).collect())
+        .map(|(_, _, choices)| choices.iter().map(|c| c.choice.name()).collect())
         .collect()
 }
 
@@ -57,13 +59,16 @@ fn a_replacement_tries_every_choice_in_order_then_skips_one_ec2_refused_until_it
     let plan = pass(&r, &mut w, &state, 11_000);
     assert_eq!(tried(&plan), [all[1..].to_vec()]);
     let shown = &plan.outcome.capacity;
-    assert_eq!(shown[0].0, all[0]);
-    let why = shown[0].1.as_deref().unwrap_or_default();
+    assert_eq!(shown[0].choice, all[0]);
+    let why = shown[0].skipped.as_deref().unwrap_or_default();
     assert!(
         why.starts_with("InsufficientInstanceCapacity until "),
         "{why}"
     );
-    assert_eq!(shown[1], (all[1].to_string(), None));
+    assert_eq!(
+        (shown[1].choice.as_str(), shown[1].skipped.as_deref()),
+        (all[1], None)
+    );
     // Its cool-down over, it is first again and forgotten.
     let plan = pass(&r, &mut w, &plan.state, 610_000);
     assert_eq!(tried(&plan), [all.to_vec()]);
@@ -109,7 +114,10 @@ fn a_choice_whose_subnet_is_in_a_zone_without_a_mount_target_is_never_tried() {
         tried(&plan),
         [vec!["p4d.24xlarge in subnet-0000000b".to_string()]]
     );
-    let why = plan.outcome.capacity[0].1.as_deref().unwrap_or_default();
+    let why = plan.outcome.capacity[0]
+        .skipped
+        .as_deref()
+        .unwrap_or_default();
     assert_eq!(
         why,
         "subnet-0000000a is in us-east-1a, where fs-0123abcd has no mount target"
@@ -128,4 +136,183 @@ fn without_choices_the_template_is_launched_as_it_is() {
     let plan = pass(&r, &mut w, &state, 10_000);
     assert_eq!(tried(&plan), [Vec::<String>::new()]);
     assert!(plan.outcome.capacity.is_empty());
+}
+
+const BLOCK: &str = "cr-0000000000000000b";
+const RESERVED: &str = "cr-0000000000000000c";
+
+fn reservation(id: &str, available: u32, end: Option<Millis>, capacity_block: bool) -> Reservation {
+    Reservation {
+        id: id.into(),
+        instance_type: "p5.48xlarge".into(),
+        zone: "us-east-1a".into(),
+        total: 2,
+        available,
+        state: "active".into(),
+        end,
+        capacity_block,
+    }
+}
+
+/// A Capacity Block first, a Capacity Reservation second, then p5 without either.
+fn reserved_setup() -> (Rules, World, State) {
+    let (mut r, mut w, state) = setup();
+    let from = |id: &str| Choice {
+        reservation: Some(id.into()),
+        ..choice("p5.48xlarge", None)
+    };
+    r.capacity = vec![from(BLOCK), from(RESERVED), choice("p5.48xlarge", None)];
+    let end = Some(10_000_000);
+    w.reservations = Some(Ok([
+        (BLOCK.to_string(), reservation(BLOCK, 1, end, true)),
+        (RESERVED.to_string(), reservation(RESERVED, 2, None, false)),
+    ]
+    .into()));
+    w.health("i-1", false, true, "7 of 8 GPUs visible");
+    (r, w, state)
+}
+
+fn launched_as(plan: &Plan) -> Vec<(String, bool)> {
+    let (_, _, choices) = plan.outcome.launches().pop().expect("a launch");
+    (choices.iter())
+        .map(|c| (c.choice.name(), c.capacity_block))
+        .collect()
+}
+
+#[test]
+fn a_capacity_block_is_launched_with_its_market_and_a_full_or_ending_one_is_skipped() {
+    let (r, mut w, state) = reserved_setup();
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(
+        launched_as(&plan),
+        [
+            (format!("p5.48xlarge from {BLOCK}"), true),
+            (format!("p5.48xlarge from {RESERVED}"), false),
+            ("p5.48xlarge".into(), false),
+        ]
+    );
+    let shown = &plan.outcome.capacity[0];
+    assert_eq!(
+        shown.reservation.as_deref(),
+        Some("Capacity Block, 1 of 2 left, ends 1970-01-01T02:46:40Z")
+    );
+    assert_eq!(
+        plan.outcome.capacity[1].reservation.as_deref(),
+        Some("Capacity Reservation, 2 of 2 left")
+    );
+
+    // The block full: skipped, and said why.
+    let mut full = w.reservations.clone().unwrap().unwrap();
+    full.get_mut(BLOCK).unwrap().available = 0;
+    w.reservations = Some(Ok(full));
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(launched_as(&plan).len(), 2);
+    assert_eq!(
+        plan.outcome.capacity[0].skipped.as_deref(),
+        Some(format!("{BLOCK} has no instance left").as_str())
+    );
+
+    // 40 minutes before its end: not launched into, even with room.
+    let (r, mut w, state) = reserved_setup();
+    let plan = pass(&r, &mut w, &state, 10_000_000 - 40 * 60_000);
+    assert_eq!(
+        launched_as(&plan)[0].0,
+        format!("p5.48xlarge from {RESERVED}")
+    );
+    let why = plan.outcome.capacity[0].skipped.clone().unwrap_or_default();
+    assert!(why.contains("no launch into its last 40 minutes"), "{why}");
+}
+
+#[test]
+fn a_reservation_not_read_or_not_active_or_of_another_type_is_not_launched_into() {
+    let (r, mut w, state) = reserved_setup();
+    let mut read = w.reservations.clone().unwrap().unwrap();
+    read.get_mut(BLOCK).unwrap().state = "payment-pending".into();
+    read.get_mut(RESERVED).unwrap().instance_type = "p4d.24xlarge".into();
+    w.reservations = Some(Ok(read));
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(launched_as(&plan), [("p5.48xlarge".to_string(), false)]);
+    let why: Vec<_> = (plan.outcome.capacity.iter())
+        .map(|c| c.skipped.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        why,
+        [
+            format!("{BLOCK} is payment-pending, not active"),
+            format!("{RESERVED} reserves p4d.24xlarge"),
+            String::new()
+        ]
+    );
+    // Not read: nothing is launched into them (a Capacity Block needs its market type).
+    w.reservations = Some(Err("DescribeCapacityReservations: throttled".into()));
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(launched_as(&plan).len(), 1);
+    let why = plan.outcome.capacity[1].skipped.clone().unwrap_or_default();
+    assert_eq!(
+        why,
+        format!("{RESERVED} not read: DescribeCapacityReservations: throttled")
+    );
+}
+
+#[test]
+fn a_reservation_in_a_zone_without_a_mount_target_is_skipped() {
+    let (r, mut w, state) = reserved_setup();
+    w.mount_targets = Some(MountTargets {
+        fs_id: "fs-0123abcd".into(),
+        zones: ["us-east-1b".to_string()].into(),
+        ..MountTargets::default()
+    });
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(launched_as(&plan), [("p5.48xlarge".to_string(), false)]);
+    assert_eq!(
+        plan.outcome.capacity[0].skipped.as_deref(),
+        Some(format!("{BLOCK} is in us-east-1a, where fs-0123abcd has no mount target").as_str())
+    );
+}
+
+#[test]
+fn a_capacity_blocks_workers_drain_when_its_end_is_forty_minutes_away() {
+    let (r, mut w, state) = reserved_setup();
+    w.inst("i-2").capacity_reservation = Some(BLOCK.into());
+    w.inst("i-2").market = "capacity-block".into();
+    let end: Millis = 10_000_000;
+    let plan = pass(&r, &mut w, &state, end - 41 * 60_000);
+    let drains = |plan: &Plan| plan.state.removals.iter().filter(|r| r.id == "i-2").count();
+    assert_eq!(drains(&plan), 0, "not yet");
+    let plan = pass(&r, &mut w, &plan.state, end - 40 * 60_000);
+    assert!(
+        !hosts(&plan).contains(&"10.0.1.2".to_string()),
+        "drained at once"
+    );
+    let drain = (plan.state.removals.iter())
+        .find(|r| r.id == "i-2")
+        .expect("its drain began");
+    assert_eq!(
+        drain.deadline,
+        end - 30 * 60_000,
+        "terminated before EC2 does"
+    );
+    let said: Vec<&str> = plan
+        .outcome
+        .events
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect();
+    let said = said.join("\n");
+    assert!(
+        said.contains("Capacity Block expiration warning from the reservation"),
+        "{said}"
+    );
+    let heeded: Vec<_> = (plan.outcome.heeded_notices.iter())
+        .map(|n| (n.kind, n.source))
+        .collect();
+    assert_eq!(
+        heeded,
+        [(NoticeKind::CapacityBlockExpiring, "reservation")],
+        "counted in dt_notices_total"
+    );
+    // Heeded once: the next pass begins no other drain.
+    let again = pass(&r, &mut w, &plan.state, end - 39 * 60_000);
+    assert_eq!(drains(&again), 1);
+    assert!(again.outcome.heeded_notices.is_empty());
 }

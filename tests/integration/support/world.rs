@@ -87,6 +87,7 @@ pub(crate) struct World {
     pub(crate) resume: Option<Millis>,
     pub(crate) mount_targets: Option<MountTargets>,
     pub(crate) progress: Option<Result<Progress, String>>,
+    pub(crate) reservations: Option<Result<BTreeMap<String, Reservation>, String>>,
 }
 
 impl World {
@@ -107,6 +108,7 @@ impl World {
             resume_requested: self.resume,
             mount_targets: self.mount_targets.clone(),
             progress: self.progress.clone(),
+            reservations: self.reservations.clone(),
         }
     }
 
