@@ -77,7 +77,8 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
-    /// Set the worker Auto Scaling group's desired capacity (within its min and max).
+    /// Set how many workers there are: the worker Auto Scaling group's desired capacity (within
+    /// its min and max), or launch-template workers launched or let go until N stay.
     Scale {
         #[arg(long)]
         replicas: usize,
@@ -147,7 +148,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             replicas,
             wait,
             timeout,
-        } => ctl::asg::scale(&cfg, replicas, wait.then(|| timeout.into())).await,
+        } => ctl::scale::scale(&cfg, replicas, wait.then(|| timeout.into())).await,
         Command::Resume => ctl::asg::resume(&cfg),
         Command::Doctor { output } => {
             if !ctl::doctor::doctor(&cfg, json(output)).await? {

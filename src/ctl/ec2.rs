@@ -7,9 +7,9 @@ use anyhow::{anyhow, bail, Context};
 use aws_sdk_ec2::types::Tag;
 
 use crate::aws::{describe_error, ec2_client};
-use crate::config::Config;
+use crate::config::{Config, TemplateRef};
 use crate::decide::Rules;
-use crate::model::Instance;
+use crate::model::{Instance, WorkerStatus};
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 
 use crate::act::capacity;
@@ -22,9 +22,19 @@ pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
         bail!("workers.launch_template is not set in the config: nothing to launch from");
     };
     let client = ec2_client(cfg).await;
-    let choices = launch_choices(&client, usable_choices(cfg)).await;
+    launch_workers(cfg, &client, template, count).await
+}
+
+/// Launches `count` workers from the template, as the first capacity choice that has them.
+async fn launch_workers(
+    cfg: &Config,
+    client: &aws_sdk_ec2::Client,
+    template: &TemplateRef,
+    count: u32,
+) -> anyhow::Result<()> {
+    let choices = launch_choices(client, usable_choices(cfg)).await;
     let count = i32::try_from(count).context("too many workers to launch at once")?;
-    let tried = capacity::launch(&client, template, &choices, None, count).await;
+    let tried = capacity::launch(client, template, &choices, None, count).await;
     for (choice, code, message) in &tried.no_capacity {
         println!(
             "no capacity for {}: {code} ({message}); trying the next choice",
@@ -39,6 +49,46 @@ pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
     }
     println!("they join the job once their prepare-data marker appears; watch `dtctl status`");
     Ok(())
+}
+
+/// Launch-template workers: launches or removals until `replicas` of them stay (those with
+/// the elastic tag, in the job or on their way into it). Those not training yet leave first,
+/// then the newest: the least training is redone.
+pub async fn scale(cfg: &Config, template: &TemplateRef, replicas: usize) -> anyhow::Result<()> {
+    let client = ec2_client(cfg).await;
+    let (rules, instances) = cluster_workers(cfg, &client).await?;
+    let mut staying: Vec<&Instance> = (instances.iter())
+        .filter(|i| rules.is_cluster_worker(i) && !rules.is_protected(i.ip))
+        .filter(|i| i.tags.contains_key(&rules.elastic_tag) && stays(i))
+        .collect();
+    let now = staying.len();
+    println!("{template}: {now} workers -> {replicas}");
+    if replicas > now {
+        let more = u32::try_from(replicas - now).context("too many workers to launch")?;
+        return launch_workers(cfg, &client, template, more).await;
+    }
+    if replicas == now {
+        println!("nothing to do");
+        return Ok(());
+    }
+    let training = |i: &Instance| i.status_tag() == Some(WorkerStatus::Added.as_tag());
+    staying.sort_by(|a, b| {
+        (training(a).cmp(&training(b)))
+            .then(b.launched_at.cmp(&a.launched_at))
+            .then(a.id.cmp(&b.id))
+    });
+    let leaving = staying[..now - replicas].iter().map(|i| i.id.clone());
+    let_go(&client, &rules, leaving.collect()).await
+}
+
+/// Whether a worker counts toward the size: not one that failed, was interrupted or is leaving.
+fn stays(i: &Instance) -> bool {
+    match i.status_tag().and_then(WorkerStatus::from_tag) {
+        None | Some(WorkerStatus::Preparing | WorkerStatus::AddQueued | WorkerStatus::Added) => {
+            true
+        }
+        Some(_) => false,
+    }
 }
 
 /// The capacity choices in order, without those dtd skips now (its status says which): a
@@ -96,9 +146,28 @@ async fn launch_choices(client: &aws_sdk_ec2::Client, choices: Vec<Choice>) -> V
 
 pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {
     let client = ec2_client(cfg).await;
+    let (rules, instances) = cluster_workers(cfg, &client).await?;
+    let mut ids = Vec::new();
+    for target in targets {
+        let inst = find(&instances, target)?;
+        check_removable(&rules, inst, target)?;
+        if !inst.tags.contains_key(&rules.elastic_tag) {
+            println!("{target}: already leaving (no elastic tag)");
+            continue;
+        }
+        ids.push(inst.id.clone());
+    }
+    let_go(&client, &rules, ids).await
+}
+
+/// The rules as dtd applies them, and every running instance with the worker tags.
+async fn cluster_workers(
+    cfg: &Config,
+    client: &aws_sdk_ec2::Client,
+) -> anyhow::Result<(Rules, Vec<Instance>)> {
     let template = match cfg.workers.launch_template.as_ref() {
         Some(t) => Some(
-            resolve_launch_template(&client, t)
+            resolve_launch_template(client, t)
                 .await
                 .map_err(|e| anyhow!(e))?,
         ),
@@ -110,16 +179,15 @@ pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow!(e))
         .context("listing the cluster's workers")?;
-    let mut ids = Vec::new();
-    for target in targets {
-        let inst = find(&listing.instances, target)?;
-        check_removable(&rules, inst, target)?;
-        if !inst.tags.contains_key(&rules.elastic_tag) {
-            println!("{target}: already leaving (no elastic tag)");
-            continue;
-        }
-        ids.push(inst.id.clone());
-    }
+    Ok((rules, listing.instances))
+}
+
+/// Deletes the elastic tag of each: what a person does in the EC2 console to let a worker go.
+async fn let_go(
+    client: &aws_sdk_ec2::Client,
+    rules: &Rules,
+    ids: Vec<String>,
+) -> anyhow::Result<()> {
     if ids.is_empty() {
         return Ok(());
     }

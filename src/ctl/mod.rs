@@ -7,4 +7,5 @@ pub mod ec2;
 pub mod explain;
 pub mod follow;
 pub mod local;
+pub mod scale;
 pub mod story;

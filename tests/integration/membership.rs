@@ -441,3 +441,88 @@ fn dtctl_add_launches_from_the_worker_template_and_they_prepare() {
     let out = c.dtctl(&["add", "--count", "0"]);
     assert!(!out.status.success(), "a count of 0 is refused");
 }
+
+/// The ids `dtctl` printed a line starting with `prefix` for, then the id.
+fn ids_after(out: &std::process::Output, prefix: &str) -> Vec<String> {
+    (stdout(out).lines())
+        .filter_map(|l| l.strip_prefix(prefix)?.split_whitespace().next())
+        .map(|id| id.trim_end_matches(':').to_string())
+        .collect()
+}
+
+#[test]
+fn dtctl_scale_launches_template_workers_and_lets_the_least_trained_go_first() {
+    let mut c = Cluster::new();
+    let job = log_ack_job(&c, "10m");
+    c.write_config(&c.config(0, 8, &[], &job));
+    c.start_dtd();
+    let out = c.dtctl(&["scale", "--replicas", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("itest-worker-template: 0 workers -> 3\n"),
+        "{}",
+        stdout(&out)
+    );
+    let launched = ids_after(&out, "launched ");
+    assert_eq!(launched.len(), 3, "{}", stdout(&out));
+
+    // Two join; the third is still preparing when the job shrinks to two: it leaves, not a
+    // worker that trains.
+    let ip = |id: &str| {
+        c.aws(&[
+            "ec2",
+            "describe-instances",
+            "--instance-ids",
+            id,
+            "--query",
+            "Reservations[0].Instances[0].PrivateIpAddress",
+            "--output",
+            "text",
+        ])
+        .trim()
+        .to_string()
+    };
+    for id in &launched[..2] {
+        c.marker(&ip(id));
+    }
+    for id in &launched[..2] {
+        c.wait_tag(id, "ADD_QUEUED");
+    }
+    let generation = c.written_generation().trim().to_string();
+    for id in &launched[..2] {
+        c.append_log(&format!(
+            "{generation} ADDED {} 2026-11-26 10:00:00\n",
+            ip(id)
+        ));
+    }
+    for id in &launched[..2] {
+        c.wait_tag(id, "ADDED");
+    }
+    c.wait_tag(&launched[2], "PREPARING");
+    let out = c.dtctl(&["scale", "--replicas", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("3 workers -> 2"), "{}", stdout(&out));
+    let gone: Vec<String> = (stdout(&out).lines())
+        .filter(|l| l.contains("elastic tag deleted"))
+        .filter_map(|l| l.split(':').next().map(str::to_string))
+        .collect();
+    assert_eq!(gone, [launched[2].clone()], "{}", stdout(&out));
+    assert_eq!(c.tag(&launched[2], ELASTIC), None);
+
+    // Already two: nothing to do, and --wait sees the job train on them.
+    let out = c.dtctl(&["scale", "--replicas", "2", "--wait", "--timeout", "60s"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("nothing to do") && text.contains("done: the job trains on 2 workers"),
+        "{text}"
+    );
+
+    let out = c.dtctl(&["scale", "--replicas", "9"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("the config's workers.max is 8"),
+        "{}",
+        stderr(&out)
+    );
+}
