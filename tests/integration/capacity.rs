@@ -45,6 +45,38 @@ fn type_and_subnet(c: &Cluster, id: &str) -> (String, String) {
     (f.next().unwrap_or_default(), f.next().unwrap_or_default())
 }
 
+/// Instances as (id, private IP).
+type Workers = Vec<(String, String)>;
+
+/// Starts dtd, launches two workers that join, and reports the first unhealthy: returns the
+/// two, and its replacement once EC2 runs it.
+fn replace_one_of_two(c: &mut Cluster) -> (Workers, Workers) {
+    c.write_config(&c.config(0, 4, &[], &log_ack_job(c)));
+    c.start_dtd();
+    let launched = c.launch(2);
+    for (_, ip) in &launched {
+        c.marker(ip);
+    }
+    c.wait_hosts("both to join", |h| h.len() == 2);
+    let ids: Vec<&str> = launched.iter().map(|(id, _)| id.as_str()).collect();
+    let (sick, sick_ip) = &launched[0];
+    report(c, sick, sick_ip, false, true, "7 of 8 GPUs visible");
+    let fresh = wait_for(
+        "a replacement launched",
+        Duration::from_secs(30),
+        || running_from_template(c, &ids),
+        |r| r.len() == 1,
+    );
+    (launched, fresh)
+}
+
+/// What the journal says of one instance, line by line.
+fn messages_of(c: &Cluster, id: &str) -> Vec<String> {
+    (c.journal_of(id).iter())
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 fn journal_of_kind(c: &Cluster, kind: &str) -> Vec<String> {
     (c.journal().iter())
         .filter(|e| e["kind"] == kind)
@@ -55,23 +87,9 @@ fn journal_of_kind(c: &Cluster, kind: &str) -> Vec<String> {
 #[test]
 fn a_replacement_falls_over_to_the_next_type_and_the_refused_one_waits_out_its_cool_down() {
     let (mut c, stand_in, subnet) = cluster("  replace_unhealthy: true\n");
-    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
-    c.start_dtd();
-    let launched = c.launch(2);
-    for (_, ip) in &launched {
-        c.marker(ip);
-    }
-    c.wait_hosts("both to join", |h| h.len() == 2);
+    let (launched, fresh) = replace_one_of_two(&mut c);
     let ids: Vec<&str> = launched.iter().map(|(id, _)| id.as_str()).collect();
-
-    let (sick, sick_ip) = &launched[0];
-    report(&c, sick, sick_ip, false, true, "7 of 8 GPUs visible");
-    let fresh = wait_for(
-        "a replacement launched",
-        Duration::from_secs(30),
-        || running_from_template(&c, &ids),
-        |r| r.len() == 1,
-    );
+    let sick = &launched[0].0;
     assert_eq!(
         type_and_subnet(&c, &fresh[0].0),
         ("p4d.24xlarge".into(), subnet.clone())
@@ -294,9 +312,7 @@ fn dtctl_add_fills_the_capacity_block_then_the_reservation_and_the_blocks_worker
     c.wait_hosts("the block's worker to leave", |h| {
         !h.iter().any(|l| l.starts_with(&block_ip))
     });
-    let said: Vec<String> = (c.journal_of(&in_block).iter())
-        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let said = messages_of(&c, &in_block);
     assert!(
         said.iter()
             .any(|m| m.contains("Capacity Block expiration warning from the reservation")),
@@ -315,22 +331,8 @@ fn dtctl_add_fills_the_capacity_block_then_the_reservation_and_the_blocks_worker
 fn a_replacement_is_launched_into_the_capacity_block_with_its_market_type() {
     let (mut c, stand_in) = reserved_cluster();
     c.worker_extra.push_str("  replace_unhealthy: true\n");
-    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
-    c.start_dtd();
-    let launched = c.launch(2);
-    for (_, ip) in &launched {
-        c.marker(ip);
-    }
-    c.wait_hosts("both to join", |h| h.len() == 2);
-    let ids: Vec<&str> = launched.iter().map(|(id, _)| id.as_str()).collect();
-    let (sick, sick_ip) = &launched[0];
-    report(&c, sick, sick_ip, false, true, "7 of 8 GPUs visible");
-    let fresh = wait_for(
-        "a replacement launched",
-        Duration::from_secs(30),
-        || running_from_template(&c, &ids),
-        |r| r.len() == 1,
-    );
+    let (launched, fresh) = replace_one_of_two(&mut c);
+    let sick = &launched[0].0;
     assert_eq!(
         targeting(&stand_in, 0),
         (
@@ -339,9 +341,7 @@ fn a_replacement_is_launched_into_the_capacity_block_with_its_market_type() {
             "capacity-block".into()
         )
     );
-    let said: Vec<String> = (c.journal_of(&fresh[0].0).iter())
-        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let said = messages_of(&c, &fresh[0].0);
     assert!(
         said.iter().any(|m| m.contains(&format!(
             "as p5.48xlarge from {BLOCK} to replace unhealthy {sick}"
