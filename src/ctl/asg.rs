@@ -23,7 +23,7 @@ pub async fn scale(cfg: &Config, name: &str, replicas: usize) -> anyhow::Result<
             group.max
         );
     }
-    super::scale::within_max(cfg, replicas)?;
+    within_max(cfg, replicas)?;
     client
         .set_desired_capacity()
         .auto_scaling_group_name(name)
@@ -33,6 +33,18 @@ pub async fn scale(cfg: &Config, name: &str, replicas: usize) -> anyhow::Result<
         .await
         .map_err(|e| anyhow!("SetDesiredCapacity {name}: {}", describe_error(&e)))?;
     println!("{name}: desired capacity {} -> {replicas}", group.desired);
+    Ok(())
+}
+
+/// More workers than `workers.max` would never join the job.
+pub(super) fn within_max(cfg: &Config, replicas: usize) -> anyhow::Result<()> {
+    if replicas > cfg.workers.max {
+        bail!(
+            "refusing to scale to {replicas}: the config's workers.max is {}, so the extra \
+             workers would never join the job",
+            cfg.workers.max
+        );
+    }
     Ok(())
 }
 

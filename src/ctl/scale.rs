@@ -17,7 +17,7 @@ pub async fn scale(cfg: &Config, replicas: usize, wait: Option<Duration>) -> any
     ) {
         (Some(group), _) => super::asg::scale(cfg, group, replicas).await?,
         (None, Some(template)) => {
-            within_max(cfg, replicas)?;
+            super::asg::within_max(cfg, replicas)?;
             super::ec2::scale(cfg, template, replicas).await?
         }
         (None, None) => bail!(
@@ -29,18 +29,6 @@ pub async fn scale(cfg: &Config, replicas: usize, wait: Option<Duration>) -> any
         Some(timeout) => wait_for(cfg, replicas, timeout),
         None => Ok(()),
     }
-}
-
-/// More workers than `workers.max` would never join the job.
-pub(super) fn within_max(cfg: &Config, replicas: usize) -> anyhow::Result<()> {
-    if replicas > cfg.workers.max {
-        bail!(
-            "refusing to scale to {replicas}: the config's workers.max is {}, so the extra \
-             workers would never join the job",
-            cfg.workers.max
-        );
-    }
-    Ok(())
 }
 
 /// Polls the daemon's status until the job trains on `replicas` workers, printing each change
