@@ -2,7 +2,8 @@
 //! next `workers.capacity` choice: `act::capacity::launch` against moto, through the capacity
 //! STAND-IN of the integration tests (tests/integration/support/ec2_capacity.rs), which answers
 //! RunInstances of p5.48xlarge as EC2 does when it has none (HTTP 500,
-//! InsufficientInstanceCapacity). For contrast, the time to the same refusal with the SDK's
+//! InsufficientInstanceCapacity), and a RunInstances into a full Capacity Block as EC2 does
+//! (ReservationCapacityExceeded). For contrast, the time to the same refusal with the SDK's
 //! standard retries, as dtd's other calls have them. `cargo bench --bench capacity` prints the
 //! figures of BENCHMARKS.md; moto comes from scripts/setup (`.venv`, or `DT_MOTO_SERVER`).
 
@@ -28,6 +29,7 @@ use dt::model::{Choice, LaunchChoice};
 
 const RUNS: usize = 15;
 const TEMPLATE: &str = "bench-capacity";
+const FULL_BLOCK: &str = "cr-0f0110000000000b1";
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -36,6 +38,14 @@ fn main() {
     let moto = MotoServer::start();
     let stand_in = ec2_capacity::Ec2CapacityStandIn::start(moto.port);
     stand_in.refuse("p5.48xlarge", "InsufficientInstanceCapacity");
+    // A Capacity Block with no instance left: ReservationCapacityExceeded.
+    stand_in.reserve(
+        FULL_BLOCK,
+        "p5en.48xlarge",
+        0,
+        Duration::from_secs(3600),
+        true,
+    );
     let rt = (tokio::runtime::Builder::new_current_thread().enable_all())
         .build()
         .expect("runtime");
@@ -62,7 +72,11 @@ fn main() {
         }
     };
     let direct = time(&rt, launches(vec![p4d.clone()]));
-    let over = time(&rt, launches(vec![p5, p4d]));
+    let over = time(&rt, launches(vec![p5, p4d.clone()]));
+    let mut full = choice("p5en.48xlarge");
+    full.choice.reservation = Some(FULL_BLOCK.into());
+    full.capacity_block = true;
+    let from_full = time(&rt, launches(vec![full, p4d]));
     let with_retries = time(&rt, || async {
         let call = (retried.run_instances())
             .launch_template(dt::act::ec2::template_spec(&template))
@@ -82,6 +96,10 @@ fn main() {
     println!(
         "  the first refused, then the second:      {}",
         figure(over)
+    );
+    println!(
+        "  a full Capacity Block, then the second:  {}",
+        figure(from_full)
     );
     println!(
         "  one refusal with the SDK's 3 attempts:   {}",
