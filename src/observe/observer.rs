@@ -1,8 +1,8 @@
 //! The whole snapshot of one pass, from every source: the shared directory first (for the marker
-//! IPs no known worker has), then the instances to read again and the worker group at the same
-//! time, the launch template once, and the mount-target zones when due. The daemon's loop asks
-//! for it and decides on it; what a source keeps between passes (the EC2 view, the event queue's
-//! inbox, the group as last read) lives here.
+//! IPs no known worker has), then the instances to read again, the worker group and the capacity
+//! reservations at the same time, the launch template once, and the mount-target zones when
+//! due. The daemon's loop asks for it and decides on it; what a source keeps between passes (the
+//! EC2 view, the event queue's inbox, the group as last read, the reservations) lives here.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -120,9 +120,10 @@ impl Observer {
         let stalled = shared.markers.is_err() && shared_fs.is_stuck();
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
-        let (refreshed, ()) = tokio::join!(
+        let (refreshed, (), reservations) = tokio::join!(
             self.ec2.refresh(named, shared.markers.as_ref().ok()),
-            read_group(&mut self.group, &mut self.group_due, cfg, &self.clients)
+            read_group(&mut self.group, &mut self.group_due, cfg, &self.clients),
+            read_reservations(self.reservations.as_mut())
         );
         let instances = match template {
             Ok(()) => self.ec2.lend(refreshed.error),
@@ -130,10 +131,6 @@ impl Observer {
         };
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
         let mount_targets = self.with_subnet_zones(mount_targets).await;
-        let reservations = match self.reservations.as_mut() {
-            Some(watch) => Some(watch.poll(Instant::now()).await),
-            None => None,
-        };
         let snap = Snapshot {
             instances,
             notices: self.inbox.notices(&shared.markers),
@@ -251,6 +248,13 @@ pub fn reservation_ids(cfg: &Config) -> Vec<String> {
     let ids: std::collections::BTreeSet<&str> =
         choices.filter_map(|c| c.reservation_id()).collect();
     ids.into_iter().map(str::to_string).collect()
+}
+
+/// The reservations the capacity choices name, read again when due; `None` when they name none.
+async fn read_reservations(
+    watch: Option<&mut ReservationWatch>,
+) -> Option<Result<BTreeMap<String, Reservation>, String>> {
+    Some(watch?.poll(Instant::now()).await)
 }
 
 /// Reads the worker group when it is due, or when the last read failed.
