@@ -108,6 +108,11 @@ fn rows(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Row> {
     let list = p.list;
     let mut rows = Vec::with_capacity(list.len());
     let mut with_status = 0;
+    // Those that joined this pass began their story with `joined`.
+    let joined_now: rustc_hash::FxHashSet<IpAddr> = (st.members.iter())
+        .filter(|m| m.joined_generation == p.next_gen)
+        .map(|m| m.ip)
+        .collect();
     for (at, view) in out.views.iter_mut().enumerate() {
         let Some((status, waiting_for)) = view.take() else {
             continue;
@@ -121,8 +126,10 @@ fn rows(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Row> {
         with_status += status.is_some() as usize;
         // The tag holds the previous status: only a change needs remembering.
         if let Some(s) = status.filter(|s| p.facts[at].status != Some(*s)) {
-            if s == WorkerStatus::Preparing && is_new(p, st, at) {
-                out.outcome.events.push(preparing(p, at));
+            if is_new(p, st, at) && !joined_now.contains(&inst.ip) {
+                out.outcome
+                    .events
+                    .extend(first_seen(p, at, s, waiting_for.as_deref()));
             }
             let since = Since {
                 id: inst.id.clone(),
@@ -158,21 +165,38 @@ fn is_new(p: &Pass, st: &State, at: usize) -> bool {
     p.facts[at].status.is_none() && st.since.get(&inst.ip).is_none_or(|s| s.id != inst.id)
 }
 
-/// The beginning of a worker's story; one that is ready at once begins with `joined` instead.
-fn preparing(p: &Pass, at: usize) -> Event {
+/// The beginning of a worker's story: `preparing`, or `ready` when it is ready at once but
+/// held from joining (a member, one that joined at once, began with `joined` instead).
+fn first_seen(p: &Pass, at: usize, status: WorkerStatus, why: Option<&str>) -> Option<Event> {
     let inst = &p.list[at];
     let launched = rfc3339(inst.launched_at);
-    let msg = format!(
-        "{} ({}, {}, launched {launched}) is preparing: waiting for its prepare-data marker \
-         prepare_data_success_{}",
-        inst.ip, inst.instance_type, inst.market, inst.ip
+    let seen = format!(
+        "{} ({}, {}, launched {launched})",
+        inst.ip, inst.instance_type, inst.market
     );
-    Event {
+    let (kind, msg) = match status {
+        WorkerStatus::Preparing => (
+            EventKind::Preparing,
+            format!(
+                "{seen} is preparing: waiting for its prepare-data marker prepare_data_success_{}",
+                inst.ip
+            ),
+        ),
+        WorkerStatus::AddQueued => (
+            EventKind::Ready,
+            format!(
+                "{seen} is ready (prepare-data marker) and waits to join: {}",
+                why.unwrap_or("its turn")
+            ),
+        ),
+        _ => return None,
+    };
+    Some(Event {
         instance: Some(inst.id.clone()),
         ip: Some(inst.ip),
         launched_at: Some(inst.launched_at),
-        ..Event::new(p.now, EventKind::Preparing, msg)
-    }
+        ..Event::new(p.now, kind, msg)
+    })
 }
 
 /// Moves `ip` out of `from` if it is there (a change undone), else records it in `to`.

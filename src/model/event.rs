@@ -73,6 +73,9 @@ impl Event {
 pub enum EventKind {
     /// A new worker was first seen, waiting for its prepare-data marker.
     Preparing,
+    /// A new worker was first seen ready (its marker there) but held from joining: a batch,
+    /// the job's next checkpoint, `join.sizes`, room under `max`.
+    Ready,
     /// A worker's prepare-data failed (its failure marker), journaled once per instance.
     PrepareFailed,
     /// Replacing failed group workers stopped at `max_prepare_failures`, until `dtctl resume`.
@@ -175,6 +178,7 @@ impl EventKind {
     fn name(&self) -> &'static str {
         match self {
             EventKind::Preparing => "preparing",
+            EventKind::Ready => "ready",
             EventKind::PrepareFailed => "prepare_failed",
             EventKind::ReplacingStopped => "replacing_stopped",
             EventKind::Joined => "joined",
@@ -243,6 +247,7 @@ mod tests {
     fn every_known_kind_reads_back_from_its_name() {
         let known = [
             EventKind::Preparing,
+            EventKind::Ready,
             EventKind::PrepareFailed,
             EventKind::ReplacingStopped,
             EventKind::Joined,

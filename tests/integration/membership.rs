@@ -178,8 +178,13 @@ fn ready_workers_join_at_the_jobs_next_checkpoint_and_only_to_allowed_sizes() {
     job_progress(&c, 40, 20);
     c.marker(&launched[1].1);
     c.wait_status_text("a spare: join.sizes lets the job grow from 1 to 3 workers, 1 ready");
-    let told = stdout(&c.dtctl(&["explain", &launched[1].0]));
-    assert!(told.contains("waiting for a spare: join.sizes"), "{told}");
+    let out = c.dtctl(&["explain", &launched[1].0]);
+    let told = stdout(&out);
+    assert!(
+        told.contains("waiting for a spare: join.sizes"),
+        "{told}{}",
+        stderr(&out)
+    );
     c.marker(&launched[2].1);
     c.wait_status_text("the job's next checkpoint: 2 ready worker(s) join at one after step 20");
     job_progress(&c, 50, 20);

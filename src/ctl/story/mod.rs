@@ -118,9 +118,10 @@ pub fn stories(events: &[Event], target: &Target, now: Millis) -> Vec<Story> {
             let mut mine: Vec<&Event> = (events.iter())
                 .filter(|e| e.instance.as_deref() == Some(id))
                 .collect();
-            // dtd journals `preparing` at the end of the pass that first saw the worker, after
-            // what that pass said about it (`no_mount_target`): the story still begins with it.
-            mine.sort_by_key(|e| (e.time, e.kind != EventKind::Preparing));
+            // dtd journals `preparing` (or `ready`) at the end of the pass that first saw the
+            // worker, after what that pass said about it (`no_mount_target`): the story still
+            // begins with it.
+            mine.sort_by_key(|e| (e.time, !is_first_seen(&e.kind)));
             story(id, &mine, now)
         })
         .collect()
@@ -175,7 +176,12 @@ pub fn who_asked(cause: Cause) -> &'static str {
     }
 }
 
-/// A `preparing` step says how long it prepared: until it was ready, failed or was removed.
+fn is_first_seen(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Preparing | EventKind::Ready)
+}
+
+/// A `preparing` step says how long it prepared, a `ready` one how long it waited: until it
+/// joined, failed or was removed.
 fn note_preparing(steps: &mut [Step], now: Millis) {
     let ends = [
         EventKind::Joined,
@@ -185,18 +191,20 @@ fn note_preparing(steps: &mut [Step], now: Millis) {
         EventKind::Interrupted,
     ];
     for at in 0..steps.len() {
-        if steps[at].kind != EventKind::Preparing {
-            continue;
-        }
+        let doing = match steps[at].kind {
+            EventKind::Preparing => "preparing",
+            EventKind::Ready => "ready and waiting to join",
+            _ => continue,
+        };
         let end = steps[at + 1..].iter().find(|s| ends.contains(&s.kind));
         let note = match end {
             Some(s) => format!(
-                "preparing for {} after dtd first saw it (until {})",
+                "{doing} for {} after dtd first saw it (until {})",
                 span_measured(s.time.saturating_sub(steps[at].time)),
                 s.kind
             ),
             None => format!(
-                "still preparing: {} so far",
+                "still {doing}: {} so far",
                 span_measured(now.saturating_sub(steps[at].time))
             ),
         };

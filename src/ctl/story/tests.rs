@@ -209,3 +209,22 @@ fn only_an_ip_or_an_instance_id_is_a_target() {
         );
     }
 }
+
+#[test]
+fn a_worker_first_seen_ready_but_held_says_how_long_it_waited() {
+    let events = [
+        launched(ev(5_000, EventKind::Ready, ID, "10.0.1.5"), 0),
+        ev(35_000, EventKind::Joined, ID, "10.0.1.5"),
+    ];
+    let target = Target::parse(ID).unwrap();
+    let s = &stories(&events, &target, 99_000)[0];
+    assert_eq!(
+        s.steps[0].note.as_deref(),
+        Some("ready and waiting to join for 30s after dtd first saw it (until joined)")
+    );
+    let held = &stories(&events[..1], &target, 65_000)[0];
+    assert_eq!(
+        held.steps[0].note.as_deref(),
+        Some("still ready and waiting to join: 1m so far")
+    );
+}

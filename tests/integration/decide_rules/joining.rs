@@ -79,6 +79,37 @@ fn a_worker_ready_when_first_seen_begins_with_joined_and_its_launch_time() {
     assert_eq!(plan.outcome.events[0].launched_at, Some(100));
 }
 
+/// Ready when first seen but held (here a spare of `join.sizes`): its story begins with
+/// `ready`, once, saying what it waits for, so `dtctl explain` can tell it.
+#[test]
+fn a_worker_ready_when_first_seen_but_held_begins_with_ready_once() {
+    let r = Rules {
+        join_sizes: vec![4],
+        ..rules()
+    };
+    let mut w = World::with(vec![instance("i-1", "10.0.1.1", 100)]);
+    w.ready("10.0.1.1");
+    let plan = pass(&r, &mut w, &State::default(), 1_000);
+    assert_eq!(kinds(&plan), ["ready"]);
+    let e = &plan.outcome.events[0];
+    assert_eq!(
+        (e.instance.as_deref(), e.launched_at),
+        (Some("i-1"), Some(100))
+    );
+    assert_eq!(
+        e.message,
+        "10.0.1.1 (p3.2xlarge, on-demand, launched 1970-01-01T00:00:00Z) is ready (prepare-data \
+         marker) and waits to join: a spare: join.sizes lets the job grow from 2 to 4 workers, 1 \
+         ready"
+    );
+    let again = pass(&r, &mut w, &plan.state, 2_000);
+    assert!(
+        again.outcome.events.is_empty(),
+        "{:?}",
+        again.outcome.events
+    );
+}
+
 #[test]
 fn failed_marker_shows_prepare_failed_and_why() {
     let r = rules();
