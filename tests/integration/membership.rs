@@ -531,3 +531,25 @@ fn dtctl_scale_launches_template_workers_and_lets_the_least_trained_go_first() {
         stderr(&out)
     );
 }
+
+/// A worker whose marker is there before dtd first sees it, held as a spare: its story begins
+/// with `ready`, and `dtctl explain` tells it.
+#[test]
+fn dtctl_explain_tells_a_spare_that_was_ready_when_first_seen() {
+    let mut c = Cluster::new();
+    c.extra = "join: { sizes: [2] }\n".into();
+    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    let (id, ip) = c.launch(1).remove(0);
+    c.marker(&ip);
+    c.start_dtd();
+    c.wait_events("ready", &id, 1);
+    let out = c.dtctl(&["explain", &ip]);
+    let told = stdout(&out);
+    assert!(out.status.success(), "{told}{}", stderr(&out));
+    assert!(
+        told.contains("is ready (prepare-data marker) and waits to join: a spare: join.sizes")
+            && told.contains("still ready and waiting to join"),
+        "{told}"
+    );
+    assert!(c.hosts().is_empty(), "a spare until a second is ready");
+}
