@@ -1,6 +1,6 @@
 //! `dtctl` commands that act on AWS exactly as a person at the EC2 console would.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context};
@@ -121,18 +121,13 @@ fn usable_choices(cfg: &Config) -> Vec<Choice> {
 /// Each choice with what a launch needs to know of its reservation: whether it is a Capacity
 /// Block (launched with its own market type). Read from EC2 here, as dtd reads it.
 async fn launch_choices(client: &aws_sdk_ec2::Client, choices: Vec<Choice>) -> Vec<LaunchChoice> {
-    let ids: BTreeSet<String> = (choices.iter())
-        .filter_map(|c| c.reservation_id().map(str::to_string))
-        .collect();
+    let ids = reservations::ids(&choices);
     let read = match ids.is_empty() {
         true => BTreeMap::new(),
-        false => {
-            let ids: Vec<String> = ids.into_iter().collect();
-            reservations::read(client, &ids).await.unwrap_or_else(|e| {
-                println!("the reservations could not be read ({e}): each is launched into as an On-Demand Capacity Reservation");
-                BTreeMap::new()
-            })
-        }
+        false => reservations::read(client, &ids).await.unwrap_or_else(|e| {
+            println!("the reservations could not be read ({e}): each is launched into as an On-Demand Capacity Reservation");
+            BTreeMap::new()
+        }),
     };
     (choices.into_iter())
         .map(|choice| LaunchChoice {

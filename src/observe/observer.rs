@@ -17,7 +17,7 @@ use super::efs::MountTargetWatch;
 use super::inbox::Inbox;
 use super::markers::MarkerScanner;
 use super::progress::ProgressReader;
-use super::reservations::ReservationWatch;
+use super::reservations::{self, ReservationWatch};
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use crate::aws::Clients;
@@ -99,7 +99,10 @@ impl Observer {
                 Some(_) => capacity_subnets(cfg),
                 None => Vec::new(),
             },
-            reservations: ReservationWatch::new(clients.ec2.clone(), reservation_ids(cfg)),
+            reservations: ReservationWatch::new(
+                clients.ec2.clone(),
+                reservations::ids(choices(cfg)),
+            ),
             clients,
         }
     }
@@ -234,20 +237,16 @@ fn reads_progress(cfg: &Config) -> bool {
     cfg.job.stall.is_some() || cfg.join.at_checkpoint
 }
 
-/// The subnets the capacity choices name, each once.
-fn capacity_subnets(cfg: &Config) -> Vec<String> {
-    let choices = cfg.workers.capacity.iter().flat_map(|c| &c.choices);
-    let subnets: std::collections::BTreeSet<String> =
-        choices.filter_map(|c| c.subnet.clone()).collect();
-    subnets.into_iter().collect()
+/// The capacity choices, in order.
+fn choices(cfg: &Config) -> impl Iterator<Item = &Choice> {
+    cfg.workers.capacity.iter().flat_map(|c| &c.choices)
 }
 
-/// The reservations the capacity choices name by id, each once.
-pub fn reservation_ids(cfg: &Config) -> Vec<String> {
-    let choices = cfg.workers.capacity.iter().flat_map(|c| &c.choices);
-    let ids: std::collections::BTreeSet<&str> =
-        choices.filter_map(|c| c.reservation_id()).collect();
-    ids.into_iter().map(str::to_string).collect()
+/// The subnets the capacity choices name, each once.
+fn capacity_subnets(cfg: &Config) -> Vec<String> {
+    let subnets: std::collections::BTreeSet<String> =
+        choices(cfg).filter_map(|c| c.subnet.clone()).collect();
+    subnets.into_iter().collect()
 }
 
 /// The reservations the capacity choices name, read again when due; `None` when they name none.

@@ -3,14 +3,14 @@
 //! until when, and whether it is a Capacity Block (launched with its own market type, drained
 //! before its end). Read again every [`REREAD`]: launches and terminations change what is left.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::{CapacityReservation, CapacityReservationType};
 use aws_sdk_ec2::Client;
 
 use crate::aws::describe_error;
-use crate::model::Reservation;
+use crate::model::{Choice, Reservation};
 
 /// How often the reservations are read again, and a failed read tried again.
 pub const REREAD: Duration = Duration::from_secs(20);
@@ -49,6 +49,14 @@ impl ReservationWatch {
         }
         (self.last.clone()).unwrap_or_else(|| Err("not read yet".into()))
     }
+}
+
+/// The reservations these choices name by id, each once (a resource group is not read).
+pub fn ids<'a>(choices: impl IntoIterator<Item = &'a Choice>) -> Vec<String> {
+    let ids: BTreeSet<&str> = (choices.into_iter())
+        .filter_map(Choice::reservation_id)
+        .collect();
+    ids.into_iter().map(str::to_string).collect()
 }
 
 /// Every reservation in `ids`, by id. EC2 refuses the whole call when one id is unknown, and

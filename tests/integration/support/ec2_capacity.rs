@@ -134,12 +134,8 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
         Some("DescribeCapacityReservations") => describe_reservations(state, &fields),
         Some("DescribeInstances") => {
             let answer = forward_or_502(moto, &request);
-            let launched = state.lock().expect("state").launched_into.clone();
-            with_reservations(
-                answer,
-                &launched,
-                &state.lock().expect("state").reservations,
-            )
+            let s = state.lock().expect("EC2 stand-in state");
+            with_reservations(answer, &s.launched_into, &s.reservations)
         }
         _ => forward_or_502(moto, &request),
     };
@@ -219,12 +215,7 @@ fn without_market(request: &Request) -> Request {
         .collect();
     let body = body.join("&");
     let headers = (request.headers.iter())
-        .map(
-            |h| match h.to_ascii_lowercase().starts_with("content-length:") {
-                true => format!("Content-Length: {}", body.len()),
-                false => h.clone(),
-            },
-        )
+        .map(|h| with_length(h, body.len()))
         .collect();
     Request {
         line: request.line.clone(),
@@ -266,14 +257,17 @@ fn with_reservations(
     }
     let head: String = (String::from_utf8_lossy(head).split("\r\n"))
         .filter(|h| !h.is_empty())
-        .map(
-            |h| match h.to_ascii_lowercase().starts_with("content-length:") {
-                true => format!("Content-Length: {}\r\n", body.len()),
-                false => format!("{h}\r\n"),
-            },
-        )
+        .map(|h| format!("{}\r\n", with_length(h, body.len())))
         .collect();
     format!("{head}\r\n{body}").into_bytes()
+}
+
+/// A header as it was, but a `Content-Length`, which becomes `len`: the body was changed.
+fn with_length(header: &str, len: usize) -> String {
+    match header.to_ascii_lowercase().starts_with("content-length:") {
+        true => format!("Content-Length: {len}"),
+        false => header.to_string(),
+    }
 }
 
 /// DescribeCapacityReservations of the ids asked for (all without ids), as EC2 answers it.
