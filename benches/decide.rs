@@ -50,7 +50,6 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             instance_id: instances[n].id.clone(),
             ok: true,
             gpus_lost: false,
-            vanished: false,
             reason: "ok".into(),
             when: Some(NOW - 60_000),
         };

@@ -1,21 +1,28 @@
-//! How long the master's read of the shared directory's markers takes with every worker's
-//! health report there: `cargo bench --bench markers`. A report is read again only when its
-//! agent replaced it (a new inode), so the steady pass lists the directory and reads nothing;
-//! the "all replaced" figure is the worst case, every agent having just rewritten its report.
+//! How long the master's read of the shared directory's reports takes with every worker's
+//! signed success marker and health report there, and what it believes of them (the scan, then
+//! the book's judgement against each instance's agent key): `cargo bench --bench markers`. A
+//! report is read, and its signature checked, only when its agent replaced it (a new inode), so
+//! the steady pass lists the directory and reads nothing; the "all replaced" figure is the worst
+//! case, every agent having just rewritten its report.
 //!
-//! With `job.launcher` every worker also has a `launcher_<ip>` report, touched (not replaced) by
-//! its agent every 2 s: the scanner `stat`s them for that heartbeat at most every 2 s, so the
-//! third figure is a scan 2 s after the last, which `stat`s them all.
+//! With `job.launcher` every worker also has a `launcher_<ip>` report, which its agent signs
+//! again every `silent_after` / 4 (7.5 s by default) as its heartbeat: the third figure is a pass
+//! in which every launcher report was just re-signed, the worst case of a heartbeat.
 //!
 //! On a local disk (tmpfs or ext4); on EFS each read is a network round trip, which is what the
 //! cache saves.
 
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use dt::config::Reports;
+use dt::observe::markers::book::{Book, Judging, Keys};
 use dt::observe::markers::MarkerScanner;
 use dt::protocol::health::HealthReport;
 use dt::protocol::launcher::{LauncherReport, LauncherState};
+use dt::protocol::markers::{MarkerKind, MarkerName};
+use dt::protocol::signed::SigningKey;
 
 const SIZES: [usize; 2] = [1_000, 10_000];
 const ROUNDS: usize = 20;
@@ -25,9 +32,42 @@ fn ip(n: usize) -> String {
     format!("10.{}.{}.{}", n >> 16, (n >> 8) & 255, n & 255)
 }
 
-fn report(dir: &std::path::Path, n: usize) {
+fn id(n: usize) -> String {
+    format!("i-{n:017x}")
+}
+
+/// Each worker's agent key, and the book's view of whose key signs for which IP.
+fn agents(workers: usize) -> (Vec<SigningKey>, Keys) {
+    let keys: Vec<SigningKey> = (0..workers)
+        .map(|_| SigningKey::from_pkcs8(&SigningKey::generate().expect("key")).expect("key"))
+        .collect();
+    let by_ip: HashMap<_, _> = (0..workers)
+        .map(|n| {
+            let ip = ip(n).parse().expect("ip");
+            (ip, (id(n), Some(keys[n].public().clone())))
+        })
+        .collect();
+    let view = Keys {
+        by_ip,
+        complete: true,
+    };
+    (keys, view)
+}
+
+fn write(dir: &std::path::Path, key: &SigningKey, kind: MarkerKind, n: usize, line: &[u8]) {
+    let name = MarkerName::new(kind, ip(n).parse().expect("ip"));
+    let signed = key.sign(&name, line, dt::clock::now_millis());
+    dt::fsutil::write_atomic(&name.path_in(dir), &signed).expect("report");
+}
+
+fn success(dir: &std::path::Path, key: &SigningKey, n: usize) {
+    let line = format!("{{\"instance_id\":\"{}\",\"attempts\":1}}\n", id(n));
+    write(dir, key, MarkerKind::Success, n, line.as_bytes());
+}
+
+fn report(dir: &std::path::Path, key: &SigningKey, n: usize) {
     let body = HealthReport {
-        instance_id: format!("i-{n:017x}"),
+        instance_id: id(n),
         ok: true,
         gpus_lost: false,
         reason: "ok".into(),
@@ -35,13 +75,12 @@ fn report(dir: &std::path::Path, n: usize) {
         output_tail: vec!["8 of 8 GPUs, no ECC errors, no Xid, below slowdown".into()],
     }
     .render();
-    let path = dir.join(format!("health_{}", ip(n)));
-    dt::fsutil::write_atomic(&path, &body).expect("report");
+    write(dir, key, MarkerKind::Health, n, &body);
 }
 
-fn launcher(dir: &std::path::Path, n: usize) {
+fn launcher(dir: &std::path::Path, key: &SigningKey, n: usize) {
     let body = LauncherReport {
-        instance_id: format!("i-{n:017x}"),
+        instance_id: id(n),
         state: LauncherState::Running,
         generation: Some(7),
         rdzv_id: Some("bench-g7".into()),
@@ -54,17 +93,36 @@ fn launcher(dir: &std::path::Path, n: usize) {
         output_tail: vec!["[torch_job] generation 7: rank 3 of 1000, from step 120".into()],
     }
     .render();
-    let path = dir.join(format!("launcher_{}", ip(n)));
-    dt::fsutil::write_atomic(&path, &body).expect("launcher report");
+    write(dir, key, MarkerKind::Launcher, n, &body);
 }
 
-/// `rounds` scans, each after `before` (untimed).
-fn timed(rounds: usize, mut before: impl FnMut(), scanner: &mut MarkerScanner) -> Vec<Duration> {
+/// The master's side of a pass: the directory read, then what is believed.
+struct Master {
+    scanner: MarkerScanner,
+    book: Book,
+    keys: Keys,
+}
+
+impl Master {
+    fn pass(&mut self) -> dt::model::Markers {
+        let scan = self.scanner.scan().expect("scan");
+        let judging = Judging {
+            keys: &self.keys,
+            mode: Reports::Signed,
+            now: dt::clock::now_millis(),
+            fresh: 30_000,
+        };
+        self.book.judge(&scan, &judging)
+    }
+}
+
+/// `rounds` passes, each after `before` (untimed).
+fn timed(rounds: usize, mut before: impl FnMut(), master: &mut Master) -> Vec<Duration> {
     (0..rounds)
         .map(|_| {
             before();
             let t = Instant::now();
-            black_box(scanner.scan(dt::clock::now_millis()).expect("scan"));
+            black_box(master.pass());
             t.elapsed()
         })
         .collect()
@@ -86,45 +144,45 @@ fn main() {
             break;
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        for n in 0..workers {
-            std::fs::write(
-                dir.path().join(format!("prepare_data_success_{}", ip(n))),
-                "{}",
-            )
-            .expect("marker");
-            report(dir.path(), n);
+        let (agents, keys) = agents(workers);
+        for (n, key) in agents.iter().enumerate() {
+            success(dir.path(), key, n);
+            report(dir.path(), key, n);
         }
-        let mut scanner = MarkerScanner::new(dir.path());
-        let first = scanner.scan(dt::clock::now_millis()).expect("scan");
-        assert_eq!(first.health.len(), workers);
+        let mut master = Master {
+            scanner: MarkerScanner::new(dir.path()),
+            book: Book::default(),
+            keys,
+        };
+        let first = master.pass();
+        assert_eq!(
+            (first.health.len(), first.success.len()),
+            (workers, workers)
+        );
+        assert!(first.refused.is_empty());
         if !bench {
             println!("markers benchmark scenario holds (run `cargo bench --bench markers`)");
             return;
         }
-        let steady = timed(ROUNDS, || {}, &mut scanner);
-        let replaced = timed(
-            ROUNDS / 4,
-            || (0..workers).for_each(|n| report(dir.path(), n)),
-            &mut scanner,
-        );
+        let steady = timed(ROUNDS, || {}, &mut master);
+        let rewrite = |n: usize| report(dir.path(), &agents[n], n);
+        let replaced = timed(ROUNDS / 4, || (0..workers).for_each(rewrite), &mut master);
         println!(
             "markers {workers:>6} workers with health reports: steady pass {} (median of {ROUNDS}), every report replaced {} (median of {})",
             show(median(steady)),
             show(median(replaced)),
             ROUNDS / 4
         );
-        for n in 0..workers {
-            launcher(dir.path(), n);
-        }
-        let with = scanner.scan(dt::clock::now_millis()).expect("scan");
+        let beat = |n: usize| launcher(dir.path(), &agents[n], n);
+        (0..workers).for_each(beat);
+        let with = master.pass();
         assert_eq!(with.launchers.len(), workers);
-        let steady = timed(ROUNDS, || {}, &mut scanner);
-        let wait = || std::thread::sleep(Duration::from_millis(2050));
-        let statted = timed(5, wait, &mut scanner);
+        let steady = timed(ROUNDS, || {}, &mut master);
+        let beaten = timed(5, || (0..workers).for_each(beat), &mut master);
         println!(
-            "markers {workers:>6} workers with health and launcher reports: steady pass {} (median of {ROUNDS}), a pass that stats every launcher report {} (median of 5)",
+            "markers {workers:>6} workers with health and launcher reports: steady pass {} (median of {ROUNDS}), a pass after every launcher report was re-signed {} (median of 5)",
             show(median(steady)),
-            show(median(statted)),
+            show(median(beaten)),
         );
     }
 }

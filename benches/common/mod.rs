@@ -38,6 +38,7 @@ pub fn instance(n: usize, status: Option<WorkerStatus>, elastic: bool) -> Instan
         launched_at: NOW - 3_600_000 + n as u64,
         tags,
         capacity_reservation: None,
+        subnet: None,
     }
 }
 
@@ -71,5 +72,7 @@ pub fn rules(base: usize, max: usize) -> Rules {
         disruption_windows: Vec::new(),
         capacity: Vec::new(),
         capacity_cool_down_ms: 0,
+        reports_signed: true,
+        health_checked: true,
     }
 }

@@ -3,15 +3,16 @@
 //! The verdict is the exit status (`protocol::health`): 0 healthy, [`GPUS_LOST_EXIT`] the GPUs
 //! are gone, anything else (a signal, a timeout, a program that cannot start) unhealthy.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::program::{self, Outcome, Program, Status};
+use super::reports::Reports;
 use super::Identity;
 use crate::config::{Config, Health};
 use crate::digest::Sha256;
 use crate::protocol::health::{HealthReport, GPUS_LOST_EXIT};
-use crate::protocol::markers::{MarkerKind, MarkerName};
+use crate::protocol::markers::MarkerKind;
 
 pub struct Checker {
     program: PathBuf,
@@ -20,7 +21,7 @@ pub struct Checker {
     timeout: Duration,
     env: Vec<program::EnvVar>,
     instance_id: String,
-    path: PathBuf,
+    reports: Reports,
     /// Pause between attempts to write the report while the shared directory fails.
     retry_delay: Duration,
     /// The last verdict, so that only a change is logged, not every run.
@@ -34,6 +35,7 @@ impl Checker {
         cfg: &Config,
         health: &Health,
         identity: &Identity,
+        reports: Reports,
         instance_type: Option<String>,
     ) -> Checker {
         let (program, args) = match health.command.split_first() {
@@ -52,7 +54,7 @@ impl Checker {
             timeout: health.timeout,
             env,
             instance_id: identity.instance_id.clone(),
-            path: MarkerName::new(MarkerKind::Health, identity.ip).path_in(&cfg.shared_dir),
+            reports,
             retry_delay: cfg.agent.retry_delay,
             last_ok: None,
         }
@@ -73,7 +75,11 @@ impl Checker {
         let report = verdict(&outcome, self.timeout, &self.instance_id, SystemTime::now());
         let ok = report.ok;
         self.log_change(&report);
-        write_report(&self.path, &report.render(), self.retry_delay).await;
+        // Rewritten after every run: logged only when the write fails (every `interval` would
+        // fill the log).
+        (self.reports)
+            .write_retrying(MarkerKind::Health, &report.render(), self.retry_delay)
+            .await;
         ok
     }
 
@@ -122,13 +128,6 @@ fn verdict(
         when: humantime::format_rfc3339_seconds(at).to_string(),
         output_tail: outcome.tail.clone(),
     }
-}
-
-/// Rewritten after every run: the write is logged only when it fails (every `interval` would
-/// fill the log).
-async fn write_report(path: &Path, body: &[u8], delay: Duration) {
-    super::write_retrying(path, body, delay).await;
-    tracing::debug!(path = %path.display(), "wrote the health report");
 }
 
 #[cfg(test)]

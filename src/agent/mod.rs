@@ -5,16 +5,19 @@
 
 pub mod health;
 pub mod imds;
+pub mod key;
 pub mod launcher;
 pub mod notice;
 mod output;
 pub mod prepare;
 mod program;
+pub mod reports;
+pub mod signer;
 mod trust;
 pub mod watch;
 
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -32,6 +35,8 @@ pub enum AgentError {
     Signal(&'static str, std::io::Error),
     #[error("instance id `{0}` is not one (expected letters, digits and '-', like i-0abc123)")]
     InstanceId(String),
+    #[error(transparent)]
+    Key(#[from] key::KeyError),
 }
 
 /// Identity given on the command line, which takes precedence over the metadata's.
@@ -39,6 +44,9 @@ pub enum AgentError {
 pub struct Overrides {
     pub ip: Option<IpAddr>,
     pub instance_id: Option<String>,
+    /// Where the signing key is kept, instead of `agent.key_file` (several agents on one
+    /// machine, in a demo or a test, each need their own).
+    pub key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -54,31 +62,43 @@ pub async fn run(cfg: &Config, overrides: Overrides) -> Result<(), AgentError> {
     }
     let mut term = signal(SignalKind::terminate()).map_err(|e| AgentError::Signal("SIGTERM", e))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| AgentError::Signal("SIGINT", e))?;
+    let key_file = (overrides.key_file.clone()).unwrap_or_else(|| cfg.agent.key_file.clone());
+    let signer = signer::Signer::new(key::load_or_create(&key_file)?);
     tokio::select! {
-        () = work(cfg, overrides) => {}
+        () = work(cfg, overrides, signer) => {}
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
         _ = int.recv() => tracing::info!("SIGINT: stopping"),
     }
     Ok(())
 }
 
-async fn work(cfg: &Config, overrides: Overrides) {
+async fn work(cfg: &Config, overrides: Overrides, signer: signer::Signer) {
     let imds = Imds::new();
     let identity = identity(&imds, &overrides, cfg.agent.imds_interval).await;
-    tracing::info!(ip = %identity.ip, instance_id = %identity.instance_id, shared_dir = %cfg.shared_dir.display(), "dtd agent started");
+    tracing::info!(ip = %identity.ip, instance_id = %identity.instance_id, shared_dir = %cfg.shared_dir.display(), key = %signer.public(), "dtd agent started");
+    // Tagged before anything is written, so dtd can believe the first report at once.
+    let ec2 = crate::aws::ec2_client(cfg).await;
+    let instance_id = identity.instance_id.clone();
+    let first = key::tag_instance(&ec2, &instance_id, signer.public()).await;
+    let tag = async {
+        if let Err(why) = first {
+            key::keep_tagging(&ec2, &instance_id, signer.public(), why).await;
+        }
+    };
+    let reports = reports::Reports::new(&cfg.shared_dir, identity.ip, signer.clone());
     let watcher = watch::Watcher::new(
         imds,
         identity.clone(),
-        cfg.shared_dir.clone(),
+        reports.clone(),
         cfg.agent.imds_interval,
     );
-    let spec = prepare::Spec::from_config(cfg, identity.clone());
+    let spec = prepare::Spec::from_config(cfg, identity.clone(), reports.clone());
     let launch = async {
         if let Some(launcher) = &cfg.job.launcher {
-            launcher::run(cfg, launcher, identity).await;
+            launcher::run(cfg, launcher, identity, reports).await;
         }
     };
-    tokio::join!(watcher.run(), prepare_then_check(cfg, &spec), launch);
+    tokio::join!(tag, watcher.run(), prepare_then_check(cfg, &spec), launch);
 }
 
 /// Where prepare-data left this instance.
@@ -116,7 +136,8 @@ async fn prepare_then_check(cfg: &Config, spec: &prepare::Spec) {
 async fn check_forever(cfg: &Config, spec: &prepare::Spec, health: &Health, readiness: Readiness) {
     // Its own client: the watch owns the other, and must not wait for this one.
     let instance_type = read_instance_type(&Imds::new()).await;
-    let mut checker = health::Checker::new(cfg, health, &spec.identity, instance_type);
+    let reports = spec.reports.clone();
+    let mut checker = health::Checker::new(cfg, health, &spec.identity, reports, instance_type);
     // Runs start every interval (the config keeps the timeout shorter), so a report is never
     // older than the interval plus one run.
     let mut ticks = tokio::time::interval(health.interval);
@@ -243,38 +264,6 @@ fn check_instance_id(id: &str) -> Result<(), AgentError> {
         Ok(())
     } else {
         Err(AgentError::InstanceId(id.to_string()))
-    }
-}
-
-/// Writes a marker atomically, retrying until it is on the shared directory (EFS may be briefly
-/// unavailable; the master must eventually see the outcome).
-async fn write_marker(path: &Path, body: &[u8], delay: Duration) {
-    write_retrying(path, body, delay).await;
-    tracing::info!(path = %path.display(), "wrote marker");
-}
-
-/// Writes a file atomically, retrying until it is written; logged when the error changes.
-async fn write_retrying(path: &Path, body: &[u8], delay: Duration) {
-    let mut last: Option<std::io::ErrorKind> = None;
-    loop {
-        match crate::fsutil::write_atomic(path, body) {
-            Ok(()) => return,
-            Err(e) => {
-                if last != Some(e.kind()) {
-                    tracing::error!(path = %path.display(), "cannot write the marker, retrying: {e}");
-                    last = Some(e.kind());
-                }
-                tokio::time::sleep(delay).await;
-            }
-        }
-    }
-}
-
-fn remove_marker(path: &Path) {
-    match std::fs::remove_file(path) {
-        Ok(()) => tracing::info!(path = %path.display(), "removed stale marker"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %path.display(), "cannot remove stale marker: {e}"),
     }
 }
 

@@ -1,14 +1,15 @@
 //! Runs the prepare-data program with a time limit and a bounded number of attempts, then writes
 //! `prepare_data_success_<ip>` or `prepare_data_failed_<ip>` for the master.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::program::{self, Outcome, Program, Status};
+use super::reports::Reports;
 use super::Identity;
 use crate::config::Config;
 use crate::digest::Sha256;
-use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
+use crate::protocol::markers::MarkerKind;
 use crate::protocol::report::{self, FailureReport, SuccessReport};
 
 pub struct Spec {
@@ -21,10 +22,11 @@ pub struct Spec {
     pub shared_dir: PathBuf,
     pub cluster: String,
     pub identity: Identity,
+    pub reports: Reports,
 }
 
 impl Spec {
-    pub fn from_config(cfg: &Config, identity: Identity) -> Spec {
+    pub fn from_config(cfg: &Config, identity: Identity, reports: Reports) -> Spec {
         let a = &cfg.agent;
         Spec {
             program: a.prepare_data.clone(),
@@ -36,47 +38,36 @@ impl Spec {
             shared_dir: cfg.shared_dir.clone(),
             cluster: cfg.cluster.clone(),
             identity,
+            reports,
         }
     }
 
-    fn marker(&self, kind: MarkerKind) -> PathBuf {
-        MarkerName::new(kind, self.identity.ip).path_in(&self.shared_dir)
+    /// This agent's own report of `kind` for this instance, if there is one. Whatever else is
+    /// there (an earlier owner's of this IP, one another worker put under this name) is
+    /// removed: it must not make this instance look ready, nor failed.
+    fn own_report(&self, kind: MarkerKind) -> bool {
+        let mine = &self.identity.instance_id;
+        match self.reports.read_own(kind) {
+            Ok(None) => false,
+            Ok(Some(body)) if report::owner(&body).as_ref() == Some(mine) => true,
+            Ok(Some(_)) => {
+                self.reports.remove(kind);
+                false
+            }
+            Err(why) => {
+                tracing::info!("{why}: not taken for this instance's");
+                self.reports.remove(kind);
+                false
+            }
+        }
     }
 }
 
-/// Whether this instance already prepared its data (the agent restarted). Markers that name
-/// another instance are left over from an earlier owner of this IP, and are removed: its success
-/// must not make this instance look ready, nor its failure make it look failed.
+/// Whether this instance already prepared its data (the agent restarted): only a success
+/// marker this agent signed for this instance says so.
 pub fn already_prepared(spec: &Spec) -> bool {
-    let failed = spec.marker(MarkerKind::Failed);
-    if let Ok(Some(_)) = foreign_owner(&failed, &spec.identity.instance_id) {
-        super::remove_marker(&failed);
-    }
-    let path = spec.marker(MarkerKind::Success);
-    match foreign_owner(&path, &spec.identity.instance_id) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => {
-            tracing::warn!(path = %path.display(), "cannot read the success marker ({e}): preparing again");
-            false
-        }
-        Ok(Some(other)) => {
-            tracing::info!(path = %path.display(), other, "success marker belongs to another instance that had this IP: preparing again");
-            super::remove_marker(&path);
-            false
-        }
-        // A marker without an owner was written by something else (a 2018-style script): trusted.
-        Ok(None) => true,
-    }
-}
-
-/// The instance a marker names, when it names one other than `mine`.
-fn foreign_owner(path: &Path, mine: &str) -> std::io::Result<Option<String>> {
-    let body = match crate::untrusted::read_prefix(path, MAX_REPORT_BYTES) {
-        Ok(Some(body)) => body,
-        Ok(None) => return Err(std::io::ErrorKind::NotFound.into()),
-        Err(e) => return Err(std::io::Error::other(e.to_string())),
-    };
-    Ok(report::owner(&body).filter(|o| o != mine))
+    spec.own_report(MarkerKind::Failed);
+    spec.own_report(MarkerKind::Success)
 }
 
 /// A run of prepare-data that succeeded: what its success marker says.
@@ -135,8 +126,12 @@ pub async fn write_success(spec: &Spec, done: Prepared) {
         output_tail: done.tail,
     }
     .render();
-    super::write_marker(&spec.marker(MarkerKind::Success), &json, spec.retry_delay).await;
-    super::remove_marker(&spec.marker(MarkerKind::Failed));
+    let reports = &spec.reports;
+    reports
+        .write_retrying(MarkerKind::Success, &json, spec.retry_delay)
+        .await;
+    tracing::info!(path = %reports.path(MarkerKind::Success).display(), "wrote marker");
+    reports.remove(MarkerKind::Failed);
 }
 
 async fn write_failure(spec: &Spec, took: Duration, attempts: u32, attempt: Outcome) {
@@ -161,8 +156,10 @@ async fn write_failure(spec: &Spec, took: Duration, attempts: u32, attempt: Outc
         },
     }
     .render();
-    let path = spec.marker(MarkerKind::Failed);
-    super::write_marker(&path, &json, spec.retry_delay).await;
+    let path = spec.reports.path(MarkerKind::Failed);
+    (spec.reports)
+        .write_retrying(MarkerKind::Failed, &json, spec.retry_delay)
+        .await;
     tracing::warn!(path = %path.display(), "prepare-data: failed after {attempts} attempt(s); wrote the failure marker");
 }
 

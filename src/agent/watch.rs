@@ -2,19 +2,19 @@
 //! notice.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::imds::{Imds, ImdsFailure};
 use super::notice::{self, Notice};
+use super::reports::Reports;
 use super::Identity;
 use crate::protocol::interruption::InterruptionMarker;
-use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
+use crate::protocol::markers::MarkerKind;
 
 pub struct Watcher {
     imds: Imds,
     identity: Identity,
-    path: PathBuf,
+    reports: Reports,
     interval: Duration,
     /// What the marker on disk holds (for this instance): a notice already written is not again.
     held: Option<InterruptionMarker>,
@@ -22,13 +22,12 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    pub fn new(imds: Imds, identity: Identity, shared_dir: PathBuf, interval: Duration) -> Self {
-        let path = MarkerName::new(MarkerKind::Interruption, identity.ip).path_in(&shared_dir);
-        let held = load_held(&path, &identity.instance_id);
+    pub fn new(imds: Imds, identity: Identity, reports: Reports, interval: Duration) -> Self {
+        let held = load_held(&reports, &identity.instance_id);
         Watcher {
             imds,
             identity,
-            path,
+            reports,
             interval,
             held,
             failures: FailureLog::default(),
@@ -89,17 +88,18 @@ impl Watcher {
             noticed_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         };
         let json = marker.render();
+        let path = self.reports.path(MarkerKind::Interruption);
         // A failed write is tried again at the next poll: `held` only changes once it is on disk.
-        match crate::fsutil::write_atomic(&self.path, &json) {
+        match self.reports.write(MarkerKind::Interruption, &json) {
             Ok(()) => {
                 tracing::warn!(kind = marker.kind.as_str(), id = %marker.id, action_time = marker.action_time.as_deref().unwrap_or("-"),
-                    path = %self.path.display(), "interruption notice: wrote the marker");
+                    path = %path.display(), "interruption notice: wrote the marker");
                 self.held = Some(marker);
             }
             Err(e) => self.failures.failed(
                 "marker",
                 &ImdsFailure {
-                    path: self.path.display().to_string(),
+                    path: path.display().to_string(),
                     class: format!("write {:?}", e.kind()),
                     message: format!("cannot write the interruption marker: {e}"),
                 },
@@ -108,14 +108,17 @@ impl Watcher {
     }
 }
 
-/// The marker this instance wrote before a restart. One naming another instance is left over from
-/// an earlier owner of the IP (long terminated) and is removed, so it is not taken for this one's.
-fn load_held(path: &std::path::Path, instance_id: &str) -> Option<InterruptionMarker> {
-    let body = match crate::untrusted::read_prefix(path, MAX_REPORT_BYTES) {
+/// The marker this agent wrote for this instance before a restart. Anything else under its name
+/// (an earlier owner's of the IP, one another worker put there to pass for a notice already
+/// written) is removed, so the next notice is written.
+fn load_held(reports: &Reports, instance_id: &str) -> Option<InterruptionMarker> {
+    let path = reports.path(MarkerKind::Interruption);
+    let body = match reports.read_own(MarkerKind::Interruption) {
         Ok(Some(b)) => b,
         Ok(None) => return None,
-        Err(e) => {
-            tracing::warn!(path = %path.display(), "cannot read the interruption marker: {e}");
+        Err(why) => {
+            tracing::info!("{why}: removed, not taken for this instance's notice");
+            reports.remove(MarkerKind::Interruption);
             return None;
         }
     };
@@ -125,8 +128,8 @@ fn load_held(path: &std::path::Path, instance_id: &str) -> Option<InterruptionMa
             Some(m)
         }
         Ok(m) => {
-            tracing::info!(other = %m.instance_id, path = %path.display(), "removing the interruption marker of another instance that had this IP");
-            super::remove_marker(path);
+            tracing::info!(other = %m.instance_id, path = %path.display(), "removing the interruption marker of another instance");
+            reports.remove(MarkerKind::Interruption);
             None
         }
         Err(e) => {

@@ -35,6 +35,9 @@ enum Command {
         /// This worker's instance id (default: the instance metadata's instance-id).
         #[arg(long)]
         instance_id: Option<String>,
+        /// Where the agent keeps its signing key (default: the config's agent.key_file).
+        #[arg(long)]
+        key_file: Option<PathBuf>,
     },
 }
 
@@ -47,7 +50,15 @@ async fn main() -> anyhow::Result<()> {
             config,
             ip,
             instance_id,
-        } => agent(config, dt::agent::Overrides { ip, instance_id }).await,
+            key_file,
+        } => {
+            let overrides = dt::agent::Overrides {
+                ip,
+                instance_id,
+                key_file,
+            };
+            agent(config, overrides).await
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub use notify::Notify;
 pub use owner::JobOwner;
 pub use sections::{
     Events, Health, HealthLeave, HealthPolicy, JournalConfig, MaxUnhealthy, MetricsConfig,
-    Rebalance, Slots, Stall,
+    Rebalance, Reports, Slots, Stall,
 };
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
@@ -145,6 +145,8 @@ pub struct Workers {
     pub replace_unhealthy: bool,
     /// What a launched worker may be, in order (`workers.capacity`); `None`: the template's own.
     pub capacity: Option<Capacity>,
+    /// Whether the workers' reports must be signed by their agents (`workers.reports`).
+    pub reports: Reports,
 }
 
 /// One host file: a built-in `format`, or a `template` file of the user's own.
@@ -216,6 +218,8 @@ pub struct Agent {
     pub imds_interval: Duration,
     /// The health check; `None`: no check, the success marker follows prepare-data at once.
     pub health: Option<Health>,
+    /// The agent's signing key, on the worker's own disk (made at the first start).
+    pub key_file: PathBuf,
 }
 
 impl Config {

@@ -100,6 +100,8 @@ pub(super) struct RawWorkers {
     pub replace_unhealthy: bool,
     #[serde(default)]
     pub capacity: Option<super::Capacity>,
+    #[serde(default)]
+    pub reports: super::Reports,
 }
 
 /// The section's own rules, checked while it is parsed so the error names `workers` and its line.
@@ -261,6 +263,7 @@ pub(super) struct RawAgent {
     #[serde(deserialize_with = "duration")]
     pub imds_interval: Duration,
     pub health: Option<Health>,
+    pub key_file: Option<PathBuf>,
 }
 
 impl Default for RawAgent {
@@ -274,6 +277,7 @@ impl Default for RawAgent {
             retry_delay: Duration::from_secs(10),
             imds_interval: Duration::from_secs(1),
             health: None,
+            key_file: None,
         }
     }
 }

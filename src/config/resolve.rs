@@ -19,6 +19,8 @@ const DEFAULT_HOSTFILE: &str = "host_worker";
 /// The prepare-data program run when the file names none: root's, outside the shared directory
 /// (which every worker writes, and `dtd agent` runs it as root).
 const DEFAULT_PREPARE_DATA: &str = "/usr/local/libexec/dt/prepare-data";
+/// Where the agent keeps its signing key: the worker's own disk, root's.
+const DEFAULT_KEY_FILE: &str = "/var/lib/dt/agent.key";
 /// With events naming the instances that change, the complete listing only catches what they missed.
 const DEFAULT_RESYNC_WITH_EVENTS: Duration = Duration::from_secs(60);
 
@@ -79,6 +81,7 @@ fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
         page_size: w.page_size,
         max_prepare_failures: w.max_prepare_failures,
         replace_unhealthy: w.replace_unhealthy,
+        reports: w.reports,
     }
 }
 
@@ -116,6 +119,7 @@ fn agent(a: RawAgent) -> Agent {
         retry_delay: a.retry_delay,
         imds_interval: a.imds_interval,
         health: a.health,
+        key_file: a.key_file.unwrap_or_else(|| DEFAULT_KEY_FILE.into()),
     }
 }
 
@@ -175,6 +179,7 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
             .check()
             .map_err(|msg| at_path(text, &["job", "launcher", "elastic"], &msg))?;
     }
+    validate_reports(raw, text)?;
     match raw.master {
         Some(master) if raw.workers.base_hosts.contains(&master) => Err(at_key(
             text,
@@ -182,6 +187,30 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
             "master must not also be a base host",
         )),
         _ => Ok(()),
+    }
+}
+
+/// Health and launcher reports come only from `dtd agent`, which signs what it writes: a
+/// cluster that runs it has no use for unsigned reports, which any worker could write.
+fn validate_reports(raw: &RawConfig, text: &str) -> Result<(), String> {
+    if raw.workers.reports != super::Reports::Unsigned {
+        return Ok(());
+    }
+    let uses_agent = match (&raw.agent.health, &raw.job.launcher) {
+        (Some(_), _) => Some("agent.health"),
+        (None, Some(_)) => Some("job.launcher"),
+        (None, None) => None,
+    };
+    match uses_agent {
+        Some(key) => Err(at_path(
+            text,
+            &["workers", "reports"],
+            &format!(
+                "workers.reports: unsigned is for clusters without dtd agent, but {key} is \
+                 configured: its reports are signed (leave workers.reports out)"
+            ),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -150,6 +150,19 @@ pub enum Rebalance {
     Report,
 }
 
+/// `workers.reports`: whose word a report in the shared directory is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reports {
+    /// Believed only when signed by the worker's own `dtd agent` (`protocol::signed`).
+    #[default]
+    Signed,
+    /// The 2018 protocol, without `dtd agent`: each worker's prepare-data script writes its own
+    /// `prepare_data_success_<ip>`, which makes it join; a failure marker is only shown; every
+    /// other report is ignored. Any worker can then make any other join early, nothing more.
+    Unsigned,
+}
+
 fn default_queue_wait() -> Duration {
     Duration::from_secs(20)
 }

@@ -137,7 +137,10 @@ impl Daemon {
     pub async fn pass(&mut self) {
         let started = Instant::now();
         self.ledger.begin_pass();
-        let observed = self.observer.observe(&self.cfg, &mut self.shared_fs).await;
+        let pins = &self.state.agent_keys;
+        let observed = (self.observer)
+            .observe(&self.cfg, &mut self.shared_fs, pins)
+            .await;
         let Observed {
             snap,
             stalled,

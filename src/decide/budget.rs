@@ -3,7 +3,9 @@
 //! scheduled change, an unhealthy worker that can drain) starts only within a window and while
 //! fewer workers are leaving than the budget allows. Every leave in progress counts against the
 //! budget, from the host files until its instance stops running, an involuntary one too (an
-//! interruption, a Capacity Block's end, GPUs gone), which is never held.
+//! interruption, a Capacity Block's end, GPUs gone), which is never held; but not a worker gone
+//! silent, which is out of the job on no one's word (a worker could fake the silence of others
+//! to use the budget up).
 
 use chrono::{DateTime, Utc};
 use rustc_hash::FxHashSet;
@@ -62,8 +64,10 @@ fn spent(p: &Pass, st: &State) -> Option<String> {
     if budget == Budget::Unlimited {
         return None;
     }
-    // Until its instance stops running: one EC2 no longer lists is gone (pruned later).
-    let leaving: Vec<&Removal> = st.removals.iter().filter(|r| p.is_running(&r.id)).collect();
+    // Until its instance stops running: one EC2 no longer lists is gone (pruned later). A
+    // silent worker is out of the job on no one's word: it does not use the budget up.
+    let counts = |r: &&Removal| p.is_running(&r.id) && r.cause() != Some(Cause::Silent);
+    let leaving: Vec<&Removal> = st.removals.iter().filter(counts).collect();
     let allowed = budget.allowed(workers(p, st, &leaving))?;
     if leaving.len() < allowed {
         return None;

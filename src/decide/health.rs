@@ -11,33 +11,32 @@
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{budget, group, launcher, removal};
+use super::{budget, group, removal};
 use crate::config::HealthLeave;
 use crate::model::*;
 
-/// The report of the listed cluster worker at `at`, when it says the worker is unhealthy (or,
-/// with a launcher, the node stopped answering). A report another instance left under this IP,
-/// and a base host's or the master's, are not.
-pub(super) fn unhealthy(p: &Pass, st: &State, at: usize) -> Option<Health> {
+/// The report of the listed cluster worker at `at`, when it says the worker is unhealthy. Only
+/// with `agent.health` configured (without it no agent checks, and a `health_<ip>` file is
+/// anyone's); a report another instance left under this IP, and a base host's or the master's,
+/// are not.
+pub(super) fn unhealthy<'a>(p: &Pass<'a>, at: usize) -> Option<&'a Health> {
     let inst = &p.list[at];
-    if p.rules.is_protected(inst.ip) {
+    if !p.rules.health_checked || p.rules.is_protected(inst.ip) {
         return None;
     }
-    let reported = (p.markers?.health.get(&inst.ip)).filter(|h| !h.ok && h.instance_id == inst.id);
-    reported.cloned().or_else(|| launcher::silent(p, st, at))
+    (p.markers?.health.get(&inst.ip)).filter(|h| !h.ok && h.instance_id == inst.id)
 }
 
 pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft) {
-    let Some(m) = p.markers else { return };
+    let Some(m) = p.markers.filter(|_| p.rules.health_checked) else {
+        return;
+    };
     let reported = (m.health.values())
         .filter(|h| !h.ok)
         .map(|h| &h.instance_id);
-    let silent = (m.launchers.values())
-        .filter(|l| l.state.is_active())
-        .map(|l| &l.instance_id);
-    let mut bad: Vec<usize> = (reported.chain(silent))
+    let mut bad: Vec<usize> = reported
         .filter_map(|id| p.at(id))
-        .filter(|&at| p.facts[at].cluster && unhealthy(p, st, at).is_some())
+        .filter(|&at| p.facts[at].cluster && unhealthy(p, at).is_some())
         .collect();
     bad.sort_unstable();
     bad.dedup();
@@ -57,16 +56,15 @@ fn journal(p: &Pass, st: &mut State, out: &mut Draft, bad: &[usize]) {
         if st.unhealthy.contains_key(id) {
             continue;
         }
-        let Some(h) = unhealthy(p, st, at) else {
+        let Some(h) = unhealthy(p, at) else {
             continue;
         };
-        let msg = match (h.gpus_lost, h.vanished) {
-            (_, true) => format!("{ip} ({id}): {}", h.reason),
-            (true, _) => format!(
+        let msg = match h.gpus_lost {
+            true => format!(
                 "{ip} ({id}): health check failed (its GPUs are gone): {}",
                 h.reason
             ),
-            _ => format!("{ip} ({id}): health check failed: {}", h.reason),
+            false => format!("{ip} ({id}): health check failed: {}", h.reason),
         };
         out.event(p, EventKind::Unhealthy, Some((id, ip)), None, msg);
         st.unhealthy.insert(id.to_string(), h.reason.clone());
@@ -158,11 +156,11 @@ fn act_on(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
 
 /// A member leaves: at once when its GPUs are gone or `health.leave` says so, else it drains.
 fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
-    let Some(h) = unhealthy(p, st, at) else {
+    let Some(h) = unhealthy(p, at) else {
         return;
     };
     let inst = &p.list[at];
-    let at_once = h.gpus_lost || h.vanished || p.rules.health_leave == HealthLeave::Immediate;
+    let at_once = h.gpus_lost || p.rules.health_leave == HealthLeave::Immediate;
     // A drain is voluntary: it waits for the disruption window and budget, training on.
     if let Some(why) = budget::exhausted(p, st).filter(|_| !at_once) {
         return hold_drain(p, st, out, at, &why);
@@ -190,10 +188,9 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
         return;
     }
     r.stage.end(end);
-    let why = match (h.gpus_lost, h.vanished) {
-        (true, _) => "its GPUs are gone",
-        (_, true) => "it cannot take part",
-        _ => "health.leave is immediate",
+    let why = match h.gpus_lost {
+        true => "its GPUs are gone",
+        false => "health.leave is immediate",
     };
     let msg = format!("{reason}: {} left the job at once ({why}); {then}", inst.ip);
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
@@ -219,7 +216,7 @@ fn hold_drain(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
 /// training (ADDED, REMOVAL_QUEUED: the state was lost) first waits for an acknowledgement given
 /// after this pass, as `leaving::retire_unjoined` does, unless its GPUs are gone.
 fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
-    let Some(h) = unhealthy(p, st, at) else {
+    let Some(h) = unhealthy(p, at) else {
         return;
     };
     let inst = &p.list[at];
@@ -232,7 +229,7 @@ fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
         p.facts[at].status,
         Some(WorkerStatus::Added | WorkerStatus::RemovalQueued)
     );
-    let msg = if may_train && !h.gpus_lost && !h.vanished {
+    let msg = if may_train && !h.gpus_lost {
         let gen = r.generation;
         let ip = inst.ip;
         format!("{reason}: {ip} may still be in the job (its tag says so); {then} after the job acknowledges generation {gen}")

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, health, launch, mount_targets, prepare_failed, trust, worker_count};
+use super::{group, health, launch, launcher, mount_targets, prepare_failed, trust, worker_count};
 use crate::model::*;
 
 /// A cluster instance that is not a member and carries the elastic tag.
@@ -20,9 +20,12 @@ pub(super) fn candidate(
     // A marker naming another instance is not this one's (see `trust`): as if absent.
     let success = p.markers.is_some_and(|m| m.success.contains(&ip))
         && !trust::foreign_marker(p, st, out, at, false);
-    let failed = (p.markers.and_then(|m| m.failed.get(&ip)))
+    let shown = (p.markers.and_then(|m| m.failed.get(&ip)))
         .filter(|_| !trust::foreign_marker(p, st, out, at, true));
-    let sick = health::unhealthy(p, st, at);
+    // Unsigned (no agent): a failure marker any worker could have written is only shown.
+    let failed = shown.filter(|_| p.rules.reports_signed);
+    let sick = health::unhealthy(p, at).cloned();
+    let silent = launcher::silent(p, st, at);
     if !group::serving(p, at) {
         let why = failed.map(|f| format!("prepare-data failed ({f})"));
         let why = why.or_else(|| {
@@ -38,6 +41,12 @@ pub(super) fn candidate(
         };
         let why = format!("{why}; {}", h.describe());
         out.view(at, Some(WorkerStatus::Preparing), Some(why));
+    } else if let Some(quiet) = silent {
+        let why = format!(
+            "its agent to be heard: its launcher report says it runs, unchanged for {}",
+            crate::model::span(quiet)
+        );
+        out.view(at, Some(WorkerStatus::AddQueued), Some(why));
     } else if success {
         joins.push(at);
     } else if let (Some(why), true) = (failed, group::in_group(p, at)) {
@@ -47,6 +56,12 @@ pub(super) fn candidate(
         let then = "it waits for a person (a launch-template worker is not replaced)";
         prepare_failed::journal(p, st, out, at, &why, then);
         let why = format!("a person: {why}");
+        out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
+    } else if let Some(why) = shown {
+        let why = format!(
+            "a person: prepare-data failed ({why}); with workers.reports unsigned a failure \
+             marker, which any worker could write, is only shown"
+        );
         out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
     } else {
         let why = mount_targets::missing(p, st, out, at)

@@ -1,10 +1,10 @@
 //! The workers' launchers (`job.launcher`), from their agents' `launcher_<ip>` reports: each
 //! change journaled once, `job_finished` when every member's launcher exited 0, a training
-//! member whose agent went silent taken for gone, and a leaving worker terminated only once its
-//! launcher has stopped.
+//! member whose agent went silent taken out of the job (not terminated), and a leaving worker
+//! terminated only once its launcher has stopped.
 //!
-//! A report is believed only for the instance EC2 lists at its IP, and only for a generation dtd
-//! wrote: any worker can write any report.
+//! A report is believed only when its worker's agent signed it (observe's book), for the
+//! instance EC2 lists at its IP, and for a generation dtd wrote.
 
 use super::draft::Draft;
 use super::pass::Pass;
@@ -19,39 +19,63 @@ fn report<'a>(p: &Pass<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
     l.believable(&inst.id, st.generation).then_some(l)
 }
 
-/// A training member whose agent has not touched its report for `silent_after` stopped
-/// answering (SIGSTOPped, hung kernel, cut network): it leaves the job at once as an unhealthy
-/// worker does, so the others start a world without it instead of waiting out a collective's
-/// timeout (30 minutes on gloo).
-pub(super) fn silent(p: &Pass, st: &State, at: usize) -> Option<Health> {
+/// How long the worker at `at` has been silent: its agent's last report says its launcher runs,
+/// and no newer report came for `silent_after`. The node stopped answering (SIGSTOPped, hung
+/// kernel, cut network), or someone keeps its report from being replaced: a silence is no one's
+/// word, so it takes a worker out of the job but never gets it terminated.
+pub(super) fn silent(p: &Pass, st: &State, at: usize) -> Option<Millis> {
     let after = p.rules.launcher_silent_ms?;
     let l = report(p, st, at)?;
     let quiet = p.now.saturating_sub(l.heard_at);
-    if !l.state.is_active() || quiet < after {
-        return None;
-    }
-    // Only a member: a launcher runs only where the plan lists it, so a "running" report of any
-    // other worker is stale or forged, and must not get a preparing worker terminated. (Looked
-    // up last: every joining candidate asks.)
-    if !st.members.iter().any(|m| m.id == l.instance_id) {
-        return None;
-    }
-    Some(Health {
-        instance_id: l.instance_id.clone(),
-        ok: false,
-        gpus_lost: false,
-        vanished: true,
-        reason: format!(
-            "the node stopped answering: its launcher report unchanged for {}",
-            span(quiet)
-        ),
-        when: None,
-    })
+    (l.state.is_active() && quiet >= after).then_some(quiet)
 }
 
-/// Why a leaving worker, acknowledged, is not let go yet: its launcher still runs.
+/// A member gone silent leaves the job at once, so the others start a world without it instead
+/// of waiting out a collective's timeout (30 minutes on gloo). It stays running: nothing
+/// confirms it is gone (a worker can keep another's report from being replaced), so it is not
+/// terminated or replaced, does not count against `disruption.budget`, and joins again like a
+/// new worker once its agent is heard. EC2 ends it if the instance really is gone.
+pub(super) fn heed_silence(p: &Pass, st: &mut State, out: &mut Draft) {
+    if p.rules.launcher_silent_ms.is_none() || !p.can_remove() {
+        return;
+    }
+    let mut gone = Vec::new();
+    for (pos, m) in st.members.iter().enumerate() {
+        let Some(at) = p.at(&m.id) else { continue };
+        if let Some(quiet) = silent(p, st, at).filter(|_| !p.rules.is_protected(m.ip)) {
+            gone.push((pos, at, quiet));
+        }
+    }
+    for (pos, at, quiet) in gone.into_iter().rev() {
+        st.members.remove(pos);
+        let inst = &p.list[at];
+        out.removed.push(inst.ip);
+        out.notices.retain(|j| j.ip != inst.ip);
+        out.notices.push(JobNotice {
+            ip: inst.ip,
+            kind: crate::protocol::notices::Reason::Unhealthy,
+            deadline: None,
+        });
+        let reason = format!("its launcher report unchanged for {}", span(quiet));
+        let r = super::removal::new(p, inst, Cause::Silent, None, &reason);
+        let msg = format!(
+            "{reason}: {} left the job at once (the node stopped answering, or someone keeps \
+             its report from being replaced); not terminated on a silence, it joins again once \
+             its agent is heard",
+            inst.ip
+        );
+        let e = super::removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg);
+        e.cause = Some(Cause::Silent);
+    }
+}
+
+/// Why a leaving worker, acknowledged, is not let go yet: its launcher still runs. Not asked of
+/// a worker that left for its silence: its report will not say anything new until it answers.
 pub(super) fn still_running(p: &Pass, st: &State, r: &Removal) -> Option<String> {
     p.rules.launcher_silent_ms?;
+    if r.cause() == Some(Cause::Silent) {
+        return None;
+    }
     let at = p.at(&r.id)?;
     let l = report(p, st, at)?;
     l.state

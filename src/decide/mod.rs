@@ -49,6 +49,8 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     let p = pass::Pass::new(rules, snap, &prev, now);
     let mut st = prev;
     let mut out = draft::Draft::new(snap, p.list.len());
+    trust::pin_keys(&p, &mut st, &mut out);
+    trust::refuse_reports(&p, &mut st, &mut out);
     trust::refuse_files(&p, &mut st, &mut out);
     if let Some(claimed) = p.ack_refused {
         trust::refuse_ack(&p, &mut st, &mut out, claimed);
@@ -58,6 +60,7 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     let heard = [snap.notices.as_slice(), &block_ends].concat();
     notices::heed(&p, &mut st, &mut out, &heard);
     health::heed(&p, &mut st, &mut out);
+    launcher::heed_silence(&p, &mut st, &mut out);
     replacements::send(&p, &mut st, &mut out);
     let member_of = classify::locate_members(&p, &mut st, &mut out);
     let (joins, leaves) = classify::classify(&p, &mut st, &mut out, &member_of);

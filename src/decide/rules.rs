@@ -56,6 +56,11 @@ pub struct Rules {
     pub capacity: Vec<Choice>,
     /// How long a choice EC2 had no capacity for is skipped.
     pub capacity_cool_down_ms: Millis,
+    /// `workers.reports: signed` (the default): reports are believed only when the worker's
+    /// agent signed them. `false` (unsigned, the 2018 protocol): a failure marker is only shown.
+    pub reports_signed: bool,
+    /// `agent.health` is configured: health reports count. Without it they are ignored.
+    pub health_checked: bool,
 }
 
 /// What the rules read from one instance's tags.
@@ -99,6 +104,8 @@ impl Rules {
             capacity: (cfg.workers.capacity.as_ref()).map_or_else(Vec::new, |c| c.choices.clone()),
             capacity_cool_down_ms: (cfg.workers.capacity.as_ref())
                 .map_or(0, |c| c.cool_down.as_millis() as u64),
+            reports_signed: cfg.workers.reports == crate::config::Reports::Signed,
+            health_checked: cfg.agent.health.is_some(),
         }
     }
 

@@ -49,6 +49,53 @@ pub(super) fn forget_stale(p: &Pass, st: &mut State, out: &Draft) {
     st.agent_notices.retain(|_, until| p.now < *until);
 }
 
+/// Each worker's agent key, as the `dt:agent-key` tag first showed it, is kept: whoever can tag
+/// the instance later (its own user code, with the instance role) cannot change whose word its
+/// reports are. A changed tag is refused, journaled once.
+pub(super) fn pin_keys(p: &Pass, st: &mut State, out: &mut Draft) {
+    let Some(m) = p.markers else { return };
+    for (id, key) in &m.key_tags {
+        let Some(pinned) = st.agent_keys.get(id) else {
+            st.agent_keys.insert(id.clone(), key.clone());
+            continue;
+        };
+        let who = p.at(id).map(|at| p.who(at));
+        let msg = format!(
+            "the {} tag of {id} changed from {}… to {}…: reports signed with the new key are \
+             refused; dtd keeps the key its agent first put there (terminate the worker if its \
+             agent really lost its key)",
+            crate::protocol::signed::KEY_TAG,
+            pinned.short(),
+            key.short()
+        );
+        let refusal = format!("agent-key:{id}:{}", key.short());
+        refuse(p, st, out, refusal, EventKind::MarkerRefused, who, msg);
+    }
+    // Pins outnumbering the listed workers: some are of instances gone.
+    if p.can_remove() && st.agent_keys.len() > p.index.len() {
+        st.agent_keys.retain(|id, _| p.is_running(id));
+    }
+}
+
+/// Reports about listed workers that are not believed (see `observe::markers::book`): shown,
+/// and journaled once per file and kind of lie.
+pub(super) fn refuse_reports(p: &Pass, st: &mut State, out: &mut Draft) {
+    let Some(m) = p.markers else { return };
+    for r in &m.refused {
+        let who = p.at(&r.instance).map(|at| p.who(at));
+        let key = format!("report:{}:{}", r.file, r.class);
+        refuse(
+            p,
+            st,
+            out,
+            key,
+            EventKind::MarkerRefused,
+            who,
+            r.why.clone(),
+        );
+    }
+}
+
 /// The job's files someone other than the job's user owns (a worker created them first): not
 /// read at all by observe; journaled once and shown here.
 pub(super) fn refuse_files(p: &Pass, st: &mut State, out: &mut Draft) {

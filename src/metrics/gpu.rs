@@ -100,6 +100,7 @@ mod tests {
             launched_at: 0,
             tags: Default::default(),
             capacity_reservation: None,
+            subnet: None,
         }
     }
 

@@ -73,6 +73,14 @@ impl Fleet {
         ips.into_iter().filter(|ip| !known.contains(ip)).collect()
     }
 
+    /// The instances at `ips`.
+    pub fn at_ips<'a>(
+        &'a self,
+        ips: &'a std::collections::BTreeSet<IpAddr>,
+    ) -> impl Iterator<Item = &'a Instance> + 'a {
+        self.instances.iter().filter(|i| ips.contains(&i.ip))
+    }
+
     /// Lends the view to a pass without copying it; `restore` gives it back.
     pub fn take(&mut self) -> Vec<Instance> {
         std::mem::take(&mut self.instances)
@@ -173,6 +181,7 @@ mod tests {
             launched_at: 0,
             tags: crate::model::Tags::from([("t".to_string(), tag.to_string())]),
             capacity_reservation: None,
+            subnet: None,
         }
     }
 

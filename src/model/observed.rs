@@ -23,6 +23,9 @@ pub struct Instance {
     /// The Capacity Reservation (Capacity Block) it runs in, if any.
     #[serde(default)]
     pub capacity_reservation: Option<String>,
+    /// Its subnet: an IP a report names is looked up in EC2 only within the workers' subnets.
+    #[serde(default)]
+    pub subnet: Option<String>,
 }
 
 impl Instance {
@@ -62,6 +65,29 @@ pub struct Markers {
     pub failed_named: BTreeMap<IpAddr, String>,
     /// What each worker's launcher last did (`launcher_<ip>`, with `job.launcher`).
     pub launchers: BTreeMap<IpAddr, Launcher>,
+    /// Reports about listed instances that are not believed, and why (not signed by the
+    /// worker's agent, an older one put back, one naming another instance).
+    pub refused: Vec<Refused>,
+    /// IPs with signed reports that wait for the key of the instance there (its agent has not
+    /// tagged it yet, or EC2 has not been read since).
+    pub pending: BTreeSet<IpAddr>,
+    /// Agent keys on the tags of instances at reported IPs that differ from the key dtd keeps
+    /// for them (or it keeps none yet): decide pins the first, refuses a changed one.
+    pub key_tags: Vec<(String, crate::protocol::signed::AgentKey)>,
+}
+
+/// A report about a listed instance that dtd does not believe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub ip: IpAddr,
+    /// The instance EC2 lists at `ip`.
+    pub instance: String,
+    /// The file's name.
+    pub file: String,
+    /// What kind of refusal, for journaling it once: the same lie is not journaled again.
+    pub class: String,
+    /// The line for `dtctl status` and the journal.
+    pub why: String,
 }
 
 /// A worker's launcher (torchrun), as its agent last reported it.
@@ -90,11 +116,7 @@ impl Launcher {
 impl Health {
     /// Why the worker is unhealthy, for the journal and `dtctl status`.
     pub fn describe(&self) -> String {
-        if self.vanished {
-            self.reason.clone()
-        } else {
-            format!("health check failed ({})", self.reason)
-        }
+        format!("health check failed ({})", self.reason)
     }
 }
 
@@ -106,9 +128,6 @@ pub struct Health {
     pub ok: bool,
     /// The check said the GPUs are gone: the worker leaves the job at once.
     pub gpus_lost: bool,
-    /// Not a check's verdict: the node stopped answering (its launcher report went silent), so
-    /// it leaves at once too.
-    pub vanished: bool,
     /// One line for people.
     pub reason: String,
     /// When the check finished, if the report says so readably.

@@ -68,6 +68,9 @@ pub enum Cause {
     PrepareFailed,
     /// Its health check failed; it is replaced.
     Unhealthy,
+    /// Its agent's launcher report went silent: out of the job, kept running (nothing confirms
+    /// it is gone), and it joins again once heard.
+    Silent,
 }
 
 /// How a leaving worker's instance ends once the job has let it go.

@@ -152,6 +152,10 @@ pub struct State {
     /// The generation whose every launcher finished (exit code 0): `job_finished` journaled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<u64>,
+    /// Each worker's agent key, by instance id, as its `dt:agent-key` tag first said: a report
+    /// is believed only when signed with it, and a tag changed later does not change it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_keys: BTreeMap<String, crate::protocol::signed::AgentKey>,
 }
 
 /// Ready workers waiting for the job's next checkpoint (`join.at_checkpoint`).

@@ -47,6 +47,10 @@ impl Ec2Observer {
         }
     }
 
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Every page or an error: a listing that stopped half-way is never returned as complete.
     pub async fn list(&self) -> Result<Listing, String> {
         self.describe(self.filters.clone(), "DescribeInstances")
@@ -166,6 +170,7 @@ fn convert(i: &Ec2Instance) -> Option<Instance> {
             .map_or(0, |ms| ms.max(0) as u64),
         tags,
         capacity_reservation: i.capacity_reservation_id().map(str::to_string),
+        subnet: i.subnet_id().map(str::to_string),
     })
 }
 
@@ -194,6 +199,31 @@ pub async fn resolve_launch_template(
         .and_then(|t| t.launch_template_id())
         .map(str::to_string)
         .ok_or_else(|| format!("launch template {wanted} not found"))
+}
+
+/// The address ranges (IPv4 and IPv6) of each subnet, by a filter: a subnet since deleted is
+/// left out rather than failing the call.
+pub async fn subnet_cidrs(
+    client: &Client,
+    subnets: Vec<String>,
+) -> Result<BTreeMap<String, Vec<ipnet::IpNet>>, String> {
+    let by_id = Filter::builder()
+        .name("subnet-id")
+        .set_values(Some(subnets))
+        .build();
+    let out = (client.describe_subnets().filters(by_id))
+        .send()
+        .await
+        .map_err(|e| format!("DescribeSubnets: {}", describe_error(&e)))?;
+    Ok((out.subnets().iter())
+        .filter_map(|s| {
+            let v4 = s.cidr_block().into_iter();
+            let v6 =
+                (s.ipv6_cidr_block_association_set().iter()).filter_map(|a| a.ipv6_cidr_block());
+            let ranges = v4.chain(v6).filter_map(|c| c.parse().ok()).collect();
+            Some((s.subnet_id()?.to_string(), ranges))
+        })
+        .collect())
 }
 
 /// The Availability Zone of each subnet: read once, since a subnet never moves.

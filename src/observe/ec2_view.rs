@@ -1,19 +1,18 @@
 //! The EC2 side of a pass: the fleet as last read, the background listing that resyncs it, and
 //! the targeted reads that keep it current for what events and markers name.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use super::lookups::{Lookups, Wanted};
 use crate::clock::SharedClock;
 use crate::model::fleet::{Fleet, ReadSeq, Targets};
-use crate::model::{Instance, Markers, Millis, WorkerStatus, STATUS_TAG};
+use crate::model::{Instance, Millis, WorkerStatus, STATUS_TAG};
 use crate::observe::ec2::{Ec2Observer, Listing};
-
-/// The first wait before asking again about a marker whose IP no worker has.
-const ABSENT_FIRST_RETRY: Duration = Duration::from_secs(1);
+use crate::protocol::signed::{AgentKey, KEY_TAG};
 
 pub struct Ec2View {
     observer: Ec2Observer,
@@ -27,9 +26,8 @@ pub struct Ec2View {
     listing_error: Option<String>,
     /// What a failed targeted read still has to read.
     owed: Targets,
-    /// Marker IPs no worker had when last read, and when to ask again (each miss doubles the
-    /// wait, up to `resync_every`): a stale marker does not cost a call every pass.
-    absent: HashMap<IpAddr, (Instant, Duration)>,
+    /// What reports may make it read, and within which bounds.
+    lookups: Lookups,
 }
 
 struct Running {
@@ -55,8 +53,13 @@ impl Ec2View {
             listing: None,
             listing_error: None,
             owed: Targets::default(),
-            absent: HashMap::new(),
+            lookups: Lookups::new(resync_every, Instant::now()),
         }
+    }
+
+    /// Subnets whose workers' IPs may be looked up (the capacity choices').
+    pub fn note_subnets<'a>(&mut self, subnets: impl IntoIterator<Item = &'a str>) {
+        self.lookups.subnets.note(subnets);
     }
 
     pub fn listed_at(&self) -> Option<Millis> {
@@ -89,6 +92,8 @@ impl Ec2View {
         let result = joined.unwrap_or_else(|e| Err(format!("the listing task failed: {e}")));
         match result {
             Ok(listing) => {
+                let subnets = listing.instances.iter().filter_map(|i| i.subnet.as_deref());
+                self.lookups.subnets.note(subnets);
                 self.fleet.apply_listing(seq, at, listing.instances);
                 self.listing_error = None;
                 self.next_resync = started + self.resync_every;
@@ -114,18 +119,25 @@ impl Ec2View {
         self.finish_resync().await
     }
 
-    /// Reads again what `named` names and the marker IPs no known worker has.
+    /// Reads again what `named` names, and what `reported` (the IPs report files name) makes
+    /// worth a read within [`Lookups`]' bounds: IPs no known worker has, and instances whose
+    /// agent key is neither pinned (`pins`) nor on them yet.
     pub async fn refresh(
         &mut self,
         named: BTreeSet<String>,
-        markers: Option<&Markers>,
+        reported: Option<&BTreeSet<IpAddr>>,
+        pins: &BTreeMap<String, AgentKey>,
     ) -> Refreshed {
         let now = Instant::now();
+        self.read_subnets(now).await;
         let mut targets = std::mem::take(&mut self.owed);
         targets.ids.extend(named);
-        if let Some(m) = markers {
-            targets.ips.extend(self.unknown_marker_ips(m, now));
-        }
+        let wanted = match reported {
+            Some(ips) => self.wanted(ips, pins, now),
+            None => Wanted::default(),
+        };
+        targets.ips.extend(wanted.ips.iter().copied());
+        targets.ids.extend(wanted.ids.iter().cloned());
         if targets.is_empty() {
             return Refreshed {
                 calls: 0,
@@ -135,7 +147,14 @@ impl Ec2View {
         let seq = self.fleet.begin();
         match self.observer.read(&targets).await {
             Ok(read) => {
-                self.note_absent(&targets, &read.instances, now);
+                let found: Vec<IpAddr> = read.instances.iter().map(|i| i.ip).collect();
+                let keyed: Vec<String> = (read.instances.iter())
+                    .filter(|i| i.tags.contains_key(KEY_TAG))
+                    .map(|i| i.id.clone())
+                    .collect();
+                self.lookups.found(&wanted, &found, &keyed, now);
+                let subnets = read.instances.iter().filter_map(|i| i.subnet.as_deref());
+                self.lookups.subnets.note(subnets);
                 self.fleet.apply_read(seq, &targets, read.instances);
                 Refreshed {
                     calls: read.calls,
@@ -152,25 +171,34 @@ impl Ec2View {
         }
     }
 
-    fn unknown_marker_ips(&mut self, m: &Markers, now: Instant) -> Vec<IpAddr> {
-        let marked: BTreeSet<IpAddr> = m.success.iter().chain(m.failed.keys()).copied().collect();
-        self.absent.retain(|ip, _| marked.contains(ip));
-        let mut unknown = self.fleet.unknown_ips(marked);
-        unknown.retain(|ip| self.absent.get(ip).is_none_or(|(due, _)| *due <= now));
-        unknown
+    fn wanted(
+        &mut self,
+        reported: &BTreeSet<IpAddr>,
+        pins: &BTreeMap<String, AgentKey>,
+        now: Instant,
+    ) -> Wanted {
+        let unknown = self.fleet.unknown_ips(reported.iter().copied());
+        let unkeyed: Vec<String> = (self.fleet.at_ips(reported))
+            .filter(|i| !i.tags.contains_key(KEY_TAG) && !pins.contains_key(&i.id))
+            .map(|i| i.id.clone())
+            .collect();
+        self.lookups.wanted(&unknown, &unkeyed, now)
     }
 
-    fn note_absent(&mut self, targets: &Targets, found: &[Instance], now: Instant) {
-        for ip in &targets.ips {
-            if found.iter().any(|i| i.ip == *ip) {
-                self.absent.remove(ip);
-                continue;
+    /// Reads the ranges of subnets not read yet (a failed read is tried a minute later).
+    async fn read_subnets(&mut self, now: Instant) {
+        let Some(wanted) = self.lookups.subnets.due(now) else {
+            return;
+        };
+        match super::ec2::subnet_cidrs(self.observer.client(), wanted).await {
+            Ok(cidrs) => {
+                tracing::info!(
+                    ?cidrs,
+                    "workers' subnets read: a report's IP is looked up within them"
+                );
+                self.lookups.subnets.read(cidrs);
             }
-            let wait = match self.absent.get(ip) {
-                Some((_, last)) => (*last * 2).min(self.resync_every),
-                None => ABSENT_FIRST_RETRY,
-            };
-            self.absent.insert(*ip, (now + wait, wait));
+            Err(e) => tracing::warn!("the workers' subnets are unknown: {e}"),
         }
     }
 

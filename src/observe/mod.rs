@@ -8,6 +8,7 @@ pub mod ec2_view;
 pub mod efs;
 pub mod eventbridge;
 pub mod inbox;
+pub mod lookups;
 pub mod markers;
 pub mod observer;
 pub mod progress;

@@ -15,7 +15,8 @@ use super::ec2::{resolve_launch_template, Ec2Observer};
 use super::ec2_view::Ec2View;
 use super::efs::MountTargetWatch;
 use super::inbox::Inbox;
-use super::markers::MarkerScanner;
+use super::markers::book::{self, Book, Judging, Keys};
+use super::markers::{MarkerScanner, Scan};
 use super::progress::ProgressReader;
 use super::reservations::{self, ReservationWatch};
 use super::shared::{self, SharedReaders};
@@ -25,6 +26,7 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::deadline::Deadline;
 use crate::model::*;
+use crate::protocol::signed::{AgentKey, KEY_TAG};
 use crate::store::Paths;
 
 /// How long after a failed read of the capacity choices' subnets it is tried again.
@@ -53,6 +55,9 @@ pub struct Observer {
     subnets_asked: Option<Instant>,
     /// The reservations `workers.capacity` names by id, when it names any.
     reservations: Option<ReservationWatch>,
+    /// The reports believed so far, and what a new one must be to be believed.
+    book: Book,
+    clock: SharedClock,
 }
 
 /// What one observation found.
@@ -76,7 +81,6 @@ impl Observer {
     ) -> Observer {
         let ack = &cfg.job.ack;
         let readers = SharedReaders {
-            clock: clock.clone(),
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(&ack.file, ack.host_worker_log.as_deref(), owner),
             resume: paths.resume(),
@@ -84,9 +88,11 @@ impl Observer {
         };
         let tags = &cfg.workers.tags;
         let listing = Ec2Observer::new(clients.ec2.clone(), tags, cfg.workers.page_size);
+        let mut ec2 = Ec2View::new(listing, cfg.resync, clock.clone());
+        ec2.note_subnets(choices(cfg).filter_map(|c| c.subnet.as_deref()));
         Observer {
             inbox: Inbox::default(),
-            ec2: Ec2View::new(listing, cfg.resync, clock),
+            ec2,
             group: None,
             group_due: true,
             mount_targets: (cfg.shared_fs_id.as_deref().zip(clients.efs.clone()))
@@ -103,6 +109,8 @@ impl Observer {
                 clients.ec2.clone(),
                 reservations::ids(choices(cfg)),
             ),
+            book: Book::default(),
+            clock,
             clients,
         }
     }
@@ -116,15 +124,22 @@ impl Observer {
         }
     }
 
-    /// Reads every source (see the module's comment).
-    pub async fn observe(&mut self, cfg: &Config, shared_fs: &mut Deadline) -> Observed {
+    /// Reads every source (see the module's comment). `pins`: the agent keys dtd keeps, by
+    /// instance, which a report must be signed with.
+    pub async fn observe(
+        &mut self,
+        cfg: &Config,
+        shared_fs: &mut Deadline,
+        pins: &BTreeMap<String, AgentKey>,
+    ) -> Observed {
         let listing_calls = self.ec2.first_listing().await;
         let shared = shared::read(&self.readers, shared_fs, reads_progress(cfg)).await;
         let stalled = shared.markers.is_err() && shared_fs.is_stuck();
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
+        let reported = shared.markers.as_ref().ok().map(book::reported_ips);
         let (refreshed, (), reservations) = tokio::join!(
-            self.ec2.refresh(named, shared.markers.as_ref().ok()),
+            self.ec2.refresh(named, reported.as_ref(), pins),
             read_group(&mut self.group, &mut self.group_due, cfg, &self.clients),
             read_reservations(self.reservations.as_mut())
         );
@@ -132,12 +147,13 @@ impl Observer {
             Ok(()) => self.ec2.lend(refreshed.error),
             Err(e) => Err(e),
         };
+        let markers = (shared.markers).map(|scan| self.judge(cfg, &scan, &instances, pins));
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
         let mount_targets = self.with_subnet_zones(mount_targets).await;
         let snap = Snapshot {
             instances,
-            notices: self.inbox.notices(&shared.markers),
-            markers: shared.markers,
+            notices: self.inbox.notices(&markers),
+            markers,
             acks: shared.acks,
             group: self.group.clone(),
             resume_requested: shared.resume_requested,
@@ -151,6 +167,44 @@ impl Observer {
             ec2_calls: listing_calls + refreshed.calls,
             mount_targets_error,
         }
+    }
+
+    /// What of the reports read is believed, against EC2's view just read: the instance at each
+    /// report's IP, and its agent's key (the one dtd pinned, else the one on its tag, which
+    /// decide pins on this same pass from `Markers::key_tags`).
+    fn judge(
+        &mut self,
+        cfg: &Config,
+        scan: &Scan,
+        instances: &Result<Vec<Instance>, String>,
+        pins: &BTreeMap<String, AgentKey>,
+    ) -> Markers {
+        let reported = book::reported_ips(scan);
+        let mut keys = Keys::default();
+        let mut key_tags = Vec::new();
+        if let Ok(list) = instances {
+            keys.complete = true;
+            for i in list.iter().filter(|i| reported.contains(&i.ip)) {
+                let tagged = (i.tags.get(KEY_TAG)).and_then(|k| AgentKey::parse(k).ok());
+                let pinned = pins.get(&i.id);
+                if let Some(t) = tagged.as_ref().filter(|t| Some(*t) != pinned) {
+                    key_tags.push((i.id.clone(), t.clone()));
+                }
+                keys.by_ip
+                    .insert(i.ip, (i.id.clone(), pinned.cloned().or(tagged)));
+            }
+        }
+        let fresh =
+            (cfg.job.launcher.as_ref()).map_or(u64::MAX, |l| l.silent_after.as_millis() as u64);
+        let judging = Judging {
+            keys: &keys,
+            mode: cfg.workers.reports,
+            now: self.clock.now(),
+            fresh,
+        };
+        let mut markers = self.book.judge(scan, &judging);
+        markers.key_tags = key_tags;
+        markers
     }
 
     /// Markers and acknowledgements checked every `shared_poll` on a thread of their own.

@@ -4,17 +4,15 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::clock::SharedClock;
 use crate::deadline::Deadline;
 use crate::model::*;
 use crate::observe::acks::AckReader;
-use crate::observe::markers::MarkerScanner;
+use crate::observe::markers::{MarkerScanner, Scan};
 use crate::observe::progress::ProgressReader;
 use crate::untrusted;
 
 /// What the pass reads from the shared directory, all on one thread with one deadline.
 pub struct SharedReaders {
-    pub clock: SharedClock,
     pub markers: MarkerScanner,
     pub acks: AckReader,
     pub resume: PathBuf,
@@ -23,7 +21,8 @@ pub struct SharedReaders {
 }
 
 pub struct SharedView {
-    pub markers: Result<Markers, String>,
+    /// The workers' report files, as read: what is believed of them is decided after EC2 is.
+    pub markers: Result<Scan, String>,
     pub acks: Result<Acks, String>,
     pub resume_requested: Option<Millis>,
     pub progress: Option<Result<Progress, String>>,
@@ -39,7 +38,7 @@ impl SharedReaders {
             a.refused.push(why.to_string());
         }
         SharedView {
-            markers: self.markers.scan(self.clock.now()),
+            markers: self.markers.scan(),
             acks,
             resume_requested: resume_requested(&self.resume),
             progress,

@@ -19,7 +19,7 @@ pub const PREPARE_DATA_PREFIX: &str = "prepare_data_";
 /// A marker's body is small; more than this is not read (a marker is not a log file).
 pub const MAX_REPORT_BYTES: u64 = 16 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum MarkerKind {
     /// The worker's prepare-data program succeeded; any body (a 2018 script writes none).
     Success,
@@ -57,7 +57,7 @@ impl MarkerKind {
 }
 
 /// A marker's file name: which kind, for which worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MarkerName {
     pub kind: MarkerKind,
     pub ip: IpAddr,

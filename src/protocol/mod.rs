@@ -28,3 +28,4 @@ pub mod markers;
 pub mod notices;
 pub mod progress;
 pub mod report;
+pub mod signed;

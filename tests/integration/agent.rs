@@ -111,8 +111,11 @@ impl Worker {
         let child = Command::new(env!("CARGO_BIN_EXE_dtd"))
             .args(["agent", "--config"])
             .arg(self.config())
+            .arg("--key-file")
+            .arg(self.key_file())
             .args(extra)
             .envs(self.imds.env())
+            .envs(no_ec2())
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -120,6 +123,37 @@ impl Worker {
             .spawn()
             .expect("starting dtd agent");
         self.agent = Some(child);
+    }
+
+    /// The agent's signing key, made at its first start.
+    pub(crate) fn key_file(&self) -> PathBuf {
+        self.dir.path().join("agent.key")
+    }
+
+    /// What the master believes of this worker's reports: read, then judged against its
+    /// agent's key, as `dtd run` does once the agent's tag is on its instance.
+    pub(crate) fn believed(&self) -> dt::model::Markers {
+        use dt::observe::markers::book::{Book, Judging, Keys};
+        let key = dt::agent::key::load_or_create(&self.key_file()).expect("the agent's key");
+        let keys = Keys {
+            by_ip: [(
+                IP.parse().unwrap(),
+                (ID.to_string(), Some(key.public().clone())),
+            )]
+            .into_iter()
+            .collect(),
+            complete: true,
+        };
+        let scan = dt::observe::markers::MarkerScanner::new(&self.efs())
+            .scan()
+            .unwrap();
+        let judging = Judging {
+            keys: &keys,
+            mode: dt::config::Reports::Signed,
+            now: dt::clock::now_millis(),
+            fresh: 30_000,
+        };
+        Book::default().judge(&scan, &judging)
     }
 
     pub(crate) fn pid(&self) -> i32 {
@@ -217,12 +251,20 @@ pub(crate) fn process_gone(pid: i32) -> bool {
     }
 }
 
+/// An agent without EC2 here: its attempts to tag its instance with its key go to a closed port
+/// on loopback (and are retried, logged), never to AWS.
+pub(crate) fn no_ec2() -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", "testing".into()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+    ]
+}
+
 /// What the master's reader (`dtctl status`) makes of the failure marker.
 fn master_summary(w: &Worker) -> String {
-    let markers = dt::observe::markers::MarkerScanner::new(&w.efs())
-        .scan(dt::clock::now_millis())
-        .unwrap();
-    markers.failed[&IP.parse().unwrap()].clone()
+    w.believed().failed[&IP.parse().unwrap()].clone()
 }
 
 pub(crate) const RECORD_RUN: &str = "echo \"run $DT_ATTEMPT\" >> \"$1\"\n";
@@ -457,9 +499,7 @@ fn a_scheduled_maintenance_event_is_a_notice_the_master_reads_and_a_canceled_one
     );
     assert_eq!(m.action_time.as_deref(), Some("2019-01-21T09:00:43Z"));
     assert_eq!(m.instance_id, ID);
-    let markers = dt::observe::markers::MarkerScanner::new(&w.efs())
-        .scan(dt::clock::now_millis())
-        .unwrap();
+    let markers = w.believed();
     let n = &markers.notices[0];
     assert_eq!(n.kind, dt::model::NoticeKind::ScheduledChange);
     // The instance and IP it names, for the master to check against EC2's view.

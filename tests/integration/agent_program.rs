@@ -57,10 +57,7 @@ fn refused(w: &mut Worker) -> String {
 
 /// What the master's reader (`dtctl status`) makes of the failure marker.
 fn master_summary(w: &Worker) -> String {
-    let markers = dt::observe::markers::MarkerScanner::new(&w.efs())
-        .scan(dt::clock::now_millis())
-        .unwrap();
-    markers.failed[&IP.parse().unwrap()].clone()
+    w.believed().failed[&IP.parse().unwrap()].clone()
 }
 
 #[test]
@@ -301,11 +298,7 @@ fn dtctl_status_shows_why_a_workers_prepare_data_was_refused() {
     .unwrap();
     let imds = ImdsStandIn::with_identity(&ip, &id);
     let log = std::fs::File::create(c.dir.path().join("agent.log")).unwrap();
-    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
-        .args(["agent", "--config"])
-        .arg(&config)
-        .envs(imds.env())
-        .stdout(std::process::Stdio::null())
+    let mut agent = (c.agent_command(&config, &ip, &id, &imds))
         .stderr(log)
         .spawn()
         .expect("dtd agent");

@@ -51,6 +51,7 @@ type Workers = Vec<(String, String)>;
 /// Starts dtd, launches two workers that join, and reports the first unhealthy: returns the
 /// two, and its replacement once EC2 runs it.
 fn replace_one_of_two(c: &mut Cluster) -> (Workers, Workers) {
+    c.checks_health();
     c.write_config(&c.config(0, 4, &[], &log_ack_job(c)));
     c.start_dtd();
     let launched = c.launch(2);

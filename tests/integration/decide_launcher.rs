@@ -1,6 +1,7 @@
 //! The rules about workers' launchers (`job.launcher`), through `decide` alone: a training member
-//! whose agent went silent leaves at once; an acknowledged leaving worker waits for its launcher
-//! to stop; `job_finished` once; and what a forged report cannot do.
+//! whose agent went silent leaves at once, is not terminated, and joins again once heard; an
+//! acknowledged leaving worker waits for its launcher to stop; `job_finished` once; and what a
+//! forged report cannot do.
 
 use dt::decide::Rules;
 use dt::model::*;
@@ -54,9 +55,9 @@ fn each_launcher_change_is_journaled_once() {
 }
 
 #[test]
-fn a_training_member_whose_agent_went_silent_leaves_at_once_and_is_terminated() {
+fn a_training_member_whose_agent_went_silent_leaves_at_once_is_kept_and_joins_again_once_heard() {
     let (r, mut w, state) = training();
-    // i-2's agent keeps touching its report; i-1's stops at 2 s.
+    // i-2's agent keeps signing its report anew; i-1's stops at 2 s.
     report(&mut w, "10.0.1.2", "i-2", LauncherState::Running, 1, 31_000);
     let plan = pass(&r, &mut w, &state, 31_000);
     assert_eq!(
@@ -71,19 +72,29 @@ fn a_training_member_whose_agent_went_silent_leaves_at_once_and_is_terminated() 
         with_base(&["10.0.1.2"]),
         "out of the job at once"
     );
-    assert_eq!(
-        plan.outcome.terminate(),
-        ["i-1"],
-        "not waiting for an ack it cannot give"
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "a silence is no one's word: nothing terminated on it"
     );
-    let e = plan
-        .outcome
-        .events
-        .iter()
-        .find(|e| e.kind == "unhealthy")
+    let e = (plan.outcome.events.iter())
+        .find(|e| e.kind == "removal_queued")
         .unwrap();
-    assert!(e.message.contains("stopped answering"), "{}", e.message);
-    assert!(e.message.contains("30s"), "{}", e.message);
+    assert_eq!(e.cause, Some(Cause::Silent));
+    assert!(e.message.contains("unchanged for 30s"), "{}", e.message);
+    assert!(e.message.contains("not terminated"), "{}", e.message);
+    // Still silent after the job let it go: kept, not rejoining.
+    w.acks.generation = Some(plan.state.generation);
+    let plan = pass(&r, &mut w, &plan.state, 40_000);
+    let plan = pass(&r, &mut w, &plan.state, 40_500);
+    assert!(plan.outcome.terminate().is_empty());
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
+    let why = waiting_for(&plan, &w, "i-1");
+    assert!(why.contains("its agent to be heard"), "{why}");
+    // Its agent is heard again (its launcher stopped, as the plan no longer lists it): it joins
+    // again like a new worker.
+    report(&mut w, "10.0.1.1", "i-1", LauncherState::Stopped, 2, 41_000);
+    let plan = pass(&r, &mut w, &plan.state, 41_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.2", "10.0.1.1"]));
 }
 
 #[test]

@@ -106,6 +106,7 @@ fn make_instance(
         launched_at: START + slot as u64 * 7 + incarnation as u64 * 1000,
         tags,
         capacity_reservation: None,
+        subnet: None,
     }
 }
 
@@ -453,7 +454,6 @@ impl World {
                     instance_id: id_of(s, n),
                     ok,
                     gpus_lost,
-                    vanished: false,
                     reason: "check".into(),
                     when: None,
                 };

@@ -86,11 +86,11 @@ pub(crate) fn prepare_new(c: &Cluster, ok: bool) {
         }
         let body =
             r#"{"exit_code": 7, "attempts": 3, "output_tail": ["download: checksum mismatch"]}"#;
-        // Whole or not at all, as the agent writes it: rewritten in place on every call, a
-        // marker was once read empty between the truncation and the write.
-        let tmp = c.efs().join(format!(".{mine}{ip}.tmp"));
-        let _ = std::fs::write(&tmp, if ok { "{}" } else { body });
-        let _ = std::fs::rename(&tmp, &marker);
+        // Whole or not at all, and signed, as the agent writes it.
+        match ok {
+            true => c.marker(ip),
+            false => c.report_json(ip, MarkerKind::Failed, body),
+        }
     }
 }
 

@@ -31,8 +31,7 @@ pub(crate) fn report(c: &Cluster, id: &str, ip: &str, ok: bool, gpus_lost: bool,
         output_tail: vec![reason.into()],
     }
     .render();
-    let path = c.efs().join(format!("health_{ip}"));
-    dt::fsutil::write_atomic(&path, &body).expect("health report");
+    c.report(ip, MarkerKind::Health, &body);
 }
 
 /// Launch-template instances running, besides `but`.
@@ -89,13 +88,10 @@ impl Agent {
             std::env::var("PATH").unwrap_or_default()
         );
         let log = std::fs::File::create(dir.join(format!("agent-{id}.log"))).expect("log");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
-            .args(["agent", "--config"])
-            .arg(&config)
-            .envs(imds.env())
+        let child = c
+            .agent_command(&config, ip, id, &imds)
             .env("PATH", path)
             .env("DT_STANDIN_NODE", &description)
-            .stdout(std::process::Stdio::null())
             .stderr(log)
             .spawn()
             .expect("dtd agent");
@@ -114,6 +110,7 @@ impl Drop for Agent {
 fn a_worker_whose_own_check_finds_7_of_8_gpus_never_joins_and_is_replaced() {
     let mut c = Cluster::new();
     c.worker_extra = "  replace_unhealthy: true\n".into();
+    c.checks_health();
     c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
     c.start_dtd();
     let (id, ip) = c.launch(1).remove(0);
@@ -153,6 +150,7 @@ fn a_worker_whose_own_check_finds_7_of_8_gpus_never_joins_and_is_replaced() {
 fn a_template_worker_whose_gpus_are_gone_leaves_at_once_and_a_replacement_joins() {
     let mut c = Cluster::new();
     c.worker_extra = "  replace_unhealthy: true\n".into();
+    c.checks_health();
     c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
     c.start_dtd();
     let launched = c.launch(2);
@@ -246,6 +244,7 @@ fn an_unhealthy_group_worker_drains_then_is_marked_unhealthy_and_the_group_repla
     let mut c = Cluster::new();
     create_group(&c, 2);
     c.worker_extra = format!("  auto_scaling_group: {GROUP}\n");
+    c.checks_health();
     c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
     c.start_dtd();
     prepare_new(&c, true);
@@ -346,6 +345,7 @@ fn too_many_unhealthy_at_once_stop_everything_alert_and_resume_when_health_retur
         "health: {{ max_unhealthy: 1 }}\nalerts:\n  - {{ webhook: '{}', events: [health_stopped, health_resumed], allow_http: true }}\n",
         hook.url("/hooks/health")
     );
+    c.checks_health();
     c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
     c.start_dtd();
     let launched = c.launch(3);
@@ -415,6 +415,7 @@ fn a_refused_replacement_launch_is_shown_and_sent_again_only_once_a_minute() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     c.worker_extra = "  replace_unhealthy: true\n".into();
     c.extra = format!("metrics: {{ listen: '{addr}' }}\n");
+    c.checks_health();
     c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
     c.start_dtd();
     let (id, ip) = c.launch(1).remove(0);

@@ -300,10 +300,8 @@ fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
     // The worker's own agent, reading a local IMDS stand-in (moto has no instance metadata).
     let imds = ImdsStandIn::with_identity(ip, id);
     let agent_log = std::fs::File::create(t.c.dir.path().join("agent.log")).unwrap();
-    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
-        .args(["agent", "--config"])
-        .arg(t.c.config_path())
-        .envs(imds.env())
+    let mut agent = (t.c)
+        .agent_command(&t.c.config_path(), ip, id, &imds)
         .stderr(agent_log)
         .spawn()
         .expect("dtd agent");

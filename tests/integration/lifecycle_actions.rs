@@ -122,6 +122,7 @@ fn held_worker() -> Snapshot {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         capacity_reservation: None,
+        subnet: None,
     };
     let member = GroupMember {
         lifecycle_state: "Pending:Wait".into(),

@@ -411,7 +411,7 @@ fn a_worker_whose_prepare_data_failed_says_why() {
     c.start_dtd();
     let (id, ip) = c.launch(1).remove(0);
     let report = r#"{"exit_code": 2, "attempts": 3, "duration_s": 4.2, "output_tail": ["downloading", "checksum mismatch"]}"#;
-    std::fs::write(c.efs().join(format!("prepare_data_failed_{ip}")), report).unwrap();
+    c.report_json(&ip, MarkerKind::Failed, report);
     c.wait_tag(&id, "PREPARE_FAILED");
     // The tag is written mid-pass; the report that explains it at the pass's end.
     c.wait_status_text("exit 2 after 3 attempt(s): checksum mismatch");

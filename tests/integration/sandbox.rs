@@ -11,6 +11,9 @@
 //! - `ReadWritePaths=`: read-write binds; the unit's /myEFSvolume is the test's shared
 //!   directory, a `-` path is skipped when it does not exist (as systemd does);
 //! - `PrivateTmp=yes`: empty tmpfs on /tmp and /var/tmp;
+//! - `StateDirectory=`: a writable directory at /var/lib/NAME with `StateDirectoryMode=` (an
+//!   empty tmpfs here, as on a node's first boot; its mount point is made on the host, as
+//!   systemd makes the directory);
 //! - `ProtectHome=yes`: empty read-only tmpfs on /home, /root and /run/user (systemd mounts an
 //!   inaccessible node there; to root, which bypasses the mode, both are an empty directory);
 //! - `NoNewPrivileges=yes`: `setpriv --no-new-privs`;
@@ -52,6 +55,8 @@ struct Unit {
     protect_kernel_tunables: bool,
     /// `RestrictAddressFamilies=`; `None` for any.
     address_families: Option<Vec<String>>,
+    /// `StateDirectory=` and `StateDirectoryMode=` (default 0755).
+    state_directory: Option<(String, String)>,
 }
 
 fn unit() -> Unit {
@@ -84,7 +89,6 @@ fn unit() -> Unit {
         "PrivateDevices",
         "ProtectControlGroups",
         "ProtectKernelLogs",
-        "StateDirectory",
         "RuntimeDirectory",
         "DynamicUser",
         "User",
@@ -126,7 +130,20 @@ fn unit() -> Unit {
             .map(|c| c.strip_prefix("CAP_").expect("a CAP_ name").to_lowercase())
             .collect()
     });
+    let state_directory = get("StateDirectory").map(|name| {
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+            "StateDirectory={name}: this test reproduces one plain name"
+        );
+        let mode = get("StateDirectoryMode").unwrap_or_else(|| "0755".into());
+        assert!(
+            mode.chars().all(|c| c.is_digit(8)),
+            "StateDirectoryMode={mode}"
+        );
+        (name, mode)
+    });
     Unit {
+        state_directory,
         read_write,
         private_tmp: yes("PrivateTmp"),
         protect_home,
@@ -216,6 +233,10 @@ mount -o remount,bind,ro "$R/dt-test"
         } else {
             "else echo \"sandbox: cannot bind ReadWritePaths entry\" >&2; exit 1; fi\n"
         };
+    }
+    if let Some((name, mode)) = &u.state_directory {
+        s += &format!("mkdir -p \"/var/lib/{name}\"\n");
+        s += &format!("mount -t tmpfs -o mode={mode} dt-state \"$R/var/lib/{name}\"\n");
     }
     if u.protect_kernel_tunables {
         // /proc/sys and /sys read-only, as systemd makes them.
@@ -401,14 +422,22 @@ fn agent_and_run_work_in_the_units_sandbox() {
     let (id, ip) = c.launch(1).remove(0);
     let imds = ImdsStandIn::with_identity(&ip, &id);
 
-    // The agent: runs the program, which records what it sees, and writes its marker.
-    let _agent = sandbox.start("agent", imds.env());
+    // The agent: makes its key in the unit's StateDirectory and tags its instance with it, runs
+    // the program, which records what it sees, and writes its marker.
+    let env = [imds.env(), aws_env(&c.moto.endpoint())].concat();
+    let _agent = sandbox.start("agent", env);
     let marker = efs.join(format!("prepare_data_success_{ip}"));
     wait_for(
         "the sandboxed agent's success marker",
         Duration::from_secs(30),
         || marker.exists(),
         |done| *done,
+    );
+    wait_for(
+        "the sandboxed agent's key on its instance",
+        Duration::from_secs(30),
+        || c.tag(&id, dt::protocol::signed::KEY_TAG),
+        |tag| tag.is_some(),
     );
     let probe = std::fs::read_to_string(efs.join("probe")).unwrap();
     let seen: std::collections::BTreeMap<&str, &str> =

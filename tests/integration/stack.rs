@@ -1632,20 +1632,53 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
         || instance_tag(&moto, &id, STATUS).as_deref() == Some("PREPARING"),
     );
 
-    // Its prepare-data step (what `dtd agent` runs on the worker), with the example script.
-    let prep = Command::new("python3")
-        .arg(repo().join("prepare-data/synthetic.py"))
-        .args([
-            "--shared-dir",
-            &efs.display().to_string(),
-            "--ip",
-            &ip,
-            "--samples",
-            "64",
-        ])
-        .output()
-        .unwrap();
-    assert!(prep.status.success(), "{}", stderr(&prep));
+    // Its `dtd agent`, with the stack's config and the example prepare-data script where the
+    // stack's PrepareDataScriptPath puts it (root's, in a directory only root writes): it tags
+    // its instance with its key, runs the script and signs the marker.
+    let prepare = efs.join("prepare");
+    std::fs::create_dir(&prepare).unwrap();
+    let script = install("prepare-data/synthetic.py", &prepare, 0o755);
+    std::fs::rename(&script, prepare.join("prepare-data.py")).unwrap();
+    install("prepare-data/dtprepare.py", &prepare, 0o644);
+    // The release's GPU check, over the STAND-IN nvidia-smi of tests/standins/bin describing one
+    // GPU, as on the template's g5.xlarge.
+    let check = install("templates/health/gpu_health.py", dir.path(), 0o755);
+    let agent_config = dir.path().join("agent.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("/usr/local/bin/gpu_health.py"), "{text}");
+    let text = text.replace("/usr/local/bin/gpu_health.py", &check.display().to_string());
+    std::fs::write(&agent_config, text).unwrap();
+    let node = dir.path().join("node.json");
+    std::fs::write(&node, r#"{"gpus": 1}"#).unwrap();
+    let path = format!(
+        "{}:{}",
+        repo().join("tests/standins/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let imds = crate::support::imds::ImdsStandIn::with_identity(&ip, &id);
+    imds.set("instance-type", "g5.xlarge");
+    let agent_log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
+    let _agent = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_dtd"))
+            .args(["agent", "--config"])
+            .arg(&agent_config)
+            .arg("--key-file")
+            .arg(dir.path().join("agent.key"))
+            .envs(aws_env(&moto.endpoint()))
+            .envs(imds.env())
+            .env("PATH", path)
+            .env("DT_STANDIN_NODE", &node)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(agent_log)
+            .spawn()
+            .expect("dtd agent"),
+    );
+    wait_until(
+        "the agent's key on its instance",
+        Duration::from_secs(30),
+        || instance_tag(&moto, &id, dt::protocol::signed::KEY_TAG).is_some(),
+    );
 
     // dtd writes the generation file after every host file.
     wait_until("generation 1", Duration::from_secs(30), || {

@@ -255,7 +255,7 @@ fn a_failed_prepare_is_journaled_once_and_explained() {
     c.wait_events("preparing", &id, 1);
     // What `dtd agent` writes when the prepare-data program fails (README, "Files").
     let report = r#"{"exit_code": 3, "attempts": 3, "duration_s": 4.2, "output_tail": ["checksum mismatch"]}"#;
-    std::fs::write(c.efs().join(format!("prepare_data_failed_{ip}")), report).expect("marker");
+    c.report_json(&ip, MarkerKind::Failed, report);
     c.wait_events("prepare_failed", &id, 1);
     c.wait_tag(&id, "PREPARE_FAILED");
     // Read again on every pass: journaled once.

@@ -1,14 +1,16 @@
 //! Well-formed lies a worker's user code can write in the shared directory, against the real
-//! `dtd` and moto: an interruption notice naming another worker, a Spot warning for an on-demand
-//! instance, an acknowledgement of generation 2^64-1, the job's files created by another user
-//! first, a success marker naming another instance. Each is refused, the victim keeps training,
-//! the refusal is journaled once and shown by `dtctl status` (README, "What a worker can put
-//! there").
+//! `dtd` and moto: an interruption notice about another worker (unsigned, or signed with a key of
+//! its own), a Spot warning for an on-demand instance, an acknowledgement of generation 2^64-1,
+//! the job's files created by another user first, a success marker about another instance. Each
+//! is refused, the victim keeps training, the refusal is journaled once and shown by `dtctl
+//! status` (README, "What a worker can put there").
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use dt::protocol::interruption::{InterruptionMarker, NoticeKind};
+use dt::protocol::markers::MarkerName;
+use dt::protocol::signed::SigningKey;
 
 use crate::support::*;
 
@@ -38,9 +40,9 @@ fn two_in_the_job() -> (Cluster, Vec<(String, String)>) {
     (c, workers)
 }
 
-/// What a worker writes in `interruption_<at>`: a well-formed notice naming `instance`.
-fn write_notice(c: &Cluster, at: &str, instance: &str, kind: NoticeKind) {
-    let m = InterruptionMarker {
+/// A well-formed notice naming `instance`, as its agent would render it (unsigned).
+fn notice(at: &str, instance: &str, kind: NoticeKind) -> Vec<u8> {
+    InterruptionMarker {
         id: format!("imds:{}:2026-11-25T10:00:00Z", kind.as_str()),
         kind,
         instance_id: instance.into(),
@@ -48,9 +50,24 @@ fn write_notice(c: &Cluster, at: &str, instance: &str, kind: NoticeKind) {
         detail: r#"{"action":"terminate","time":"2026-11-25T10:02:00Z"}"#.into(),
         action_time: Some("2026-11-25T10:02:00Z".into()),
         noticed_at: "2026-11-25T10:00:00Z".into(),
+    }
+    .render()
+}
+
+/// What user code on any worker can write in `interruption_<at>`: a notice naming `instance`,
+/// unsigned or signed with a key of its own making.
+fn write_notice(c: &Cluster, at: &str, instance: &str, kind: NoticeKind, own_key: bool) {
+    let body = notice(at, instance, kind);
+    let name = MarkerName::new(MarkerKind::Interruption, at.parse().unwrap());
+    let bytes = match own_key {
+        false => body,
+        true => {
+            let key = SigningKey::from_pkcs8(&SigningKey::generate().unwrap()).unwrap();
+            key.sign(&name, &body, dt::clock::now_millis())
+        }
     };
-    let path = c.efs().join(format!("interruption_{at}"));
-    std::fs::write(path, m.render()).expect("writing the notice");
+    // Replaced whole (a new inode), as a file is read again only when replaced.
+    dt::fsutil::write_atomic(&name.path_in(&c.efs()), &bytes).expect("writing the notice");
 }
 
 fn count(c: &Cluster, kind: &str) -> usize {
@@ -62,22 +79,31 @@ fn chown(path: &Path, uid: u32) {
 }
 
 #[test]
-fn a_notice_naming_another_workers_instance_is_refused_and_the_victim_keeps_training() {
+fn a_notice_about_another_worker_is_refused_and_the_victims_own_still_counts() {
     let (c, w) = two_in_the_job();
     let ((attacker, attacker_ip), (victim, victim_ip)) = (&w[0], &w[1]);
-    // The attacker's own IP in the name (it can only write a file), the victim's id inside
-    // (read from its success marker).
-    write_notice(&c, attacker_ip, victim, NoticeKind::SpotInterruption);
-    c.wait_events("notice_refused", victim, 1);
-    let text = c.wait_status_text("Refused:");
-    assert!(
-        text.contains(&format!(
-            "Refused:     interruption warning in interruption_{attacker_ip} names {victim}, which EC2 lists at {victim_ip}: refused"
-        )),
-        "{text}"
-    );
+    // Under the victim's name, with its real id (read from its success marker): unsigned, then
+    // signed with a key the attacker made.
+    write_notice(&c, victim_ip, victim, NoticeKind::SpotInterruption, false);
+    c.wait_events("marker_refused", victim, 1);
+    c.wait_status_text(&format!(
+        "Refused:     interruption_{victim_ip} is not signed by the worker's dtd agent"
+    ));
+    write_notice(&c, victim_ip, victim, NoticeKind::SpotInterruption, true);
+    c.wait_events("marker_refused", victim, 2);
+    c.wait_status_text(&format!(
+        "Refused:     interruption_{victim_ip} is signed with key "
+    ));
+    let text = c.wait_status_text(&format!("not with {victim}'s agent key"));
+    assert!(text.contains("written by someone else; ignored"), "{text}");
+    // Under its own name, naming the victim: a file of its own IP speaks for its instance only.
+    write_notice(&c, attacker_ip, victim, NoticeKind::SpotInterruption, false);
     c.wait_passes(3);
-    assert_eq!(c.events_of("notice_refused", victim), 1, "journaled once");
+    assert_eq!(
+        c.events_of("marker_refused", victim),
+        2,
+        "journaled once each"
+    );
     assert_eq!(count(&c, "interrupted"), 0);
     let mut hosts = c.hosts();
     hosts.sort();
@@ -87,6 +113,13 @@ fn a_notice_naming_another_workers_instance_is_refused_and_the_victim_keeps_trai
     assert_eq!(c.tag(victim, STATUS).as_deref(), Some("ADDED"));
     assert_eq!(c.tag(attacker, STATUS).as_deref(), Some("ADDED"));
     assert!(c.dtd_log().contains("WARN"), "refusal logged as a warning");
+    // The victim's own agent's Spot warning is believed at once, forged ones notwithstanding.
+    let real = notice(victim_ip, victim, NoticeKind::SpotInterruption);
+    c.report(victim_ip, MarkerKind::Interruption, &real);
+    c.wait_tag(victim, "INTERRUPTED");
+    c.wait_hosts("the victim out on its own notice", |h| {
+        h == [attacker_ip.clone()]
+    });
 }
 
 #[test]
@@ -98,7 +131,9 @@ fn a_spot_warning_for_an_on_demand_worker_is_refused() {
     c.write_config(&c.config(0, 8, &[], &job));
     c.start_dtd();
     c.wait_hosts("the worker", |h| h.contains(&ip));
-    write_notice(&c, &ip, &id, NoticeKind::SpotInterruption);
+    // Its own agent's (signed): a notice EC2 contradicts is refused all the same.
+    let body = notice(&ip, &id, NoticeKind::SpotInterruption);
+    c.report(&ip, MarkerKind::Interruption, &body);
     c.wait_events("notice_refused", &id, 1);
     c.wait_status_text(&format!("EC2 says {id} is on-demand"));
     c.wait_passes(2);
@@ -178,25 +213,34 @@ fn job_files_another_user_created_are_refused_and_dtds_own_are_taken_back() {
 }
 
 #[test]
-fn a_success_marker_naming_another_instance_does_not_join_the_worker() {
+fn a_success_marker_another_worker_wrote_does_not_join_the_worker() {
     let (c, w) = two_in_the_job();
     let (other, _) = &w[0];
     let (id, ip) = c.launch(1).remove(0);
-    // Written for the new worker by someone else (or left by an earlier owner of its IP).
+    // Its agent started: its key is on its instance, its data not ready yet.
+    c.agent_key(&id);
+    // Written for the new worker by someone else: unsigned, with its id.
     let marker = c.efs().join(format!("prepare_data_success_{ip}"));
-    std::fs::write(&marker, format!("{{\"instance_id\": \"{other}\"}}\n")).unwrap();
+    std::fs::write(&marker, format!("{{\"instance_id\": \"{id}\"}}\n")).unwrap();
     c.wait_events("marker_refused", &id, 1);
     c.wait_status_text(&format!(
-        "prepare_data_success_{ip} names \"{other}\", but EC2 lists {id} at {ip}: ignored"
+        "prepare_data_success_{ip} is not signed by the worker's dtd agent"
     ));
+    // Signed by another worker's agent key (an earlier owner of the IP, say) for this name.
+    let line = format!("{{\"instance_id\": \"{id}\"}}\n");
+    let name = MarkerName::new(MarkerKind::Success, ip.parse().unwrap());
+    let theirs = c
+        .agent_key(other)
+        .sign(&name, line.as_bytes(), dt::clock::now_millis());
+    dt::fsutil::write_atomic(&marker, &theirs).unwrap();
+    c.wait_events("marker_refused", &id, 2);
+    c.wait_status_text(&format!("not with {id}'s agent key"));
     c.wait_passes(3);
     assert_eq!(c.tag(&id, STATUS).as_deref(), Some("PREPARING"));
     assert!(!c.hosts().contains(&ip));
-    assert_eq!(c.events_of("marker_refused", &id), 1);
+    assert_eq!(c.events_of("marker_refused", &id), 2);
     // Its own agent's marker, replacing it: it joins.
-    let tmp = c.efs().join(".marker.tmp");
-    std::fs::write(&tmp, format!("{{\"instance_id\": \"{id}\"}}\n")).unwrap();
-    std::fs::rename(&tmp, &marker).unwrap();
+    c.marker(&ip);
     c.wait_hosts("the worker to join on its own marker", |h| h.contains(&ip));
 }
 

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::program::{self, Program, Running, Status};
 use super::Identity;
+use crate::agent::reports::Reports;
 use crate::config::{Config, Launcher};
 use crate::protocol::launch_plan::{self, LaunchPlan};
 use crate::protocol::launcher::{LauncherState, HEARTBEAT};
@@ -87,8 +88,8 @@ struct Supervisor<'a> {
 }
 
 /// Runs for ever (until the agent stops, which kills the launcher's process group).
-pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity) {
-    let mut s = Supervisor::new(cfg, launcher, identity);
+pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity, reports: Reports) {
+    let mut s = Supervisor::new(cfg, launcher, identity, reports);
     s.reporter.set(
         LauncherState::Idle,
         None,
@@ -144,8 +145,8 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity) {
 }
 
 impl<'a> Supervisor<'a> {
-    fn new(cfg: &'a Config, launcher: &'a Launcher, identity: Identity) -> Self {
-        let reporter = Reporter::new(&cfg.shared_dir, &identity);
+    fn new(cfg: &'a Config, launcher: &'a Launcher, identity: Identity, reports: Reports) -> Self {
+        let reporter = Reporter::new(reports, &identity, launcher.silent_after);
         Supervisor {
             cfg,
             launcher,

@@ -1,30 +1,37 @@
-//! `launcher_<ip>`: the launcher's state, replaced at every change (a new file: the master reads
-//! it), and touched at every heartbeat (a new modification time: the master sees the node
-//! answer without reading anything, and the directory does not change, so no pass is woken).
+//! `launcher_<ip>`: the launcher's state, replaced at every change and signed again every beat
+//! (`job.launcher.silent_after` / 4): a report signed later than the last one the master read is
+//! its evidence that the node still answers. A modification time would be no evidence: any
+//! worker can set it on any file.
 
-use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::command::Placement;
 use crate::agent::program::Status;
+use crate::agent::reports::Reports;
 use crate::agent::Identity;
 use crate::protocol::launcher::{LauncherReport, LauncherState, HEARTBEAT};
-use crate::protocol::markers::{MarkerKind, MarkerName};
+use crate::protocol::markers::MarkerKind;
 
 pub struct Reporter {
-    path: PathBuf,
+    reports: Reports,
     report: LauncherReport,
+    /// How often the report is signed again when nothing changed.
+    beat: Duration,
     written: Option<Instant>,
+    /// The last heartbeat tick (every [`HEARTBEAT`]), when the launcher's processes are looked at.
+    ticked: Option<Instant>,
     /// The last write error, logged once until it changes.
     failing: Option<std::io::ErrorKind>,
 }
 
 impl Reporter {
-    pub fn new(shared_dir: &Path, identity: &Identity) -> Reporter {
-        let name = MarkerName::new(MarkerKind::Launcher, identity.ip);
+    pub fn new(reports: Reports, identity: &Identity, silent_after: Duration) -> Reporter {
         Reporter {
-            path: name.path_in(shared_dir),
+            reports,
+            beat: silent_after / 4,
+            ticked: None,
             report: LauncherReport {
                 instance_id: identity.instance_id.clone(),
                 state: LauncherState::Idle,
@@ -99,14 +106,14 @@ impl Reporter {
         r.output_tail = tail;
     }
 
-    /// Touches the report when the last write is a heartbeat old (writes it when it cannot be
-    /// touched: gone, or something else put in its place). Returns whether it was due.
+    /// Every [`HEARTBEAT`]: signs the report again when the last write is a beat old. Returns
+    /// whether a heartbeat was due (the caller looks at the launcher's processes then).
     pub fn heartbeat(&mut self) -> bool {
-        if self.written.is_some_and(|w| w.elapsed() < HEARTBEAT) {
+        if self.ticked.is_some_and(|t| t.elapsed() < HEARTBEAT) {
             return false;
         }
-        self.written = Some(Instant::now());
-        if touch(&self.path).is_err() {
+        self.ticked = Some(Instant::now());
+        if self.written.is_none_or(|w| w.elapsed() >= self.beat) {
             self.write();
         }
         true
@@ -115,25 +122,17 @@ impl Reporter {
     fn write(&mut self) {
         self.written = Some(Instant::now());
         let body = self.report.clone().render();
-        match crate::fsutil::write_atomic(&self.path, &body) {
+        match self.reports.write(MarkerKind::Launcher, &body) {
             Ok(()) => self.failing = None,
             Err(e) => {
                 if self.failing != Some(e.kind()) {
-                    tracing::error!(path = %self.path.display(), "cannot write the launcher report: {e}");
+                    let path = self.reports.path(MarkerKind::Launcher);
+                    tracing::error!(path = %path.display(), "cannot write the launcher report: {e}");
                     self.failing = Some(e.kind());
                 }
             }
         }
     }
-}
-
-/// A new modification time on the report itself (opened without following a link, and only if
-/// it is a regular file).
-fn touch(path: &Path) -> Result<(), crate::untrusted::ReadError> {
-    let (file, _) = crate::untrusted::open(path)?
-        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
-    file.set_modified(std::time::SystemTime::now())?;
-    Ok(())
 }
 
 fn now() -> String {

@@ -169,9 +169,10 @@ pub fn who_asked(cause: Cause) -> &'static str {
         Cause::ScaleIn => "its Auto Scaling group: scale-in",
         Cause::OutOfService => "its Auto Scaling group: it left the group's service",
         Cause::PrepareFailed => "dtd: its prepare-data failed, the group replaces it",
-        Cause::Unhealthy => {
-            "dtd: its health check failed (`health_<ip>`) or its node stopped answering (a \
-             silent `launcher_<ip>`), it is replaced"
+        Cause::Unhealthy => "dtd: its agent's health check failed (`health_<ip>`), it is replaced",
+        Cause::Silent => {
+            "dtd: its agent went silent (no new `launcher_<ip>`); kept running, it joins again \
+             once heard"
         }
     }
 }

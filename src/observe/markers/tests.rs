@@ -1,7 +1,15 @@
 use super::*;
+use crate::protocol::health::HealthReport;
+use crate::protocol::markers::MarkerKind;
+use crate::protocol::signed::SigningKey;
+use std::net::IpAddr;
+
+fn name(kind: MarkerKind, ip: &str) -> MarkerName {
+    MarkerName::new(kind, ip.parse::<IpAddr>().unwrap())
+}
 
 #[test]
-fn reads_markers_and_ignores_garbage() {
+fn reads_reports_and_ignores_garbage() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     fs::write(d.join("prepare_data_success_10.0.0.7"), "").unwrap();
@@ -16,23 +24,37 @@ fn reads_markers_and_ignores_garbage() {
     .unwrap();
     fs::write(d.join("prepare_data_failed_10.0.0.10"), "{truncated").unwrap();
     fs::write(d.join("host_worker"), "").unwrap();
-    let m = MarkerScanner::new(d)
-        .scan(crate::clock::now_millis())
-        .unwrap();
-    let ok: Vec<String> = m.success.iter().map(|i| i.to_string()).collect();
-    assert_eq!(ok, vec!["10.0.0.7", "fe80::1"]);
-    let failed = &m.failed[&"10.0.0.8".parse::<IpAddr>().unwrap()];
-    assert_eq!(failed, "exit 3 after 2 attempt(s): disk full");
-    let bad = &m.failed[&"10.0.0.10".parse::<IpAddr>().unwrap()];
-    assert_eq!(bad, "no readable failure report");
+    let scan = MarkerScanner::new(d).scan().unwrap();
+    let names: Vec<String> = scan.files.keys().map(|n| n.to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            "prepare_data_success_10.0.0.7",
+            "prepare_data_success_fe80::1",
+            "prepare_data_failed_10.0.0.8",
+            "prepare_data_failed_10.0.0.10",
+        ]
+    );
+    let failed = &scan.files[&name(MarkerKind::Failed, "10.0.0.8")];
+    let summary = "exit 3 after 2 attempt(s): disk full".to_string();
+    assert_eq!(
+        failed.body,
+        Ok(Body::Failed {
+            instance_id: None,
+            summary
+        })
+    );
+    let bad = &scan.files[&name(MarkerKind::Failed, "10.0.0.10")];
+    assert!(bad.body.as_ref().unwrap_err().contains("not JSON"));
 }
 
 #[test]
-fn health_reports_are_read_once_per_version() {
+fn a_report_is_read_once_per_version_and_its_signature_checked() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ip: IpAddr = "10.0.0.7".parse().unwrap();
-    let report = |ok: bool, reason: &str| {
+    let key = SigningKey::from_pkcs8(&SigningKey::generate().unwrap()).unwrap();
+    let health = name(MarkerKind::Health, "10.0.0.7");
+    let report = |ok: bool, reason: &str, at: u64| {
         let body = HealthReport {
             instance_id: "i-0123456789abcdef0".into(),
             ok,
@@ -42,31 +64,45 @@ fn health_reports_are_read_once_per_version() {
             output_tail: vec![],
         }
         .render();
-        crate::fsutil::write_atomic(&d.join("health_10.0.0.7"), &body).unwrap();
+        let signed = key.sign(&health, &body, at);
+        crate::fsutil::write_atomic(&d.join(health.to_string()), &signed).unwrap();
     };
-    report(false, "Xid 79");
-    fs::write(d.join("health_10.0.0.8"), "not json").unwrap();
+    report(false, "Xid 79", 1);
     let mut scanner = MarkerScanner::new(d);
-    let m = scanner.scan(crate::clock::now_millis()).unwrap();
-    assert_eq!(m.health[&ip].reason, "Xid 79");
-    assert!(!m.health[&ip].ok);
-    assert_eq!(m.health[&ip].when, Some(1_795_510_800_000));
-    assert_eq!(m.health.len(), 1, "an unreadable report is no report");
+    let first = Arc::clone(&scanner.scan().unwrap().files[&health]);
+    assert_eq!(first.signed.as_ref().unwrap().signed_at, 1);
+    let Ok(Body::Health(h)) = &first.body else {
+        panic!("{:?}", first.body)
+    };
+    assert_eq!((h.ok, h.reason.as_str()), (false, "Xid 79"));
+    // Unchanged: the same read, not a second one.
+    let again = Arc::clone(&scanner.scan().unwrap().files[&health]);
+    assert!(Arc::ptr_eq(&first, &again));
     // Replaced (a new inode): read again.
-    report(true, "ok");
-    assert!(scanner.scan(crate::clock::now_millis()).unwrap().health[&ip].ok);
-    fs::remove_file(d.join("health_10.0.0.7")).unwrap();
-    assert!(scanner
-        .scan(crate::clock::now_millis())
-        .unwrap()
-        .health
-        .is_empty());
+    report(true, "ok", 2);
+    let next = &scanner.scan().unwrap().files[&health];
+    assert_eq!(next.signed.as_ref().unwrap().signed_at, 2);
+    fs::remove_file(d.join(health.to_string())).unwrap();
+    assert!(scanner.scan().unwrap().files.is_empty());
 }
 
 #[test]
 fn missing_directory_is_an_incomplete_view() {
     let err = MarkerScanner::new(Path::new("/nonexistent/dt"))
-        .scan(crate::clock::now_millis())
+        .scan()
         .unwrap_err();
     assert!(err.contains("/nonexistent/dt"), "{err}");
+}
+
+#[test]
+fn warnings_are_forgotten_with_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::create_dir(d.join("health_10.0.0.9")).unwrap();
+    let mut scanner = MarkerScanner::new(d);
+    scanner.scan().unwrap();
+    assert_eq!(scanner.warned.len(), 1);
+    fs::remove_dir(d.join("health_10.0.0.9")).unwrap();
+    scanner.scan().unwrap();
+    assert!(scanner.warned.is_empty());
 }

@@ -10,7 +10,6 @@ impl World {
             instance_id: id.into(),
             ok,
             gpus_lost,
-            vanished: false,
             reason: reason.into(),
             when: Some(1_000),
         };

@@ -1,6 +1,7 @@
 //! Test harness: a real AWS API (moto's server on a loopback port), the real SDK client, the AWS
 //! CLI as the person at the console, and the real `dtd` / `dtctl` binaries.
 #![allow(dead_code)]
+pub mod agents;
 pub mod autoscaling;
 pub mod ec2_capacity;
 pub mod fixtures;
@@ -19,6 +20,8 @@ use aws_sdk_ec2::types::{
     LaunchTemplateSpecification, LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData,
     ResourceType, Tag,
 };
+
+pub use dt::protocol::markers::MarkerKind;
 
 pub const CLUSTER: &str = "itest";
 pub const ELASTIC: &str = "itest-aws-dl-cfn-elastic-worker";
@@ -241,6 +244,13 @@ pub struct Cluster {
     /// Where dtd and dtctl send EC2 calls when not to moto itself (`AWS_ENDPOINT_URL_EC2`),
     /// e.g. the capacity stand-in.
     pub ec2_endpoint: Option<String>,
+    /// The workers' agents as the tests play them (see `agents`).
+    pub agents: agents::Agents,
+    /// The subnet instances are launched into unless a test says otherwise (10.0.0.0/16 in a
+    /// VPC of its own): EC2 gives an instance an IP of its subnet, which moto does only when
+    /// the launch names the subnet, and dtd looks up a report's IP only within the workers'
+    /// subnets.
+    pub subnet: String,
 }
 
 impl Cluster {
@@ -272,7 +282,10 @@ impl Cluster {
             extra: String::new(),
             worker_extra: String::new(),
             ec2_endpoint: None,
+            agents: agents::Agents::default(),
+            subnet: String::new(),
         };
+        c.subnet = c.workers_subnet();
         std::fs::create_dir_all(c.efs()).expect("efs dir");
         c.template_id = c.create_template("itest-worker-template", "Worker");
         c
@@ -315,6 +328,29 @@ impl Cluster {
             .and_then(|t| t.launch_template_id())
             .expect("template id")
             .to_string()
+    }
+
+    fn workers_subnet(&self) -> String {
+        let cidr = "10.0.0.0/16";
+        let vpc = (self.rt)
+            .block_on(self.ec2.create_vpc().cidr_block(cidr).send())
+            .expect("CreateVpc");
+        let vpc = vpc.vpc().and_then(|v| v.vpc_id()).expect("vpc id");
+        let subnet = self
+            .rt
+            .block_on(
+                (self.ec2.create_subnet())
+                    .vpc_id(vpc)
+                    .cidr_block(cidr)
+                    .availability_zone("us-east-1a")
+                    .send(),
+            )
+            .expect("CreateSubnet");
+        let id = subnet
+            .subnet()
+            .and_then(|s| s.subnet_id())
+            .expect("subnet id");
+        id.to_string()
     }
 
     /// A second template in the same account, for instances that are not this cluster's.
@@ -363,7 +399,7 @@ impl Cluster {
                 self.ec2
                     .run_instances()
                     .launch_template(spec)
-                    .set_subnet_id(at.map(|(subnet, _)| subnet.to_string()))
+                    .subnet_id(at.map_or(self.subnet.as_str(), |(subnet, _)| subnet))
                     .set_private_ip_address(at.map(|(_, ip)| ip.to_string()))
                     .set_instance_market_options(market)
                     .min_count(count)
@@ -537,6 +573,14 @@ impl Cluster {
             .and_then(|t| t.value().map(str::to_string))
     }
 
+    /// Puts a tag on an instance, as anyone with `ec2:CreateTags` on it can.
+    pub fn set_tag(&self, id: &str, key: &str, value: &str) {
+        let tag = Tag::builder().key(key).value(value).build();
+        self.rt
+            .block_on(self.ec2.create_tags().resources(id).tags(tag).send())
+            .expect("CreateTags");
+    }
+
     pub fn state_of(&self, id: &str) -> String {
         let out = self
             .rt
@@ -547,11 +591,6 @@ impl Cluster {
             .and_then(|s| s.name())
             .map(|n| n.as_str().to_string())
             .unwrap_or_default()
-    }
-
-    pub fn marker(&self, ip: &str) {
-        std::fs::write(self.efs().join(format!("prepare_data_success_{ip}")), "{}")
-            .expect("marker");
     }
 
     pub fn hosts(&self) -> Vec<String> {

@@ -48,6 +48,8 @@ pub(crate) fn rules() -> Rules {
         disruption_windows: Vec::new(),
         capacity: Vec::new(),
         capacity_cool_down_ms: 0,
+        reports_signed: true,
+        health_checked: true,
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
@@ -73,6 +75,7 @@ pub(crate) fn instance(id: &str, addr: &str, launched_at: Millis) -> Instance {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         capacity_reservation: None,
+        subnet: None,
     }
 }
 

@@ -1,0 +1,200 @@
+//! The agent's signing key: made once per worker, kept where only the agent can read it
+//! (`agent.key_file`, on the worker's own disk, never on the shared directory), and its public
+//! half put on the agent's own instance as the tag `dt:agent-key`, where `dtd` reads it.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::protocol::signed::{AgentKey, SignError, SigningKey, KEY_TAG};
+use crate::untrusted;
+
+/// A PKCS#8 Ed25519 key is 83 bytes; anything much larger is not one.
+const MAX_KEY_BYTES: u64 = 1024;
+/// The longest pause between two attempts to tag the instance.
+const TAG_RETRY_MAX: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read the agent's key {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: untrusted::ReadError,
+    },
+    #[error("the agent's key {path} is {why}: only the agent's user may read it (chmod 600, chown it to uid {uid})")]
+    Exposed {
+        path: PathBuf,
+        why: String,
+        uid: u32,
+    },
+    #[error("cannot write the agent's new key {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the agent's key {path}: {source}")]
+    Invalid { path: PathBuf, source: SignError },
+}
+
+/// The key at `path`, made (mode 0600, in a directory made 0700) when there is none.
+pub fn load_or_create(path: &Path) -> Result<SigningKey, KeyError> {
+    let read = untrusted::read(path, MAX_KEY_BYTES).map_err(|source| KeyError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bytes = match read {
+        Some(bytes) => {
+            check_private(path)?;
+            bytes
+        }
+        None => create(path)?,
+    };
+    SigningKey::from_pkcs8(&bytes).map_err(|source| KeyError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Refuses a key another user owns or could read: it would let them sign as this worker.
+fn check_private(path: &Path) -> Result<(), KeyError> {
+    let meta = fs::symlink_metadata(path).map_err(|e| KeyError::Read {
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
+    let uid = crate::fsutil::own_uid();
+    let why = if meta.uid() != uid {
+        Some(format!("owned by uid {}", meta.uid()))
+    } else if meta.mode() & 0o077 != 0 {
+        Some(format!("mode {:o}", meta.mode() & 0o777))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(KeyError::Exposed {
+            path: path.to_path_buf(),
+            why,
+            uid,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn create(path: &Path) -> Result<Vec<u8>, KeyError> {
+    let failed = |source| KeyError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(failed)?;
+    }
+    let bytes = SigningKey::generate().map_err(|source| KeyError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(failed)?;
+    f.write_all(&bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(failed)?;
+    tracing::info!(path = %path.display(), "made the agent's signing key");
+    Ok(bytes)
+}
+
+/// Puts the public key on this instance as [`KEY_TAG`]: until EC2 has it, `dtd` believes none
+/// of this worker's reports. The worker role may tag only the instance it runs on.
+pub async fn tag_instance(
+    ec2: &aws_sdk_ec2::Client,
+    instance_id: &str,
+    key: &AgentKey,
+) -> Result<(), String> {
+    let tag = aws_sdk_ec2::types::Tag::builder()
+        .key(KEY_TAG)
+        .value(key.as_str())
+        .build();
+    let sent = ec2
+        .create_tags()
+        .resources(instance_id)
+        .tags(tag)
+        .send()
+        .await;
+    match sent {
+        Ok(_) => {
+            tracing::info!(instance_id, %key, "tagged this instance {KEY_TAG}: dtd believes reports signed with it");
+            Ok(())
+        }
+        Err(e) => Err(crate::aws::describe_error(&e)),
+    }
+}
+
+/// After a first attempt failed with `why`: tries again, up to a minute apart, until EC2 takes
+/// the tag; each new error is logged once.
+pub async fn keep_tagging(
+    ec2: &aws_sdk_ec2::Client,
+    instance_id: &str,
+    key: &AgentKey,
+    why: String,
+) {
+    let mut last: Option<String> = None;
+    let mut wait = Duration::from_secs(1);
+    let mut why = why;
+    loop {
+        if last.as_deref() != Some(why.as_str()) {
+            tracing::error!(instance_id, "cannot tag this instance {KEY_TAG} (the worker role needs ec2:CreateTags on its own instance); dtd believes no report of this worker until it can: {why}");
+            last = Some(why);
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(TAG_RETRY_MAX);
+        match tag_instance(ec2, instance_id, key).await {
+            Ok(()) => return,
+            Err(e) => why = e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_key_is_made_once_private_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys/agent.key");
+        let made = load_or_create(&path).unwrap();
+        let mode = fs::metadata(&path).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let dir_mode = fs::metadata(path.parent().unwrap()).unwrap().mode() & 0o777;
+        assert_eq!(dir_mode, 0o700);
+        let again = load_or_create(&path).unwrap();
+        assert_eq!(made.public(), again.public());
+    }
+
+    #[test]
+    fn a_key_others_can_read_or_a_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.key");
+        load_or_create(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let e = load_or_create(&path).err().unwrap().to_string();
+        assert!(e.contains("mode 644") && e.contains("chmod 600"), "{e}");
+        let link = dir.path().join("link.key");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let e = load_or_create(&link).err().unwrap().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        fs::write(dir.path().join("junk.key"), "not a key").unwrap();
+        let junk = dir.path().join("junk.key");
+        fs::set_permissions(&junk, fs::Permissions::from_mode(0o600)).unwrap();
+        let e = load_or_create(&junk).err().unwrap().to_string();
+        assert!(e.contains("PKCS#8"), "{e}");
+    }
+}

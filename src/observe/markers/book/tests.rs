@@ -1,0 +1,235 @@
+use super::*;
+use crate::observe::markers::read;
+use crate::protocol::health::HealthReport;
+use crate::protocol::launcher::{LauncherReport, LauncherState};
+use crate::protocol::signed::SigningKey;
+
+const IP: &str = "10.0.1.5";
+const ID: &str = "i-0b0000000000000b5";
+
+fn key() -> SigningKey {
+    SigningKey::from_pkcs8(&SigningKey::generate().unwrap()).unwrap()
+}
+
+fn name(kind: MarkerKind) -> MarkerName {
+    MarkerName::new(kind, IP.parse().unwrap())
+}
+
+fn health(ok: bool, id: &str) -> Vec<u8> {
+    HealthReport {
+        instance_id: id.into(),
+        ok,
+        gpus_lost: !ok,
+        reason: if ok {
+            "ok".into()
+        } else {
+            "7 of 8 GPUs".into()
+        },
+        when: "2026-11-26T10:00:00Z".into(),
+        output_tail: vec![],
+    }
+    .render()
+}
+
+fn launcher(state: LauncherState) -> Vec<u8> {
+    LauncherReport {
+        instance_id: ID.into(),
+        state,
+        generation: Some(3),
+        rdzv_id: None,
+        pid: None,
+        exit_code: None,
+        signal: None,
+        restarts: 0,
+        reason: "node 1 of 2".into(),
+        since: "2026-11-26T10:00:00Z".into(),
+        output_tail: vec![],
+    }
+    .render()
+}
+
+/// A scan holding one file, as the scanner reads it (`ino` tells versions apart).
+fn scan_of(kind: MarkerKind, bytes: &[u8], ino: u64) -> Scan {
+    let dir = tempfile::tempdir().unwrap();
+    let n = name(kind);
+    let path = dir.path().join(n.to_string());
+    std::fs::write(&path, bytes).unwrap();
+    let read = read::read(&path, &n, ino, Some(1_000));
+    Scan {
+        files: BTreeMap::from([(n, Arc::new(read))]),
+    }
+}
+
+fn keys(k: Option<&SigningKey>) -> Keys {
+    Keys {
+        by_ip: HashMap::from([(
+            IP.parse().unwrap(),
+            (ID.to_string(), k.map(|k| k.public().clone())),
+        )]),
+        complete: true,
+    }
+}
+
+fn judging(keys: &Keys, now: Millis) -> Judging<'_> {
+    Judging {
+        keys,
+        mode: Reports::Signed,
+        now,
+        fresh: 30_000,
+    }
+}
+
+fn ip() -> IpAddr {
+    IP.parse().unwrap()
+}
+
+#[test]
+fn only_the_instances_own_agent_is_believed() {
+    let (own, other) = (key(), key());
+    let keys = keys(Some(&own));
+    let mut book = Book::default();
+    let n = name(MarkerKind::Health);
+    // Another worker's agent (or user code with a key of its own) signs B's report.
+    let forged = scan_of(
+        MarkerKind::Health,
+        &other.sign(&n, &health(false, ID), 5),
+        1,
+    );
+    let m = book.judge(&forged, &judging(&keys, 10));
+    assert!(m.health.is_empty());
+    assert_eq!(m.refused.len(), 1);
+    assert!(
+        m.refused[0]
+            .why
+            .contains("not with i-0b0000000000000b5's agent key"),
+        "{:?}",
+        m.refused
+    );
+    // Unsigned: refused too.
+    let unsigned = scan_of(MarkerKind::Health, &health(false, ID), 2);
+    let m = book.judge(&unsigned, &judging(&keys, 10));
+    assert!(m.health.is_empty() && m.refused[0].class == "unsigned");
+    // The agent's own: believed.
+    let own_report = scan_of(MarkerKind::Health, &own.sign(&n, &health(false, ID), 6), 3);
+    let m = book.judge(&own_report, &judging(&keys, 10));
+    assert!(!m.health[&ip()].ok, "{m:?}");
+    assert!(m.refused.is_empty());
+}
+
+#[test]
+fn a_report_deleted_or_replaced_by_an_older_one_changes_nothing() {
+    let own = key();
+    let keys = keys(Some(&own));
+    let n = name(MarkerKind::Health);
+    let mut book = Book::default();
+    let healthy_then = own.sign(&n, &health(true, ID), 5);
+    let sick_now = own.sign(&n, &health(false, ID), 9);
+    book.judge(
+        &scan_of(MarkerKind::Health, &sick_now, 1),
+        &judging(&keys, 10),
+    );
+    // Deleted: still what the agent last said.
+    let m = book.judge(&Scan::default(), &judging(&keys, 11));
+    assert!(!m.health[&ip()].ok);
+    // The agent's older report put back: refused, and the newer one still counts.
+    let m = book.judge(
+        &scan_of(MarkerKind::Health, &healthy_then, 2),
+        &judging(&keys, 12),
+    );
+    assert!(!m.health[&ip()].ok);
+    assert_eq!(m.refused[0].class, "older");
+    assert!(
+        m.refused[0].why.contains("someone put it back"),
+        "{}",
+        m.refused[0].why
+    );
+}
+
+#[test]
+fn a_report_naming_another_instance_is_refused_and_one_without_a_key_waits() {
+    let own = key();
+    let n = name(MarkerKind::Success);
+    let mut book = Book::default();
+    let line = b"{\"instance_id\":\"i-0c0000000000000c6\"}\n";
+    let other_instance = scan_of(MarkerKind::Success, &own.sign(&n, line, 3), 1);
+    let m = book.judge(&other_instance, &judging(&keys(Some(&own)), 10));
+    assert!(m.success.is_empty());
+    assert!(m.refused[0].why.contains("names \"i-0c0000000000000c6\""));
+    let mine = format!("{{\"instance_id\":\"{ID}\"}}\n");
+    let signed = scan_of(MarkerKind::Success, &own.sign(&n, mine.as_bytes(), 4), 2);
+    let m = book.judge(&signed, &judging(&keys(None), 10));
+    assert!(m.success.is_empty() && m.refused.is_empty());
+    assert!(m.pending.contains(&ip()));
+    let m = book.judge(&signed, &judging(&keys(Some(&own)), 11));
+    assert!(m.success.contains(&ip()));
+    assert_eq!(m.ready_at[&ip()], 1_000);
+}
+
+#[test]
+fn reports_are_forgotten_when_ec2_lists_another_instance_at_the_ip() {
+    let own = key();
+    let n = name(MarkerKind::Success);
+    let mut book = Book::default();
+    let mine = format!("{{\"instance_id\":\"{ID}\"}}\n");
+    let signed = scan_of(MarkerKind::Success, &own.sign(&n, mine.as_bytes(), 4), 2);
+    book.judge(&signed, &judging(&keys(Some(&own)), 10));
+    let reused = Keys {
+        by_ip: HashMap::from([(ip(), ("i-0d0000000000000d7".to_string(), None))]),
+        complete: true,
+    };
+    let m = book.judge(&Scan::default(), &judging(&reused, 11));
+    assert!(m.success.is_empty());
+    assert!(book.believed.is_empty());
+}
+
+#[test]
+fn a_launcher_is_heard_only_from_a_newer_fresh_report() {
+    let own = key();
+    let keys = keys(Some(&own));
+    let n = name(MarkerKind::Launcher);
+    let mut book = Book::default();
+    let at = 1_000_000;
+    let first = own.sign(&n, &launcher(LauncherState::Running), at);
+    let m = book.judge(
+        &scan_of(MarkerKind::Launcher, &first, 1),
+        &judging(&keys, at + 100),
+    );
+    assert_eq!(m.launchers[&ip()].heard_at, at + 100);
+    // The same report read again later: not heard again.
+    let m = book.judge(
+        &scan_of(MarkerKind::Launcher, &first, 1),
+        &judging(&keys, at + 40_000),
+    );
+    assert_eq!(m.launchers[&ip()].heard_at, at + 100);
+    // A newer one kept aside too long (signed 40 s before it appears): its state counts, but it
+    // is not the node answering now.
+    let late = own.sign(&n, &launcher(LauncherState::Stopping), at + 1);
+    let m = book.judge(
+        &scan_of(MarkerKind::Launcher, &late, 2),
+        &judging(&keys, at + 40_001),
+    );
+    assert_eq!(m.launchers[&ip()].state, LauncherState::Stopping);
+    assert_eq!(m.launchers[&ip()].heard_at, at + 100);
+    let fresh = own.sign(&n, &launcher(LauncherState::Stopping), at + 40_000);
+    let m = book.judge(
+        &scan_of(MarkerKind::Launcher, &fresh, 3),
+        &judging(&keys, at + 40_002),
+    );
+    assert_eq!(m.launchers[&ip()].heard_at, at + 40_002);
+}
+
+#[test]
+fn unsigned_mode_takes_prepare_data_markers_and_ignores_the_rest() {
+    let mut book = Book::default();
+    let keys = keys(None);
+    let j = Judging {
+        keys: &keys,
+        mode: Reports::Unsigned,
+        now: 10,
+        fresh: 30_000,
+    };
+    let m = book.judge(&scan_of(MarkerKind::Success, b"", 1), &j);
+    assert!(m.success.contains(&ip()));
+    let m = book.judge(&scan_of(MarkerKind::Health, &health(false, ID), 2), &j);
+    assert!(m.health.is_empty() && m.refused.is_empty());
+}

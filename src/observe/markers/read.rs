@@ -1,0 +1,177 @@
+//! One report file read: its body parsed, and its signature checked against the key it names.
+//! Whose key that must be is not known here (see [`super::book`]); a file is read again only
+//! when it is replaced (a new inode).
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use crate::fsutil::millis_from_rfc3339;
+use crate::model::{Health, Millis, Notice, NoticeKind, NoticeTarget};
+use crate::protocol::health::HealthReport;
+use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
+use crate::protocol::launcher::{LauncherReport, LauncherState};
+use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
+use crate::protocol::report;
+use crate::protocol::signed::{self, SignError, Signed};
+use crate::untrusted;
+
+/// Longer than any notice id the agent writes (`imds:<kind>:<time or event id>`).
+const MAX_NOTICE_ID: usize = 128;
+/// Kept in the state and shown: no room for a worker to fill it.
+const MAX_INSTANCE_ID: usize = 64;
+
+/// A report file as read.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub ino: u64,
+    /// Its modification time when first seen (a success marker's is when the worker was ready).
+    pub modified: Option<Millis>,
+    /// Who signed it (verified against the key it names), or why no one did.
+    pub signed: Result<Signed, SignError>,
+    /// What it says; `Err`: it cannot be read or does not parse.
+    pub body: Result<Body, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// `prepare_data_success_<ip>`: the instance it names, if any (a 2018 marker names none).
+    Success {
+        instance_id: Option<String>,
+    },
+    /// `prepare_data_failed_<ip>`: the failure in one line for people.
+    Failed {
+        instance_id: Option<String>,
+        summary: String,
+    },
+    Health(Health),
+    Launcher(LauncherBody),
+    Notice(Notice),
+}
+
+/// A launcher report as dtd keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LauncherBody {
+    pub instance_id: String,
+    pub state: LauncherState,
+    pub generation: Option<u64>,
+    pub restarts: u32,
+    pub reason: String,
+}
+
+impl Body {
+    /// The instance the report names (a 2018 marker names none).
+    pub fn instance_id(&self) -> Option<&str> {
+        match self {
+            Body::Success { instance_id } | Body::Failed { instance_id, .. } => {
+                instance_id.as_deref()
+            }
+            Body::Health(h) => Some(&h.instance_id),
+            Body::Launcher(l) => Some(&l.instance_id),
+            Body::Notice(n) => match &n.target {
+                NoticeTarget::Agent { instance, .. } => Some(instance),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Reads the report at `path` (a regular file, already listed as `name`).
+pub fn read(path: &Path, name: &MarkerName, ino: u64, modified: Option<Millis>) -> Read {
+    let bytes = match untrusted::read_prefix(path, MAX_REPORT_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return failed(ino, modified, "vanished while read".into()),
+        Err(e) => return failed(ino, modified, format!("cannot be read: {e}")),
+    };
+    Read {
+        ino,
+        modified,
+        signed: signed::open(name, &bytes),
+        body: parse(name, &bytes),
+    }
+}
+
+fn failed(ino: u64, modified: Option<Millis>, why: String) -> Read {
+    Read {
+        ino,
+        modified,
+        signed: Err(SignError::Unsigned),
+        body: Err(why),
+    }
+}
+
+fn parse(name: &MarkerName, bytes: &[u8]) -> Result<Body, String> {
+    match name.kind {
+        MarkerKind::Success => Ok(Body::Success {
+            instance_id: report::owner(bytes).map(|id| short(&id)),
+        }),
+        MarkerKind::Failed => {
+            let text = String::from_utf8_lossy(bytes);
+            let summary = report::summary(&text)?;
+            let instance_id = report::owner(bytes).map(|id| short(&id));
+            Ok(Body::Failed {
+                instance_id,
+                summary,
+            })
+        }
+        MarkerKind::Health => HealthReport::parse(bytes).map(|r| Body::Health(health(r))),
+        MarkerKind::Launcher => LauncherReport::parse(bytes).map(|r| Body::Launcher(launcher(r))),
+        MarkerKind::Interruption => notice(bytes, name.ip).map(Body::Notice),
+    }
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(MAX_INSTANCE_ID).collect()
+}
+
+fn health(r: HealthReport) -> Health {
+    Health {
+        when: millis_from_rfc3339(&r.when),
+        instance_id: short(&r.instance_id),
+        ok: r.ok,
+        gpus_lost: r.gpus_lost,
+        reason: r.reason,
+    }
+}
+
+fn launcher(r: LauncherReport) -> LauncherBody {
+    LauncherBody {
+        instance_id: short(&r.instance_id),
+        state: r.state,
+        generation: r.generation,
+        restarts: r.restarts,
+        reason: r.reason,
+    }
+}
+
+/// An agent's notice names its instance and its IP.
+fn notice(bytes: &[u8], ip: IpAddr) -> Result<Notice, String> {
+    let m = InterruptionMarker::parse(bytes)
+        .map_err(|e| format!("interruption marker is not the agent's JSON: {e}"))?;
+    if m.ip != ip {
+        return Err(format!("names {} in a file for {ip}", m.ip));
+    }
+    // Kept in the state as the notice's id: no room for a worker to fill it.
+    if m.id.len() > MAX_NOTICE_ID || m.instance_id.len() > MAX_NOTICE_ID {
+        return Err(format!(
+            "notice or instance id longer than {MAX_NOTICE_ID} bytes"
+        ));
+    }
+    let kind = match m.kind {
+        AgentKind::SpotInterruption => NoticeKind::Interruption,
+        AgentKind::LifecycleTerminate => NoticeKind::GroupTerminating,
+        AgentKind::RebalanceRecommendation => NoticeKind::Rebalance,
+        AgentKind::ScheduledMaintenance => NoticeKind::ScheduledChange,
+    };
+    let target = NoticeTarget::Agent {
+        instance: m.instance_id.clone(),
+        ip,
+    };
+    let deadline = m.action_time.as_deref().and_then(millis_from_rfc3339);
+    Ok(Notice {
+        id: format!("agent:{}:{}", m.instance_id, m.id),
+        kind,
+        target,
+        deadline,
+        source: "agent",
+    })
+}
