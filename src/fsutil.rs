@@ -23,15 +23,8 @@ pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let (tmp, mut f) = create_temp(dir, &name.to_string_lossy())?;
     let result = (|| {
-        // Left over from a crash, or planted: created anew (O_EXCL opens no FIFO, follows no link).
-        remove_if_present(&tmp)?;
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(content)?;
         if let Some(uid) = owner {
             std::os::unix::fs::fchown(&f, Some(uid), None)?;
@@ -46,18 +39,45 @@ pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io
     result
 }
 
+/// Attempts at a temp name before giving up: one taken by chance is a 1-in-2^64 event, so only
+/// someone planting names at random could take more than one.
+const TEMP_TRIES: usize = 16;
+
+/// A new file at an unpredictable name beside the target (`.NAME.tmp.<16 random hex digits>`),
+/// created exclusively: whatever someone planted at a name they could guess (a directory, a
+/// FIFO, a link) cannot stand in the way or be written through.
+fn create_temp(dir: &Path, name: &str) -> io::Result<(std::path::PathBuf, fs::File)> {
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    for _ in 0..TEMP_TRIES {
+        let mut bytes = [0u8; 8];
+        aws_lc_rs::rand::SecureRandom::fill(&rng, &mut bytes)
+            .map_err(|_| io::Error::other("no random bytes for a temp name"))?;
+        let tmp = dir.join(format!(".{name}.tmp.{:016x}", u64::from_ne_bytes(bytes)));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc_flags::NOFOLLOW)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "{TEMP_TRIES} random temp names in {} were all taken",
+            dir.display()
+        ),
+    ))
+}
+
 /// The directory `path` is in (`.` for a bare file name), where its renames happen.
 pub fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
-    }
-}
-
-fn remove_if_present(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
     }
 }
 
@@ -222,14 +242,46 @@ mod tests {
     }
 
     #[test]
-    fn a_planted_temp_file_does_not_block_the_write() {
+    fn names_planted_where_a_temp_file_could_be_guessed_do_not_block_the_write() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("ack");
-        let tmp = dir.path().join(format!(".ack.tmp.{}", std::process::id()));
-        nix::unistd::mkfifo(&tmp, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let p = dir.path().join("generation");
+        // What a worker who read dtd's pid (status.json) could plant: the names of earlier
+        // releases, a directory and a FIFO.
+        let pid = std::process::id();
+        fs::create_dir(dir.path().join(format!(".generation.tmp.{pid}"))).unwrap();
+        let fifo = dir.path().join(".generation.tmp");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         write_atomic(&p, b"4\n").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"4\n");
-        assert!(!tmp.exists());
+        // Left alone, and nothing else left behind.
+        let mut left: Vec<String> = (fs::read_dir(dir.path()).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".generation.tmp",
+                &format!(".generation.tmp.{pid}"),
+                "generation"
+            ]
+        );
+    }
+
+    #[test]
+    fn temp_names_are_new_each_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let names: std::collections::BTreeSet<_> = (0..50)
+            .map(|_| {
+                let (tmp, _) = create_temp(dir.path(), "host_worker").unwrap();
+                tmp
+            })
+            .collect();
+        assert_eq!(names.len(), 50);
+        assert!(names.iter().all(|n| {
+            let n = n.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with(".host_worker.tmp.") && n.len() == ".host_worker.tmp.".len() + 16
+        }));
     }
 
     #[test]
