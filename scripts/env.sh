@@ -16,7 +16,12 @@ export CARGO_TARGET_DIR
 # clone would rebuild the whole release (16 minutes here) in every fresh clone.
 export DT_RELEASE_TOOLS="${DT_RELEASE_TOOLS:-$DT_CACHE/release-tools}"
 # PyTorch (requirements-torch.txt, about 5 GB) for the torchrun tests and demo act: outside the
-# clone, so that a fresh clone does not download it again.
+# clone, so that a fresh clone does not download it again. The job it runs is never root's: run
+# as root, the agents start it as another user (`job.launcher.user`), who cannot read root's
+# home, so root's copy is in the system's cache directory instead.
+if [ -z "${DT_TORCH_VENV:-}" ] && [ "$(id -u)" = 0 ]; then
+    DT_TORCH_VENV=/var/cache/dynamic-training/torch
+fi
 export DT_TORCH_VENV="${DT_TORCH_VENV:-$DT_CACHE/torch}"
 
 # The one build (scripts/build): release, linked by zig against the glibc of Amazon Linux 2023,

@@ -70,6 +70,7 @@ impl Checker {
             timeout: self.timeout,
             what: "health check",
             echo: false,
+            user: None,
         })
         .await;
         let report = verdict(&outcome, self.timeout, &self.instance_id, SystemTime::now());

@@ -178,6 +178,7 @@ async fn run_attempt(spec: &Spec, n: u32) -> Outcome {
         timeout: spec.timeout,
         what: "prepare-data",
         echo: false,
+        user: None,
     })
     .await
 }

@@ -35,6 +35,8 @@ pub struct Program<'a> {
     pub what: &'static str,
     /// Its output goes to the agent's log at INFO (the job's launcher), not only DEBUG.
     pub echo: bool,
+    /// The uid and gid it runs as (the job's launcher); `None`: the agent's own.
+    pub user: Option<(u32, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,6 +220,11 @@ fn spawn(
         .stderr(writer2)
         .process_group(0)
         .kill_on_drop(true);
+    if let Some((uid, gid)) = program.user {
+        // Set in the child before exec; as root, the standard library drops the supplementary
+        // groups with them.
+        cmd.uid(uid).gid(gid);
+    }
     let child = cmd.spawn();
     // Our copies of the write end must close, or the reader never sees the end of the output;
     // and the program's descriptor is ours to close once the child has its own.

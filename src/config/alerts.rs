@@ -28,6 +28,27 @@ pub enum Webhook {
     File(std::path::PathBuf),
 }
 
+/// A webhook's URL written in the config itself is a secret in that file: the file must then be
+/// kept as a `webhook_file` is (root's or dtd's user's, mode 0600), or anyone who can read it
+/// can post to the webhook.
+pub fn check_inline_secrets(alerts: &[Alert], config: &std::path::Path) -> Result<(), String> {
+    let Some(at) = alerts
+        .iter()
+        .position(|a| matches!(a.webhook, Webhook::Url(_)))
+    else {
+        return Ok(());
+    };
+    let meta = std::fs::metadata(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    match super::webhook_url::exposed(&meta) {
+        Some(why) => Err(format!(
+            "alerts[{at}].webhook: {} holds the webhook's URL, a secret, and {why}; or give \
+             the URL in a webhook_file",
+            config.display()
+        )),
+        None => Ok(()),
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "struct Alert")]
 struct RawAlert {

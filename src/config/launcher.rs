@@ -51,6 +51,10 @@ pub struct Launcher {
     /// The digest torchrun's program (the first element) must have, if pinned.
     #[serde(default, deserialize_with = "torchrun_sha256")]
     pub sha256: Option<Sha256>,
+    /// Who torchrun and the training run as; `None`: `job.owner`'s user, else the agent's own
+    /// (which must then not be root).
+    #[serde(default)]
+    pub user: Option<super::JobUser>,
 }
 
 impl Launcher {

@@ -10,6 +10,7 @@ mod alerts;
 mod capacity;
 mod de;
 mod disruption;
+mod job_user;
 mod join;
 mod launch_template;
 mod launcher;
@@ -33,6 +34,7 @@ use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
 pub use capacity::{Capacity, Choice};
 pub use disruption::{Budget, Disruption, Schedule, Window};
+pub use job_user::JobUser;
 pub use join::Join;
 pub use launch_template::TemplateRef;
 pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
@@ -228,10 +230,13 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+        let invalid = |message| ConfigError::Invalid {
             path: path.to_path_buf(),
             message,
-        })
+        };
+        let cfg = Config::parse(&text).map_err(invalid)?;
+        alerts::check_inline_secrets(&cfg.alerts, path).map_err(invalid)?;
+        Ok(cfg)
     }
 
     /// Parses, validates and resolves; the error text names the key and the line.

@@ -35,7 +35,7 @@ impl<'de> Deserialize<'de> for JobOwner {
     }
 }
 
-fn is_user_name(n: &str) -> bool {
+pub(super) fn is_user_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 32
         && !n.starts_with('-')

@@ -53,25 +53,14 @@ impl WebhookUrl {
     /// The URL in a file (`alerts[].webhook_file`): owned by root or dtd's own user, readable by
     /// no one else, one line. The error never repeats the file's content.
     pub fn read_file(path: &std::path::Path, allow_http: bool) -> Result<WebhookUrl, String> {
-        use std::os::unix::fs::MetadataExt;
         let at = path.display();
         let (file, meta) = match crate::untrusted::open(path) {
             Ok(Some(opened)) => opened,
             Ok(None) => return Err(format!("webhook_file {at} does not exist")),
             Err(e) => return Err(format!("webhook_file {at}: {e}")),
         };
-        let own = crate::fsutil::own_uid();
-        if meta.uid() != 0 && meta.uid() != own {
-            return Err(format!(
-                "webhook_file {at} is owned by uid {}: only root or dtd's own user may own it",
-                meta.uid()
-            ));
-        }
-        if meta.mode() & 0o077 != 0 {
-            return Err(format!(
-                "webhook_file {at} has mode {:o}: a secret must be readable by its owner only (chmod 600)",
-                meta.mode() & 0o7777
-            ));
+        if let Some(why) = exposed(&meta) {
+            return Err(format!("webhook_file {at} {why}"));
         }
         let bytes = crate::untrusted::read_opened(file, &meta, WEBHOOK_FILE_LIMIT)
             .map_err(|e| format!("webhook_file {at}: {e}"))?;
@@ -140,6 +129,25 @@ impl<'de> Deserialize<'de> for WebhookUrl {
         }
         d.deserialize_str(Visitor)
     }
+}
+
+/// Why a file holding a secret (a webhook's URL) is not safe to hold it: owned by someone other
+/// than root or dtd's own user, or readable by its group or others. `None`: it is safe.
+pub(super) fn exposed(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let own = crate::fsutil::own_uid();
+    if meta.uid() != 0 && meta.uid() != own {
+        return Some(format!(
+            "is owned by uid {}: only root or dtd's own user may own it",
+            meta.uid()
+        ));
+    }
+    (meta.mode() & 0o077 != 0).then(|| {
+        format!(
+            "has mode {:o}: a secret must be readable by its owner only (chmod 600)",
+            meta.mode() & 0o7777
+        )
+    })
 }
 
 #[cfg(test)]

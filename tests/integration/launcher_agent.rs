@@ -33,21 +33,36 @@ impl Node {
 
     /// As `start`, with more of `job.launcher` (lines indented four spaces).
     fn start_with(body: &str, launcher_yaml: &str) -> Node {
+        Node::start_as(body, launcher_yaml, None)
+    }
+
+    /// As `start_with`, with `user` as its `job.launcher.user` line (`None`: the tests' job user).
+    fn start_as(body: &str, launcher_yaml: &str, user: Option<&str>) -> Node {
         let dir = tempfile::tempdir().unwrap();
+        crate::support::open_to_job(dir.path());
         let efs = dir.path().join("efs");
         std::fs::create_dir(&efs).unwrap();
+        // The job's user writes in the shared directory (through the access point, on AWS).
+        crate::support::give_to_job(&efs);
         let launcher = dir.path().join("launcher.sh");
         let log = dir.path().join("argv.log");
+        std::fs::write(&log, "").unwrap();
+        crate::support::give_to_job(&log);
         let text = format!("#!/bin/sh\necho \"$@\" >> {}\n{body}\n", log.display());
         std::fs::write(&launcher, text).unwrap();
         std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
         let prepare = dir.path().join("prepare.sh");
         std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
         std::fs::set_permissions(&prepare, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (uid, gid) = crate::support::job_user();
+        let user = match user {
+            Some(line) => line.to_string(),
+            None => format!("    user: {{ uid: {uid}, gid: {gid} }}\n"),
+        };
         let config = format!(
             "cluster: itest\nworkers: {{ launch_template: lt-0abc, max: 4 }}\nshared_dir: {}\n\
              agent: {{ prepare_data: {}, imds_interval: 100ms }}\n\
-             job:\n  launcher:\n    torchrun: [{}]\n    script: [/train.py]\n    \
+             job:\n  launcher:\n    torchrun: [{}]\n    script: [/train.py]\n{user}    \
              stop: {{ grace: 1s }}\n    backoff: 1s\n{launcher_yaml}",
             efs.display(),
             prepare.display(),
@@ -58,7 +73,10 @@ impl Node {
         let agent = Command::new(env!("CARGO_BIN_EXE_dtd"))
             .args(["agent", "--config"])
             .arg(dir.path().join("dtd.yaml"))
+            .arg("--key-file")
+            .arg(dir.path().join("agent.key"))
             .envs(imds.env())
+            .envs(crate::agent::no_ec2())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("agent.log")).unwrap())
@@ -316,4 +334,81 @@ fn under_the_elastic_strategy_a_run_outlives_joins_and_a_leave_ends_only_its_wor
         "{second}"
     );
     assert!(process_gone(pid.as_i64().unwrap() as i32));
+}
+
+/// A process's `Uid:`, `Gid:` and `Groups:` lines from /proc, as the kernel holds them.
+fn credentials(pid: i32) -> (String, String, String) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = |key: &str| {
+        (status.lines())
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    (line("Uid:"), line("Gid:"), line("Groups:"))
+}
+
+/// Issue 29, item 1: torchrun and everything it starts run as `job.launcher.user` (real,
+/// effective, saved and file-system ids alike), with no supplementary groups, though the agent
+/// runs as root (in CI). An agent run by a user runs the job as that user and keeps its groups.
+#[test]
+fn the_launcher_and_what_it_starts_run_as_the_jobs_user_without_root_or_its_groups() {
+    let n = Node::start("sleep 60 &\nexec sleep 61");
+    n.plan(1, &[IP]);
+    let r = n.wait_report("running", |r| r["state"] == "running");
+    let launcher = r["pid"].as_i64().expect("the launcher's pid") as i32;
+    wait_until("the launcher's child", WAIT, || {
+        !crate::support::tree(launcher).is_empty()
+    });
+    let (uid, gid) = crate::support::job_user();
+    let groups = match nix::unistd::geteuid().is_root() {
+        true => String::new(),
+        false => {
+            let mine = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = mine
+                .lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .unwrap();
+            line.split_whitespace().collect::<Vec<_>>().join(" ")
+        }
+    };
+    let procs: Vec<i32> = std::iter::once(launcher)
+        .chain(crate::support::tree(launcher))
+        .collect();
+    assert_eq!(procs.len(), 2, "{procs:?}");
+    for pid in procs {
+        let ids = |n: u32| format!("{n} {n} {n} {n}");
+        assert_eq!(
+            credentials(pid),
+            (ids(uid), ids(gid), groups.clone()),
+            "process {pid}"
+        );
+    }
+    let agent = credentials(n.agent.id() as i32).0;
+    let me = nix::unistd::geteuid().as_raw();
+    assert!(agent.starts_with(&me.to_string()), "{agent}");
+}
+
+/// Root is refused as the job's user: named in the config, the agent does not start; left to
+/// default with the agent running as root (CI), the launcher is not started and says why.
+#[test]
+fn the_job_is_never_started_as_root() {
+    let mut named = Node::start_as("exec sleep 60", "", Some("    user: 0\n"));
+    let status = named.agent.wait().expect("the agent exits");
+    assert!(!status.success());
+    let log = named.log();
+    assert!(
+        log.contains("the job is user code and never runs as root"),
+        "{log}"
+    );
+    if !nix::unistd::geteuid().is_root() {
+        // An agent run by a user starts the job as that user (checked above), never as root.
+        return;
+    }
+    let n = Node::start_as("exec sleep 60", "", Some(""));
+    n.plan(1, &[IP]);
+    let r = n.wait_report("the refusal", |r| r["state"] == "failed");
+    let reason = r["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("user code never runs as root"), "{r}");
+    assert_eq!(n.starts(), 0, "nothing ran");
 }

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::agent::process_gone;
 use crate::support::imds::ImdsStandIn;
-use crate::support::{self, free_port, signal, wait_until, Cluster};
+use crate::support::{self, free_port, signal, tree, wait_until, Cluster};
 
 const STEPS: u64 = 1500;
 const PHASE: Duration = Duration::from_secs(150);
@@ -63,6 +63,17 @@ impl Story {
     /// moto, a loopback subnet, the config (`launcher_yaml`: more of `job.launcher`), `dtd run`.
     fn start(venv: &Path, launcher_yaml: &str) -> Story {
         let c = Cluster::new();
+        // What the stack makes: the shared directory the job's user writes (root's, its group's,
+        // sticky), the training script where that user can read it but not change it.
+        support::open_to_job(c.dir.path());
+        let efs = c.efs();
+        let (_, gid) = support::job_user();
+        std::os::unix::fs::chown(&efs, Some(0), Some(gid)).unwrap();
+        install_mode(&efs, 0o1775);
+        let job = c.dir.path().join("job");
+        std::fs::create_dir(&job).unwrap();
+        support::install("examples/torch_job.py", &job, 0o644);
+        support::install("templates/job/dt_torch.py", &job, 0o644);
         let subnet = c.loopback_subnet();
         let prepare = c.dir.path().join("prepare.sh");
         std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
@@ -212,45 +223,12 @@ impl Story {
     }
 }
 
-/// Every process below `root` (torchrun's workers run in sessions of their own).
-fn tree(root: i32) -> Vec<i32> {
-    let mut parent = std::collections::HashMap::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
-            continue;
-        };
-        if let Some(ppid) = rest
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<i32>().ok())
-        {
-            parent.insert(pid, ppid);
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for (child, pp) in &parent {
-            if *pp == p {
-                out.push(*child);
-                frontier.push(*child);
-            }
-        }
-    }
-    out
-}
-
 fn config(c: &Cluster, venv: &Path, prepare: &Path, launcher_yaml: &str) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/torch_job.py");
+    let script = c.dir.path().join("job/torch_job.py").display().to_string();
     let efs = c.efs().display().to_string();
+    let (uid, _) = support::job_user();
     let job = format!(
-        "  notify: none\n  ack: {{ timeout: 3m }}\n  launcher:\n    torchrun: [{}]\n    \
+        "  notify: none\n  ack: {{ timeout: 3m }}\n  owner: {uid}\n  launcher:\n    torchrun: [{}]\n    \
          script: [{script}, --dir, {efs}, --steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3']\n    \
          nproc_per_node: 1\n    rdzv: {{ port: {} }}\n    stop: {{ grace: 20s }}\n    silent_after: 10s\n    \
          backoff: 1s\n    env: {{ PYTHONWARNINGS: ignore, OMP_NUM_THREADS: '1' }}\n{launcher_yaml}",

@@ -15,6 +15,7 @@
 mod command;
 mod report;
 mod tree;
+mod user;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -85,6 +86,8 @@ struct Supervisor<'a> {
     plan_problem: Option<String>,
     hold: Hold,
     reporter: Reporter,
+    /// Who the launcher runs as, or why it cannot start.
+    run_as: Result<user::RunAs, String>,
 }
 
 /// Runs for ever (until the agent stops, which kills the launcher's process group).
@@ -147,6 +150,13 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity, reports:
 impl<'a> Supervisor<'a> {
     fn new(cfg: &'a Config, launcher: &'a Launcher, identity: Identity, reports: Reports) -> Self {
         let reporter = Reporter::new(reports, &identity, launcher.silent_after);
+        let run_as = user::resolve(cfg, launcher);
+        match &run_as {
+            Ok(u) => {
+                tracing::info!(uid = u.uid, gid = u.gid, user = ?u.name, "the launcher runs as the job's user")
+            }
+            Err(why) => tracing::error!("the launcher cannot start: {why}"),
+        }
         Supervisor {
             cfg,
             launcher,
@@ -156,6 +166,7 @@ impl<'a> Supervisor<'a> {
             plan_problem: None,
             hold: Hold::None,
             reporter,
+            run_as,
         }
     }
 
@@ -221,8 +232,16 @@ impl<'a> Supervisor<'a> {
             }
             _ => 0,
         };
+        let run_as = match &self.run_as {
+            Ok(u) => u.clone(),
+            Err(why) => {
+                self.failed(&at, &Status::Refused(why.clone()), Vec::new());
+                return None;
+            }
+        };
         let args = command::args(self.launcher, &self.cfg.cluster, &at);
-        let env = command::env(self.cfg, self.launcher, &self.identity, &at);
+        let mut env = command::env(self.cfg, self.launcher, &self.identity, &at);
+        user::add_env(&mut env, &run_as);
         let elastic = self.launcher.elastic().is_some();
         let rdzv_id = at.rdzv_id(&self.cfg.cluster, elastic);
         let program = Program {
@@ -233,6 +252,7 @@ impl<'a> Supervisor<'a> {
             timeout: Duration::MAX,
             what: "launcher",
             echo: true,
+            user: Some((run_as.uid, run_as.gid)),
         };
         match program::start(&program).await {
             Ok(running) => {

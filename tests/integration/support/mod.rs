@@ -57,6 +57,65 @@ fn tool(var: &str, name: &str) -> PathBuf {
     path
 }
 
+/// Every process below `root` (torchrun's workers run in sessions of their own).
+pub fn tree(root: i32) -> Vec<i32> {
+    let mut parent = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+            continue;
+        };
+        if let Some(ppid) = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<i32>().ok())
+        {
+            parent.insert(pid, ppid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (child, pp) in &parent {
+            if *pp == p {
+                out.push(*child);
+                frontier.push(*child);
+            }
+        }
+    }
+    out
+}
+
+/// Who the tests' jobs run as (`job.launcher.user`): `nobody` when the tests run as root (as
+/// CI does), since the job never runs as root; the tests' own user otherwise, the only one an
+/// unprivileged agent can start it as.
+pub fn job_user() -> (u32, u32) {
+    match nix::unistd::geteuid().is_root() {
+        true => (65534, 65534),
+        false => (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        ),
+    }
+}
+
+/// Gives `path` to the job's user, so the job can write it.
+pub fn give_to_job(path: &Path) {
+    let (uid, gid) = job_user();
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("chown to the job's user");
+}
+
+/// Lets the job's user reach what is under `dir` (a test's temp directory is 0700).
+pub fn open_to_job(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod 755");
+}
+
 /// The virtualenv with PyPI's torch that `scripts/setup --tests` keeps outside the clone
 /// (`$DT_TORCH_VENV`, see scripts/env.sh); the torchrun tests fail, never skip, without it.
 pub fn torch_venv() -> PathBuf {
@@ -444,8 +503,12 @@ impl Cluster {
         self.launch_from(&t, count)
     }
 
+    /// Mode 0600, as the stack writes it: a config may hold a webhook's URL, a secret.
     pub fn write_config(&self, body: &str) {
-        std::fs::write(self.config_path(), body).expect("writing config");
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.config_path();
+        std::fs::write(&path, body).expect("writing config");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     }
 
     /// A config with the defaults most tests want; `job` is the YAML of the `job:` key.
