@@ -10,6 +10,11 @@ pub enum DaemonError {
         path: String,
         source: std::io::Error,
     },
+    #[error(
+        "state directory {path} is {why}: it must be a directory of dtd's own user (uid {uid}), \
+         mode 0700; move it aside rather than chown it (what others put in it would become dtd's)"
+    )]
+    StateDirNotOwn { path: String, why: String, uid: u32 },
     #[error("another dtd holds {0}; only one daemon may manage a cluster")]
     Locked(String),
     #[error("{0} is not a regular file; move it aside (a worker may have put it there)")]

@@ -16,7 +16,9 @@ dt_started() { dt_signal 0; }
 
 # Workers write through the stack's access point as gid ${WorkerGid}: the shared directory is
 # writable by that group but sticky (a worker cannot rename or delete what it does not own, such
-# as the host files); the state directory and the prepare-data program's directory stay root's.
+# as the host files); the state directories (.dt, root's, 0700, which dtd run insists on) and the
+# prepare-data program's directory stay root's. A .dt someone else made first, or that others
+# could enter, is moved aside whole, never adopted (chown -R would make theirs root's).
 # dtd agent runs that program as root only if its directory is root's and written by no one
 # else (README, "What a worker can put there"): a directory someone else made first (a worker,
 # before this master booted) is moved aside whole, never adopted, since chown would make what
@@ -25,9 +27,11 @@ dt_after_mount() {
     local dir script='${PrepareDataScriptPath}'
     chown 0:${WorkerGid} /myEFSvolume
     chmod 1775 /myEFSvolume
-    mkdir -p /myEFSvolume/.dt
-    chown -R 0:0 /myEFSvolume/.dt
-    chmod -R go-w /myEFSvolume/.dt
+    if [ -e /myEFSvolume/.dt ] && [ "$(stat -c %u:%a /myEFSvolume/.dt)" != 0:700 ]; then
+        echo "dt-bootstrap: /myEFSvolume/.dt is not root's 0700: moved aside"
+        mv /myEFSvolume/.dt "/myEFSvolume/.dt.untrusted-$RANDOM"
+    fi
+    install -d -m 700 -o 0 -g 0 /myEFSvolume/.dt
     dir=$(dirname "$script")
     case "$dir" in /myEFSvolume/?*)
         if [ -e "$dir" ] && [ "$(stat -c %u "$dir")" != 0 ]; then
@@ -44,21 +48,24 @@ dt_after_mount() {
     dt_job_files
 }
 
-# The job's files (ack, host_worker_log, job.pid, progress) live in /myEFSvolume/job, root's and
-# mode 0755, so workers cannot create them first; dtd believes them only when the job's user owns
-# them (job.owner, by default this directory's owner: root, for a job started on this master).
-# A directory someone else made first is moved aside, and each file is created empty (ack: 0),
-# 0644, if it is not there. For a job that runs on the workers, chown the files to their uid
-# and set job.owner (README, "What dtd believes of it"). With a TrainingScript the job is the
-# workers' torchrun: their group may write here, and the config's job.owner is their uid.
+# /myEFSvolume/job holds the training script and what it imports: root's, mode 0755, so no
+# worker can change or add a file there (Python puts a script's own directory first on its
+# path). The job's files (ack, host_worker_log, job.pid, progress) are in /myEFSvolume/job/run,
+# its user's: root's for a job started on this master, the workers' uid with a TrainingScript
+# (their torchrun runs as that user, as job.owner says). dtd believes them only when that user
+# owns them (README, "What dtd believes of it"). A directory of another owner is moved aside,
+# never adopted, and each file is created empty (ack: 0), 0644, if it is not there.
 dt_job_files() {
-    local d=/myEFSvolume/job f
+    local d=/myEFSvolume/job r=/myEFSvolume/job/run f o=0
+    [ -z '${TrainingScript}' ] || o=${WorkerUid}
     [ "$(stat -c %u $d 2>/dev/null || echo 0)" = 0 ] || mv $d $d.untrusted-$RANDOM
     install -d -m 755 -o 0 -g 0 $d
-    for f in host_worker_log job.pid progress; do [ -e $d/$f ] || : >$d/$f; done
-    [ -e $d/ack ] || echo 0 >$d/ack
-    chmod 644 $d/*
-    [ -z '${TrainingScript}' ] || { chgrp ${WorkerGid} $d && chmod 775 $d; }
+    [ "$(stat -c %u $r 2>/dev/null || echo $o)" = $o ] || mv $r $r.untrusted-$RANDOM
+    install -d -m 755 -o $o -g $o $r
+    for f in host_worker_log job.pid progress ack; do
+        [ -e $r/$f ] || install -m 644 -o $o -g $o /dev/null $r/$f
+    done
+    [ -s $r/ack ] || echo 0 >$r/ack
 }
 
 # A dtd that stays down (its unit fails after its start limit) marks this instance Unhealthy

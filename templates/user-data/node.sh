@@ -41,6 +41,13 @@ fi
 retry mount /myEFSvolume
 hook after_mount
 
+# The job's user, dt-job, with the uid and gid the workers' access point gives their files:
+# torchrun and the training run as it (job.launcher.user defaults to job.owner), never as root.
+# Its home holds what the job caches (torch's); it owns nothing else on this disk.
+getent group ${WorkerGid} >/dev/null || groupadd -r -g ${WorkerGid} dt-job
+getent passwd ${WorkerUid} >/dev/null ||
+    useradd -r -u ${WorkerUid} -g ${WorkerGid} -md /var/lib/dt-job -s /sbin/nologin dt-job
+
 # dtd, dtctl, the default health check, the torchrun helper and dtd's unit from the release
 # archive, checked against the stack's SHA-256 before use. The unit (templates/systemd/) is
 # sandboxed; widen it with a drop-in (systemctl edit dtd).

@@ -1115,11 +1115,28 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         "arn:aws:ec2:us-east-1:123456789012:instance/*",
         "the credentials work only from an instance"
     );
+    assert_eq!(
+        sessions["Condition"]["StringEqualsIfExists"]["aws:ResourceTag/dt:cluster"],
+        STACK,
+        "only this stack's instances register with Systems Manager"
+    );
+    // Of EC2, a worker may only put its agent's key on its own instance.
+    let tag = statement(&worker, "TagItselfWithItsAgentKey");
+    assert_eq!(actions(tag), ["ec2:CreateTags"]);
+    assert_eq!(
+        tag["Condition"]["StringEquals"]["aws:ARN"],
+        "${ec2:SourceInstanceARN}",
+        "its own instance only"
+    );
+    assert_eq!(
+        tag["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
+        serde_json::json!(["dt:agent-key"])
+    );
     let all: Vec<String> = worker["Statement"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["Sid"] != "SessionManager")
+        .filter(|s| s["Sid"] != "SessionManager" && s["Sid"] != "TagItselfWithItsAgentKey")
         .flat_map(actions)
         .collect();
     assert!(
@@ -1583,10 +1600,10 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
         &efs,
         &format!("{}.efs.us-east-1.amazonaws.com:/", out["FileSystemId"]),
     );
-    // What the master's bootstrap (dt_job_files) makes: the job's files, root's, in a directory
-    // workers cannot create files in.
-    let job_dir = efs.join("job");
-    std::fs::create_dir(&job_dir).unwrap();
+    // What the master's bootstrap (dt_job_files) makes: the job's files, root's (no
+    // TrainingScript), in job/run, beside the training script's directory only root writes.
+    let job_dir = efs.join("job/run");
+    std::fs::create_dir_all(&job_dir).unwrap();
     std::fs::write(job_dir.join("ack"), "0\n").unwrap();
 
     let log = std::fs::File::create(dir.path().join("dtd.log")).unwrap();
@@ -1626,11 +1643,13 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
     // next complete listing (a minute away with an event queue).
     let states = ["pending", "running"].map(|s| fixtures::state_change_entry(&id, s));
     put_events(&moto, &states);
-    wait_until(
-        "the worker to be PREPARING",
-        Duration::from_secs(30),
-        || instance_tag(&moto, &id, STATUS).as_deref() == Some("PREPARING"),
-    );
+    let preparing = || instance_tag(&moto, &id, STATUS).as_deref() == Some("PREPARING");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !preparing() {
+        let log = std::fs::read_to_string(dir.path().join("dtd.log")).unwrap_or_default();
+        assert!(std::time::Instant::now() < deadline, "not PREPARING; dtd's log:\n{log}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // Its `dtd agent`, with the stack's config and the example prepare-data script where the
     // stack's PrepareDataScriptPath puts it (root's, in a directory only root writes): it tags

@@ -286,7 +286,13 @@ fn a_failed_prepare_is_journaled_once_and_explained() {
 
 /// An old worker's story, and filler, written as an earlier dtd would have: `size` bytes.
 fn seed_journal(c: &Cluster, old_id: &str, old_ip: &str, size: usize) {
-    std::fs::create_dir_all(c.state_dir()).unwrap();
+    // As an earlier dtd left it: its own, mode 0700.
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(c.state_dir())
+        .unwrap();
     let line = |time: u64, kind: &str, instance: Option<&str>, message: &str| {
         let mut e = serde_json::json!({ "time": time, "kind": kind, "message": message });
         if let Some(id) = instance {

@@ -29,7 +29,8 @@ def after_mount(shared, script, training_script=""):
         re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", text, re.M | re.S).group(0)
         for name in ("dt_job_files", "dt_after_mount")
     ).replace("/myEFSvolume", str(shared))
-    body = body.replace("${WorkerGid}", "50000").replace("${PrepareDataScriptPath}", str(script))
+    body = body.replace("${WorkerGid}", "50000").replace("${WorkerUid}", "50000")
+    body = body.replace("${PrepareDataScriptPath}", str(script))
     return body.replace("${TrainingScript}", training_script)
 
 
@@ -87,34 +88,65 @@ class AfterMountTest(unittest.TestCase):
             job = shared / "job"
             job.mkdir()
             # A worker got there first, with an ack of its own.
-            (job / "ack").write_text("18446744073709551615\n")
-            os.chown(job / "ack", WORKER, WORKER)
-            os.chown(job, WORKER, WORKER)
+            (job / "run").mkdir()
+            (job / "run" / "ack").write_text("18446744073709551615\n")
+            for p in (job / "run" / "ack", job / "run", job):
+                os.chown(p, WORKER, WORKER)
             self.run_after_mount(shared, shared / "prepare" / "prepare-data.py")
-            st = job.stat()
-            self.assertEqual((st.st_uid, st.st_mode & 0o7777), (0, 0o755))
+            for d in (job, job / "run"):
+                st = d.stat()
+                self.assertEqual((st.st_uid, st.st_mode & 0o7777), (0, 0o755), d)
             for name in ("ack", "host_worker_log", "job.pid", "progress"):
-                st = (job / name).stat()
+                st = (job / "run" / name).stat()
                 self.assertEqual((st.st_uid, st.st_mode & 0o7777), (0, 0o644), name)
-            self.assertEqual((job / "ack").read_text(), "0\n")
+            self.assertEqual((job / "run" / "ack").read_text(), "0\n")
             [aside] = [p for p in shared.iterdir() if p.name.startswith("job.untrusted-")]
-            self.assertEqual((aside / "ack").stat().st_uid, WORKER)
+            self.assertEqual((aside / "run" / "ack").stat().st_uid, WORKER)
             # The job's own content survives a reboot of the master.
-            (job / "ack").write_text("7\n")
+            (job / "run" / "ack").write_text("7\n")
             self.run_after_mount(shared, shared / "prepare" / "prepare-data.py")
-            self.assertEqual((job / "ack").read_text(), "7\n")
+            self.assertEqual((job / "run" / "ack").read_text(), "7\n")
 
-    def test_with_a_training_script_the_workers_group_may_write_the_jobs_directory(self):
-        # torchrun's rank 0 on a worker writes the ack and progress files (dt_torch.py), as the
-        # workers' access point uid and gid, by rename: the directory must let that group write.
+    def test_with_a_training_script_its_directory_stays_roots_and_the_job_writes_only_run(self):
+        # torchrun runs as the workers' access point uid (dt-job, 50000): it writes the ack and
+        # progress in job/run, by rename, and can neither change nor add a file beside the
+        # training script (Python puts the script's directory first on its path).
         with tempfile.TemporaryDirectory() as tmp:
             shared = Path(tmp) / "efs"
             shared.mkdir()
             self.run_after_mount(shared, shared / "prepare" / "prepare-data.py",
                                  "/myEFSvolume/job/train.py,--epochs,90")
             st = (shared / "job").stat()
-            self.assertEqual((st.st_uid, st.st_gid, st.st_mode & 0o7777), (0, 50000, 0o775))
-            self.assertEqual((shared / "job" / "ack").read_text(), "0\n")
+            self.assertEqual((st.st_uid, st.st_gid, st.st_mode & 0o7777), (0, 0, 0o755))
+            st = (shared / "job" / "run").stat()
+            self.assertEqual((st.st_uid, st.st_gid, st.st_mode & 0o7777), (50000, 50000, 0o755))
+            for name in ("ack", "host_worker_log", "job.pid", "progress"):
+                st = (shared / "job" / "run" / name).stat()
+                self.assertEqual((st.st_uid, st.st_mode & 0o7777), (50000, 0o644), name)
+            self.assertEqual((shared / "job" / "run" / "ack").read_text(), "0\n")
+
+    def test_a_state_directory_others_made_or_can_enter_is_moved_aside(self):
+        for owner, mode in ((WORKER, 0o700), (0, 0o755)):
+            with tempfile.TemporaryDirectory() as tmp:
+                shared = Path(tmp) / "efs"
+                (shared / ".dt" / "itest").mkdir(parents=True)
+                (shared / ".dt" / "itest" / "state.json").write_text("{}")
+                os.chown(shared / ".dt", owner, owner)
+                os.chmod(shared / ".dt", mode)
+                out = self.run_after_mount(shared, shared / "prepare" / "prepare-data.py")
+                self.assertIn(".dt is not root's 0700: moved aside", out)
+                st = (shared / ".dt").stat()
+                self.assertEqual((st.st_uid, st.st_mode & 0o7777), (0, 0o700))
+                self.assertEqual(list((shared / ".dt").iterdir()), [])
+                [aside] = [p for p in shared.iterdir() if p.name.startswith(".dt.untrusted-")]
+                self.assertTrue((aside / "itest" / "state.json").exists())
+        # Root's and 0700: kept as it is.
+        with tempfile.TemporaryDirectory() as tmp:
+            shared = Path(tmp) / "efs"
+            (shared / ".dt" / "itest").mkdir(parents=True)
+            os.chmod(shared / ".dt", 0o700)
+            self.run_after_mount(shared, shared / "prepare" / "prepare-data.py")
+            self.assertTrue((shared / ".dt" / "itest").is_dir())
 
 
 if __name__ == "__main__":
