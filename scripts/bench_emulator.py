@@ -19,6 +19,7 @@ Run it through scripts/bench, which builds the release binaries and sets up the 
 """
 
 import argparse
+import base64
 import contextlib
 import http.client
 import json
@@ -33,6 +34,8 @@ import time
 import urllib.request
 
 import boto3
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ELASTIC = "bench-aws-dl-cfn-elastic-worker"
 # The dtd of the one build (scripts/build; scripts/env.sh sets DT_BIN_DIR), unless --dtd says.
@@ -142,9 +145,44 @@ def emulated_cluster():
             moto.wait()
 
 
-def marker(efs, ip):
-    with open(os.path.join(efs, f"prepare_data_success_{ip}"), "w") as f:
-        f.write("{}")
+# Each worker's agent as the benchmarks play it: a key per instance on its dt:agent-key tag (as
+# dtd agent does at start, before it writes anything), its reports signed as the protocol says
+# (README, "What dtd believes of it"; src/protocol/signed.rs).
+AGENT_KEYS = {}
+
+
+def agent_key(ec2, instance_id):
+    """The key of the instance's agent, made and tagged on the instance the first time."""
+    key = AGENT_KEYS.get(instance_id)
+    if key is None:
+        key = AGENT_KEYS[instance_id] = Ed25519PrivateKey.generate()
+        ec2.create_tags(Resources=[instance_id], Tags=[{"Key": "dt:agent-key", "Value": public(key)}])
+    return key
+
+
+def public(key):
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def signed(key, name, body):
+    """`body` (a JSON object, as bytes) signed for the file `name`: the envelope dtd agent adds."""
+    open_ = body.rstrip()[:-1]
+    signed_at = int(time.time() * 1000)
+    prefix = open_ + (b"," if not open_.endswith(b"{") else b"")
+    prefix += f'"agent_key":"{public(key)}","signed_at":{signed_at}'.encode()
+    sig = key.sign(b"dt-agent-report-v1\n" + name.encode() + b"\n" + prefix)
+    return prefix + b',"sig":"' + base64.b64encode(sig) + b'"}\n'
+
+
+def marker(efs, ec2, instance_id, ip):
+    """The worker's agent writes its success marker, whole (temp file, rename)."""
+    name = f"prepare_data_success_{ip}"
+    body = json.dumps({"instance_id": instance_id, "attempts": 1}).encode()
+    tmp = os.path.join(efs, f".{name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(signed(agent_key(ec2, instance_id), name, body))
+    os.rename(tmp, os.path.join(efs, name))
 
 
 def read_hosts(efs):
@@ -224,8 +262,10 @@ def bench_latency(trials):
     with emulated_cluster() as (workdir, efs, ec2, url, procs):
         members = launch(ec2, 20)
         joiners = launch(ec2, trials)
-        for _, ip in members:
-            marker(efs, ip)
+        for iid, ip in members:
+            marker(efs, ec2, iid, ip)
+        for iid, _ in joiners:
+            agent_key(ec2, iid)  # their agents started: keys tagged, data not ready yet
         rec = SignalRecorder(efs)
         procs["dtd"] = start_dtd(write_config(workdir, efs, "1s", 200), url, workdir)
         wait("20 workers to join", lambda: len(read_hosts(efs)) == 20, timeout=60)
@@ -237,8 +277,8 @@ def bench_latency(trials):
                          lambda hosts: ip not in hosts)
             results["delete-tags -> rescaled"][0].append(h)
             results["delete-tags -> rescaled"][1].append(s)
-            _, jip = joiners[i]
-            h, s = trial(efs, rec, lambda: marker(efs, jip), lambda hosts: jip in hosts)
+            jid, jip = joiners[i]
+            h, s = trial(efs, rec, lambda: marker(efs, ec2, jid, jip), lambda hosts: jip in hosts)
             results["marker -> rescaled"][0].append(h)
             results["marker -> rescaled"][1].append(s)
             # Trials start at assorted phases of the 1 s interval, as real events do.
@@ -271,8 +311,8 @@ def spot_warning(events, instance_id):
 def bench_interruption(trials):
     with emulated_cluster() as (workdir, efs, ec2, url, procs):
         members = launch(ec2, trials + 2)
-        for _, ip in members:
-            marker(efs, ip)
+        for iid, ip in members:
+            marker(efs, ec2, iid, ip)
         queue, events = event_queue(url)
         rec = SignalRecorder(efs)
         config = write_config(workdir, efs, "2s", 200, queue=queue)
@@ -305,8 +345,8 @@ def bench_memory(workers, passes, scrape=False):
     timed (each scrape's time is kept), as a busy Prometheus would; the pass times then show what
     serving costs a pass."""
     with emulated_cluster() as (workdir, efs, ec2, url, procs):
-        for _, ip in launch(ec2, workers):
-            marker(efs, ip)
+        for iid, ip in launch(ec2, workers):
+            marker(efs, ec2, iid, ip)
         listen = f"127.0.0.1:{free_port()}" if scrape else None
         config = write_config(workdir, efs, "1s", workers + 10, api_timeout="60s", metrics=listen)
         procs["dtd"] = start_dtd(config, url, workdir)

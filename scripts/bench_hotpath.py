@@ -347,11 +347,12 @@ def gap(i, step):
 
 def join(ec2, events, efs, rec, i):
     (iid, ip), = be.launch(ec2, 1)
+    be.agent_key(ec2, iid)  # its agent starts at boot: its key on its instance
     state_change(events, iid, "pending")
     state_change(events, iid, "running")
     time.sleep(gap(i, 0))  # the worker prepares its data, then writes its marker
     start = time.monotonic()
-    be.marker(efs, ip)
+    be.marker(efs, ec2, iid, ip)
     be.wait(f"{ip} in the host file", lambda: ip in be.read_hosts(efs), timeout=300)
     hosts_at = time.monotonic()
     be.wait("the signal", lambda: rec.after(start) is not None, timeout=300)
@@ -416,8 +417,8 @@ def run_case(others, trials, window, logs, rust_log, poll):
             print(f"== {others} other workers: setting up moto", flush=True)
             base = be.launch(ec2, 2)
             fleet = launch_many(ec2, others, "other workers") if others else []
-            for _, ip in base + fleet:
-                be.marker(efs, ip)
+            for iid, ip in base + fleet:
+                be.marker(efs, ec2, iid, ip)
             queue, events = event_queue(url)
             config = write_config(workdir, efs, [ip for _, ip in base], others + 2 + trials + 10, queue)
             procs["dtd"] = start_dtd(config, proxy.url, workdir, rust_log)

@@ -85,6 +85,8 @@ impl Daemon {
         let deadline = |what: &str, dir: &std::path::Path| {
             Deadline::new(format!("{what} {}", dir.display()), cfg.fs_timeout)
         };
+        let observer = Observer::new(&cfg, clients, &paths, owner, clock.clone());
+        observer.know(&state);
         Ok(Daemon {
             shared_fs: deadline("shared directory", &cfg.shared_dir),
             state_fs: deadline("state directory", &paths.dir),
@@ -92,7 +94,7 @@ impl Daemon {
             alerts: Alerts::new(&cfg, clock.clone(), record::saved_alerts(&paths))
                 .map_err(DaemonError::Alerts)?,
             alerts_saved: 0,
-            observer: Observer::new(&cfg, clients, &paths, owner, clock.clone()),
+            observer,
             clock,
             actuators,
             ledger: Ledger::default(),
@@ -183,6 +185,7 @@ impl Daemon {
         self.record(&decided);
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
         self.state = std::mem::take(&mut plan.state);
+        self.observer.know(&self.state);
         self.save_state().await;
         let tagged = self.apply(&plan.outcome, pass.now).await;
         self.save_state().await;

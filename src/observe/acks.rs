@@ -5,8 +5,11 @@
 //! yet waits too. Both files are written by the job on the shared file system: a FIFO, a link, a
 //! directory or a huge file there is refused with a warning, never read through.
 
+use std::collections::HashSet;
 use std::io::{Seek, SeekFrom};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::model::Acks;
 use crate::protocol::generation;
@@ -16,6 +19,12 @@ use crate::untrusted::{self, ReadError, WarnOnce};
 /// How much of the log one pass reads: a few thousand lines, never the whole of a runaway file.
 const LOG_CHUNK: u64 = 256 * 1024;
 
+/// The workers the log may speak of: members and leaving workers, as the daemon last decided.
+/// A line about any other IP acknowledges nothing dtd did (as an `ack` above the last generation
+/// dtd wrote does not), so it is not kept: a worker appending lines for made-up IPs cannot make
+/// the reader's memory grow. Locked only to copy or replace it, never across a read.
+pub type KnownIps = Arc<Mutex<HashSet<IpAddr>>>;
+
 pub struct AckReader {
     ack_file: PathBuf,
     /// The job's uid (`job.owner`): a file someone else owns is not the job's word.
@@ -24,6 +33,7 @@ pub struct AckReader {
     acks: Acks,
     warned_ack: Option<String>,
     refused: WarnOnce,
+    known: KnownIps,
 }
 
 struct LogReader {
@@ -35,7 +45,12 @@ struct LogReader {
 }
 
 impl AckReader {
-    pub fn new(ack_file: &Path, host_worker_log: Option<&Path>, owner: Option<u32>) -> Self {
+    pub fn new(
+        ack_file: &Path,
+        host_worker_log: Option<&Path>,
+        owner: Option<u32>,
+        known: KnownIps,
+    ) -> Self {
         AckReader {
             ack_file: ack_file.to_path_buf(),
             owner,
@@ -48,14 +63,18 @@ impl AckReader {
             acks: Acks::default(),
             warned_ack: None,
             refused: WarnOnce::default(),
+            known,
         }
     }
 
     pub fn read(&mut self) -> Result<Acks, String> {
         self.acks.refused.clear();
         self.acks.generation = self.read_ack_file()?;
+        let known = (self.known.lock()).map_or_else(|p| p.into_inner().clone(), |k| k.clone());
+        self.acks.log_added.retain(|ip, _| known.contains(ip));
+        self.acks.log_removed.retain(|ip, _| known.contains(ip));
         if let Some(log) = self.log.as_mut() {
-            match log.read_new(&mut self.acks, self.owner) {
+            match log.read_new(&mut self.acks, self.owner, &known) {
                 Ok(()) => self.refused.clear(&log.path),
                 Err(e) if e.is_refused() => {
                     self.refused.warn(
@@ -106,7 +125,12 @@ impl AckReader {
 }
 
 impl LogReader {
-    fn read_new(&mut self, acks: &mut Acks, owner: Option<u32>) -> Result<(), ReadError> {
+    fn read_new(
+        &mut self,
+        acks: &mut Acks,
+        owner: Option<u32>,
+        known: &HashSet<IpAddr>,
+    ) -> Result<(), ReadError> {
         let Some((mut f, meta)) = untrusted::open_owned(&self.path, owner)? else {
             return Ok(());
         };
@@ -126,7 +150,7 @@ impl LogReader {
         self.offset += fresh.len() as u64;
         for line in self.complete_lines(&fresh) {
             acks.log_lines += 1;
-            self.apply(&line, acks);
+            self.apply(&line, acks, known);
         }
         Ok(())
     }
@@ -156,7 +180,7 @@ impl LogReader {
         lines
     }
 
-    fn apply(&self, line: &[u8], acks: &mut Acks) {
+    fn apply(&self, line: &[u8], acks: &mut Acks, known: &HashSet<IpAddr>) {
         let Some(entry) = LogLine::parse(line) else {
             tracing::warn!(
                 file = %self.path.display(),
@@ -165,6 +189,9 @@ impl LogReader {
             );
             return;
         };
+        if !known.contains(&entry.ip) {
+            return;
+        }
         let latest = match entry.change {
             Change::Added => &mut acks.log_added,
             Change::Removed => &mut acks.log_removed,
@@ -178,17 +205,21 @@ mod tests {
     use super::*;
     use std::fs::File;
     use std::io::Write;
-    use std::net::IpAddr;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    /// The workers 10.0.0.5 and 10.0.0.6, members or leaving.
+    fn known() -> KnownIps {
+        Arc::new(Mutex::new([ip("10.0.0.5"), ip("10.0.0.6")].into()))
     }
 
     #[test]
     fn log_is_read_incrementally_and_partial_lines_wait() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("host_worker_log");
-        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log), None);
+        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log), None, known());
         assert_eq!(r.read().unwrap(), Acks::default());
         let mut f = File::create(&log).unwrap();
         write!(f, "1 ADDED 10.0.0.5 2018-11-16 22:46:47\n2 REMOVED 10.0").unwrap();
@@ -211,7 +242,7 @@ mod tests {
     fn ack_file_generation_and_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let ack = dir.path().join("ack");
-        let mut r = AckReader::new(&ack, None, None);
+        let mut r = AckReader::new(&ack, None, None, known());
         std::fs::write(&ack, "7\n").unwrap();
         assert_eq!(r.read().unwrap().generation, Some(7));
         std::fs::write(&ack, "seven").unwrap();
@@ -232,7 +263,7 @@ mod tests {
         for _ in 0..lines {
             f.write_all(line).unwrap();
         }
-        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log), None);
+        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log), None, known());
         let first = r.read().unwrap();
         assert_eq!(first.log_added[&ip("10.0.0.5")], 2);
         assert!(
@@ -254,10 +285,34 @@ mod tests {
         let log = dir.path().join("host_worker_log");
         nix::unistd::mkfifo(&ack, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         std::os::unix::fs::symlink("/dev/zero", &log).unwrap();
-        let mut r = AckReader::new(&ack, Some(&log), None);
+        let mut r = AckReader::new(&ack, Some(&log), None, known());
         assert_eq!(r.read().unwrap(), Acks::default());
         std::fs::remove_file(&ack).unwrap();
         File::create(&ack).unwrap().set_len(3 << 30).unwrap();
         assert_eq!(r.read().unwrap().generation, None);
+    }
+
+    #[test]
+    fn lines_about_workers_dtd_does_not_know_are_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("host_worker_log");
+        let known = known();
+        let mut r = AckReader::new(&dir.path().join("ack"), Some(&log), None, known.clone());
+        let mut f = File::create(&log).unwrap();
+        for n in 0..1000 {
+            writeln!(f, "{n} REMOVED 10.9.{}.{} now", n / 250, n % 250).unwrap();
+        }
+        writeln!(f, "1000 REMOVED 10.0.0.6 now").unwrap();
+        let a = r.read().unwrap();
+        assert_eq!(a.log_lines, 1001);
+        assert_eq!(
+            a.log_removed.len(),
+            1,
+            "only the known worker's line is kept"
+        );
+        assert_eq!(a.log_removed[&ip("10.0.0.6")], 1001);
+        // Once dtd no longer knows it (gone), its line is forgotten too.
+        known.lock().unwrap().remove(&ip("10.0.0.6"));
+        assert!(r.read().unwrap().log_removed.is_empty());
     }
 }

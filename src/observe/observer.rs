@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
-use super::acks::AckReader;
+use super::acks::{AckReader, KnownIps};
 use super::ec2::{resolve_launch_template, Ec2Observer};
 use super::ec2_view::Ec2View;
 use super::efs::MountTargetWatch;
@@ -58,6 +58,8 @@ pub struct Observer {
     /// The reports believed so far, and what a new one must be to be believed.
     book: Book,
     clock: SharedClock,
+    /// The workers the job's log may speak of (see `acks::KnownIps`).
+    known: KnownIps,
 }
 
 /// What one observation found.
@@ -80,9 +82,11 @@ impl Observer {
         clock: SharedClock,
     ) -> Observer {
         let ack = &cfg.job.ack;
+        let known = KnownIps::default();
+        let log = ack.host_worker_log.as_deref();
         let readers = SharedReaders {
             markers: MarkerScanner::new(&cfg.shared_dir),
-            acks: AckReader::new(&ack.file, ack.host_worker_log.as_deref(), owner),
+            acks: AckReader::new(&ack.file, log, owner, known.clone()),
             resume: paths.resume(),
             progress: reads_progress(cfg).then(|| ProgressReader::new(&cfg.job.progress, owner)),
         };
@@ -111,6 +115,7 @@ impl Observer {
             ),
             book: Book::default(),
             clock,
+            known,
             clients,
         }
     }
@@ -205,6 +210,14 @@ impl Observer {
         let mut markers = self.book.judge(scan, &judging);
         markers.key_tags = key_tags;
         markers
+    }
+
+    /// The workers the job's acknowledgements may be about: the members and the leaving workers
+    /// of `st`, as decided (before acting, so a line the job writes about them is read).
+    pub fn know(&self, st: &State) {
+        let ips = (st.members.iter().map(|m| m.ip)).chain(st.removals.iter().map(|r| r.ip));
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        *known = ips.collect();
     }
 
     /// Markers and acknowledgements checked every `shared_poll` on a thread of their own.

@@ -27,6 +27,7 @@ mod lifecycle_actions;
 mod membership;
 mod metrics;
 mod mount_targets;
+mod no_worker_speaks_for_another;
 mod notify;
 mod resilience;
 mod sandbox;
