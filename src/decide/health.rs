@@ -165,15 +165,8 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     if let Some(why) = budget::exhausted(p, st).filter(|_| !at_once) {
         return hold_drain(p, st, out, at, &why);
     }
-    st.members.remove(pos);
     st.held.remove(&inst.id);
-    out.removed.push(inst.ip);
-    out.notices.retain(|j| j.ip != inst.ip);
-    out.notices.push(JobNotice {
-        ip: inst.ip,
-        kind: crate::protocol::notices::Reason::Unhealthy,
-        deadline: None,
-    });
+    take_out(st, out, pos);
     let end = ending(p, at);
     owe_replacement(p, st, at, &end);
     let reason = h.describe();
@@ -194,6 +187,19 @@ fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     };
     let msg = format!("{reason}: {} left the job at once ({why}); {then}", inst.ip);
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
+}
+
+/// The member at `pos` leaves the host files now; the job is told it was unhealthy (it cannot
+/// take part: a failed check, or a silence).
+pub(super) fn take_out(st: &mut State, out: &mut Draft, pos: usize) {
+    let ip = st.members.remove(pos).ip;
+    out.removed.push(ip);
+    out.notices.retain(|j| j.ip != ip);
+    out.notices.push(JobNotice {
+        ip,
+        kind: crate::protocol::notices::Reason::Unhealthy,
+        deadline: None,
+    });
 }
 
 /// Journaled once (`removal_held`); `show_kept` shows why it still trains.

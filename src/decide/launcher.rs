@@ -47,15 +47,8 @@ pub(super) fn heed_silence(p: &Pass, st: &mut State, out: &mut Draft) {
         }
     }
     for (pos, at, quiet) in gone.into_iter().rev() {
-        st.members.remove(pos);
+        super::health::take_out(st, out, pos);
         let inst = &p.list[at];
-        out.removed.push(inst.ip);
-        out.notices.retain(|j| j.ip != inst.ip);
-        out.notices.push(JobNotice {
-            ip: inst.ip,
-            kind: crate::protocol::notices::Reason::Unhealthy,
-            deadline: None,
-        });
         let reason = format!("its launcher report unchanged for {}", span(quiet));
         let r = super::removal::new(p, inst, Cause::Silent, None, &reason);
         let msg = format!(

@@ -1116,16 +1116,14 @@ fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
         "the credentials work only from an instance"
     );
     assert_eq!(
-        sessions["Condition"]["StringEqualsIfExists"]["aws:ResourceTag/dt:cluster"],
-        STACK,
+        sessions["Condition"]["StringEqualsIfExists"]["aws:ResourceTag/dt:cluster"], STACK,
         "only this stack's instances register with Systems Manager"
     );
     // Of EC2, a worker may only put its agent's key on its own instance.
     let tag = statement(&worker, "TagItselfWithItsAgentKey");
     assert_eq!(actions(tag), ["ec2:CreateTags"]);
     assert_eq!(
-        tag["Condition"]["StringEquals"]["aws:ARN"],
-        "${ec2:SourceInstanceARN}",
+        tag["Condition"]["StringEquals"]["aws:ARN"], "${ec2:SourceInstanceARN}",
         "its own instance only"
     );
     assert_eq!(
@@ -1647,7 +1645,10 @@ fn the_stack_deploys_and_a_worker_from_its_template_joins() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !preparing() {
         let log = std::fs::read_to_string(dir.path().join("dtd.log")).unwrap_or_default();
-        assert!(std::time::Instant::now() < deadline, "not PREPARING; dtd's log:\n{log}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not PREPARING; dtd's log:\n{log}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 
