@@ -78,6 +78,7 @@ fn simulate(batch_ms: u64, at_checkpoint: bool, arrive: &[u64]) -> Cost {
                 step: t,
                 time: None,
                 checkpoint_step: Some(checkpoint),
+                quorum: None,
             })),
         };
         let members = state.members.len();

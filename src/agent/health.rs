@@ -71,6 +71,7 @@ impl Checker {
             what: "health check",
             echo: false,
             user: None,
+            dir: None,
         })
         .await;
         let report = verdict(&outcome, self.timeout, &self.instance_id, SystemTime::now());

@@ -10,7 +10,7 @@ pub mod launcher;
 pub mod notice;
 mod output;
 pub mod prepare;
-mod program;
+pub(crate) mod program;
 pub mod reports;
 pub mod signer;
 mod trust;

@@ -179,6 +179,7 @@ async fn run_attempt(spec: &Spec, n: u32) -> Outcome {
         what: "prepare-data",
         echo: false,
         user: None,
+        dir: None,
     })
     .await
 }

@@ -37,6 +37,8 @@ pub struct Program<'a> {
     pub echo: bool,
     /// The uid and gid it runs as (the job's launcher); `None`: the agent's own.
     pub user: Option<(u32, u32)>,
+    /// Its working directory (the job's launcher); `None`: the agent's own.
+    pub dir: Option<&'a Path>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,6 +222,9 @@ fn spawn(
         .stderr(writer2)
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(dir) = program.dir {
+        cmd.current_dir(dir);
+    }
     if let Some((uid, gid)) = program.user {
         // Set in the child before exec; as root, the standard library drops the supplementary
         // groups with them.
@@ -230,7 +235,13 @@ fn spawn(
     // and the program's descriptor is ours to close once the child has its own.
     drop(cmd);
     drop(vetted.file);
-    let child = child.map_err(|e| spawn_error(&vetted.path, &e))?;
+    let child = child.map_err(|e| match program.dir {
+        // The working directory is the likelier culprit: the program was just opened.
+        Some(dir) if e.kind() != std::io::ErrorKind::PermissionDenied && !dir.is_dir() => {
+            format!("its working directory {} is not a directory", dir.display())
+        }
+        _ => spawn_error(&vetted.path, &e),
+    })?;
     let (done, drained) = tokio::sync::oneshot::channel();
     let (what, echo) = (program.what, program.echo);
     std::thread::spawn(move || {

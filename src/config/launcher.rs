@@ -32,6 +32,9 @@ pub struct Launcher {
     /// The elastic strategy's settings (only with `strategy: elastic`).
     #[serde(default)]
     pub elastic: Option<Elastic>,
+    /// The in-place strategy's settings (required with `strategy: in_place`).
+    #[serde(default)]
+    pub in_place: Option<super::InPlace>,
     /// torchrun's own `--max-restarts`; unset: [`Launcher::max_restarts`] picks by strategy.
     #[serde(default)]
     pub max_restarts: Option<u32>,
@@ -55,16 +58,21 @@ pub struct Launcher {
     /// (which must then not be root).
     #[serde(default)]
     pub user: Option<super::JobUser>,
+    /// torchrun's working directory; `None`: the job's user's home, if it has one.
+    #[serde(default, deserialize_with = "workdir")]
+    pub workdir: Option<std::path::PathBuf>,
 }
 
 impl Launcher {
     /// `--max-restarts`: as configured, else none within a generation (`generation`), or
     /// enough for a long job's membership changes (`elastic`: every leave costs each survivor
-    /// one, since the agent ends its workers to start a new round).
+    /// one, since the agent ends its workers to start a new round), or a few (`in_place`: a
+    /// node's crashed process starts again and copies its state back from a peer).
     pub fn max_restarts(&self) -> u32 {
         let by_strategy = match self.strategy {
             Strategy::Generation => 0,
             Strategy::Elastic => 1000,
+            Strategy::InPlace => 10,
         };
         self.max_restarts.unwrap_or(by_strategy)
     }
@@ -74,27 +82,50 @@ impl Launcher {
         (self.strategy == Strategy::Elastic).then(|| self.elastic.clone().unwrap_or_default())
     }
 
-    /// What only makes sense together: `elastic` settings without the elastic strategy are a
-    /// mistake, not something to ignore.
-    pub(super) fn check(&self) -> Result<(), String> {
-        if self.strategy == Strategy::Generation && self.elastic.is_some() {
-            return Err(
-                "job.launcher.elastic: only with `strategy: elastic` (the strategy is generation)"
-                    .into(),
+    /// The in-place strategy's settings, when it is the strategy.
+    pub fn in_place(&self) -> Option<&super::InPlace> {
+        self.in_place
+            .as_ref()
+            .filter(|_| self.strategy == Strategy::InPlace)
+    }
+
+    /// What only makes sense together: a strategy's settings without that strategy are a
+    /// mistake, not something to ignore; the in-place strategy needs its Lighthouse's address.
+    /// Returns the key at fault with the message.
+    pub(super) fn check(&self) -> Result<(), (&'static str, String)> {
+        let s = self.strategy.as_str();
+        if self.strategy != Strategy::Elastic && self.elastic.is_some() {
+            let msg = format!(
+                "job.launcher.elastic: only with `strategy: elastic` (the strategy is {s})"
             );
+            return Err(("elastic", msg));
+        }
+        if self.strategy != Strategy::InPlace && self.in_place.is_some() {
+            let msg = format!(
+                "job.launcher.in_place: only with `strategy: in_place` (the strategy is {s})"
+            );
+            return Err(("in_place", msg));
+        }
+        if self.strategy == Strategy::InPlace && self.in_place.is_none() {
+            let msg = "job.launcher.in_place: required with `strategy: in_place`: at least \
+                       `{ lighthouse: <the master's IP>:29510 }`, where dtd runs torchft's Lighthouse";
+            return Err(("strategy", msg.into()));
         }
         Ok(())
     }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// A fixed-size world per generation, under a fresh rendezvous id.
     #[default]
     Generation,
     /// torchrun's own rendezvous (`--nnodes=MIN:MAX`), kept while its holder stays.
     Elastic,
+    /// One torchrun per node for as long as the node is listed; torchft re-forms the job's
+    /// process group between steps (`job.launcher.in_place`).
+    InPlace,
 }
 
 impl Strategy {
@@ -103,6 +134,7 @@ impl Strategy {
         match self {
             Strategy::Generation => "generation",
             Strategy::Elastic => "elastic",
+            Strategy::InPlace => "in_place",
         }
     }
 }
@@ -346,6 +378,18 @@ fn silent_after<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         )));
     }
     Ok(after)
+}
+
+fn workdir<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::path::PathBuf>, D::Error> {
+    use serde::de::Error;
+    let dir = std::path::PathBuf::deserialize(d)?;
+    if !dir.is_absolute() {
+        return Err(D::Error::custom(format!(
+            "job.launcher.workdir: an absolute path, not {}",
+            dir.display()
+        )));
+    }
+    Ok(Some(dir))
 }
 
 fn torchrun_sha256<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Sha256>, D::Error> {

@@ -10,6 +10,7 @@ mod alerts;
 mod capacity;
 mod de;
 mod disruption;
+mod in_place;
 mod job_user;
 mod join;
 mod launch_template;
@@ -34,6 +35,7 @@ use crate::hostfile::{Format, HostTemplate};
 pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
 pub use capacity::{Capacity, Choice};
 pub use disruption::{Budget, Disruption, Schedule, Window};
+pub use in_place::InPlace;
 pub use job_user::JobUser;
 pub use join::Join;
 pub use launch_template::TemplateRef;
@@ -192,11 +194,25 @@ impl Job {
 
 #[derive(Debug, Clone)]
 pub struct Ack {
+    /// Who says a generation was applied: the job (its files), or the agents' launcher reports.
+    pub by: AckBy,
     /// The 2018 form: lines `SEQ ADDED|REMOVED IP TIME` appended by the job.
     pub host_worker_log: Option<PathBuf>,
     /// The generation form, written by the job or `dtctl ack G`; default `<shared_dir>/ack`.
     pub file: PathBuf,
     pub timeout: Duration,
+}
+
+/// `job.ack.by`: whose word a generation's acknowledgement is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AckBy {
+    /// The job writes the `ack` file (or `host_worker_log`), e.g. through `dt_torch`.
+    #[default]
+    Job,
+    /// A generation counts as applied once every member's launcher reports it running (a
+    /// script that writes no ack; needs `job.launcher`).
+    Launcher,
 }
 
 /// `dtd agent`: prepare-data on boot, the health check, then watch the instance's own metadata for

@@ -231,6 +231,7 @@ pub(super) struct RawJob {
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields, expecting = "struct Ack")]
 pub(super) struct RawAck {
+    pub by: super::AckBy,
     pub host_worker_log: Option<PathBuf>,
     pub file: Option<PathBuf>,
     #[serde(deserialize_with = "duration")]
@@ -240,6 +241,7 @@ pub(super) struct RawAck {
 impl Default for RawAck {
     fn default() -> Self {
         RawAck {
+            by: super::AckBy::Job,
             host_worker_log: None,
             file: None,
             timeout: Duration::from_secs(600),

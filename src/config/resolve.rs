@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::position::{at_key, at_path};
 use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
 use super::{
-    Ack, Agent, Capacity, Config, Health, HostfileSpec, Job, Slots, Workers, ELASTIC_TAG_SUFFIX,
-    HOOK_GLOBAL_TIMEOUT_MAX, PREPARE_MARGIN,
+    Ack, AckBy, Agent, Capacity, Config, Health, HostfileSpec, Job, Slots, Workers,
+    ELASTIC_TAG_SUFFIX, HOOK_GLOBAL_TIMEOUT_MAX, PREPARE_MARGIN,
 };
 use crate::hostfile::{Format, HostTemplate};
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
@@ -93,6 +93,7 @@ fn slots(slots: Option<Slots>, capacity: Option<&Capacity>) -> Slots {
 
 fn job(j: RawJob, shared_dir: &Path) -> Job {
     let ack = Ack {
+        by: j.ack.by,
         host_worker_log: j.ack.host_worker_log,
         file: j.ack.file.unwrap_or_else(|| shared_dir.join(ACK_FILE)),
         timeout: j.ack.timeout,
@@ -174,10 +175,14 @@ fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
         );
         return Err(at_path(text, &["join", "sizes"], &msg));
     }
+    if raw.job.ack.by == AckBy::Launcher && raw.job.launcher.is_none() {
+        let msg = "job.ack.by: launcher needs job.launcher (the agents' launcher reports are the acknowledgement)";
+        return Err(at_path(text, &["job", "ack", "by"], msg));
+    }
     if let Some(launcher) = &raw.job.launcher {
         launcher
             .check()
-            .map_err(|msg| at_path(text, &["job", "launcher", "elastic"], &msg))?;
+            .map_err(|(key, msg)| at_path(text, &["job", "launcher", key], &msg))?;
     }
     validate_reports(raw, text)?;
     match raw.master {

@@ -4,6 +4,7 @@
 
 mod error;
 mod ledger;
+mod lighthouse;
 mod lock;
 mod record;
 
@@ -55,6 +56,8 @@ pub struct Daemon {
     ledger: Ledger,
     /// Updated after every pass; served at `metrics.listen`, if configured.
     metrics: Metrics,
+    /// torchft's Lighthouse, supervised while `dtd run` runs (the in-place strategy).
+    lighthouse: Option<lighthouse::Lighthouse>,
 }
 
 impl Daemon {
@@ -103,6 +106,7 @@ impl Daemon {
             state,
             paths,
             cfg,
+            lighthouse: None,
         })
     }
 
@@ -113,6 +117,7 @@ impl Daemon {
         tracing::info!(cluster = %self.cfg.cluster, generation = self.state.generation, state = %self.paths.dir.display(), "dtd started");
         self.observer.listen(&self.cfg);
         self.alerts.start();
+        self.lighthouse = lighthouse::Lighthouse::start(&self.cfg);
         let mut changes = Observer::watch_shared_dir(&self.cfg, &self.paths);
         loop {
             self.pass().await;

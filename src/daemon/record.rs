@@ -111,6 +111,7 @@ impl Daemon {
             errors: self.ledger.errors(),
             totals: self.metrics.totals(),
             alerts: self.alerts.status(),
+            lighthouse: (self.lighthouse.as_ref()).map(|l| (l.address, l.describe())),
             now,
         };
         let report = StatusReport::build(&self.cfg, facts);

@@ -76,8 +76,31 @@ pub(super) fn still_running(p: &Pass, st: &State, r: &Removal) -> Option<String>
         .then(|| format!("its launcher to stop ({}: {})", l.state.as_str(), l.reason))
 }
 
+/// `job.ack.by: launcher`: the current generation is applied once every member's own launcher
+/// report says it runs (or finished) in it; until then the last generation that was. A
+/// leaving worker's launcher must also have stopped before it is terminated (`still_running`).
+pub(super) fn acknowledged(markers: Option<&Markers>, prev: &State) -> Option<u64> {
+    let Some(m) = markers else {
+        return prev.launcher_acked;
+    };
+    let g = prev.generation;
+    let runs = |member: &Member| {
+        m.launchers.get(&member.ip).is_some_and(|l| {
+            l.believable(&member.id, g)
+                && l.generation == Some(g)
+                && matches!(l.state, LauncherState::Running | LauncherState::Finished)
+        })
+    };
+    if prev.members.iter().all(runs) {
+        Some(g)
+    } else {
+        prev.launcher_acked
+    }
+}
+
 /// Journals each listed worker's launcher change once, and `job_finished` once per generation.
 pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
+    st.launcher_acked = p.ack.filter(|_| p.rules.ack_by_launcher);
     let Some(m) = p.markers.filter(|_| p.rules.launcher_silent_ms.is_some()) else {
         return;
     };

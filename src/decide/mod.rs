@@ -25,6 +25,7 @@ mod mount_targets;
 mod notices;
 mod pass;
 mod prepare_failed;
+mod quorum;
 mod removal;
 mod replacements;
 mod report;
@@ -73,6 +74,7 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     launcher::watch(&p, &mut st, &mut out);
     // After joins and leaves: whether the job has workers is this pass's answer.
     stall::watch(&p, &mut st, &mut out);
+    quorum::watch(&p, &mut st, &mut out);
     trust::forget_stale(&p, &mut st, &out);
     report::finish(&p, st, out)
 }

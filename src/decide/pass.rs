@@ -54,6 +54,10 @@ impl<'a> Pass<'a> {
         }
         let acks = snap.acks.as_ref().ok();
         let (ack, ack_refused) = match ack_generation(prev, acks) {
+            _ if rules.ack_by_launcher => {
+                let markers = snap.markers.as_ref().ok();
+                (super::launcher::acknowledged(markers, prev), None)
+            }
             Ok(g) => (g, None),
             Err(claimed) => (None, Some(claimed)),
         };

@@ -40,6 +40,9 @@ pub struct Rules {
     /// `job.launcher.silent_after`: a training member whose agent's launcher report has not
     /// changed for this long stopped answering. `None`: no launcher configured.
     pub launcher_silent_ms: Option<u64>,
+    /// `job.ack.by: launcher`: a generation is applied once every member's launcher reports it
+    /// running, not when the job writes an ack.
+    pub ack_by_launcher: bool,
     /// `join.batch`: how long the first ready worker waits for others to join with it.
     pub join_batch_ms: u64,
     /// `join.at_checkpoint`: ready workers wait for the job's next checkpoint, at most
@@ -95,6 +98,7 @@ impl Rules {
             stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),
+            ack_by_launcher: cfg.job.ack.by == crate::config::AckBy::Launcher,
             join_batch_ms: cfg.join.batch.as_millis() as u64,
             join_at_checkpoint: cfg.join.at_checkpoint,
             join_max_wait_ms: cfg.join.max_wait.as_millis() as u64,

@@ -64,6 +64,9 @@ pub struct Metrics {
     interruptions: Counter,
     marker_to_host_file: Histogram,
     ack_to_termination: Histogram,
+    quorum_changes: Counter,
+    steps_lost: Counter,
+    quorum_pause: Histogram,
     gpu_time: Family<GpuLabel, FloatCounter>,
     awaiting_ack: Gauge,
     source_up: Family<SourceLabel, Gauge>,
@@ -110,6 +113,9 @@ impl Metrics {
             ack_to_termination: Histogram::new([
                 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
             ]),
+            quorum_changes: Counter::default(),
+            steps_lost: Counter::default(),
+            quorum_pause: Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0]),
             gpu_time: Family::default(),
             awaiting_ack: Gauge::default(),
             source_up: Family::default(),
@@ -201,6 +207,22 @@ impl Metrics {
             Unit::Seconds,
             self.ack_to_termination.clone(),
         );
+        r.register(
+            "dt_quorum_changes",
+            "Changes of torchft's quorum the job reported (in-place strategy)",
+            self.quorum_changes.clone(),
+        );
+        r.register(
+            "dt_steps_lost",
+            "Training steps discarded because a node was lost mid-step (in-place strategy: each ran again)",
+            self.steps_lost.clone(),
+        );
+        r.register_with_unit(
+            "dt_quorum_pause",
+            "From the last step committed before a quorum change to the first after it (in-place strategy)",
+            Unit::Seconds,
+            self.quorum_pause.clone(),
+        );
         r.register_with_unit(
             "dt_gpu_time",
             "GPU-seconds (seconds times the worker's slots) by state: training (in the job, acknowledged) or idle (ready, with its success marker, but not training), since dtd first managed the cluster",
@@ -225,6 +247,11 @@ impl Metrics {
     pub fn note_events(&mut self, events: &[Event]) {
         for seconds in self.latencies.note(events) {
             self.ack_to_termination.observe(seconds);
+        }
+        for q in events.iter().filter_map(|e| e.quorum.as_ref()) {
+            self.quorum_changes.inc();
+            self.steps_lost.inc_by(q.lost_steps);
+            self.quorum_pause.observe(q.paused_ms as f64 / 1000.0);
         }
     }
 
@@ -300,4 +327,35 @@ pub struct PassView<'a> {
     pub report: &'a StatusReport,
     pub state: &'a State,
     pub markers: Option<&'a Markers>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EventKind, QuorumCost};
+
+    /// A `quorum_changed` event counts once: the change, its lost steps, the others' pause.
+    #[test]
+    fn a_quorum_change_counts_its_lost_steps_and_pause() {
+        let mut m = Metrics::new(&AwsCalls::default(), None, 0, Duration::from_secs(2));
+        let registry = m.take_registry().expect("a registry");
+        let mut e = Event::new(1_000, EventKind::QuorumChanged, "quorum 4".into());
+        e.quorum = Some(QuorumCost {
+            quorum: 4,
+            step: 300,
+            nodes: 2,
+            lost_steps: 1,
+            paused_ms: 2_000,
+        });
+        m.note_events(&[e, Event::new(1_000, EventKind::Joined, String::new())]);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoded");
+        for line in [
+            "dt_quorum_changes_total 1",
+            "dt_steps_lost_total 1",
+            "dt_quorum_pause_seconds_sum 2.0",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+    }
 }

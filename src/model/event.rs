@@ -33,7 +33,22 @@ pub struct Event {
     /// Why a worker leaves, on `removal_queued`: who asked, for `dtctl explain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Cause>,
+    /// What a change of torchft's quorum cost, on `quorum_changed` (the metrics count it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<QuorumCost>,
     pub message: String,
+}
+
+/// One change of the in-place strategy's quorum, as the job measured it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumCost {
+    pub quorum: u64,
+    /// The first step the new quorum committed.
+    pub step: u64,
+    pub nodes: u64,
+    pub lost_steps: u64,
+    /// From the last step committed before the change to the first after it.
+    pub paused_ms: u64,
 }
 
 impl Event {
@@ -49,6 +64,7 @@ impl Event {
             fs_id: None,
             launched_at: None,
             cause: None,
+            quorum: None,
             message,
         }
     }
@@ -151,6 +167,9 @@ pub enum EventKind {
     LauncherFinished,
     /// Every member's launcher finished in the current generation, and none is started again.
     JobFinished,
+    /// Under the in-place strategy, torchft's quorum changed (the job's word, from its
+    /// progress file): who joined or left, at which step, what it cost.
+    QuorumChanged,
     #[serde(untagged)]
     Other(String),
 }
@@ -221,6 +240,7 @@ impl EventKind {
             EventKind::LauncherFailed => "launcher_failed",
             EventKind::LauncherFinished => "launcher_finished",
             EventKind::JobFinished => "job_finished",
+            EventKind::QuorumChanged => "quorum_changed",
             EventKind::Other(_) => "",
         }
     }
@@ -285,6 +305,12 @@ mod tests {
             EventKind::AckRefused,
             EventKind::MarkerRefused,
             EventKind::FileRefused,
+            EventKind::LauncherStarted,
+            EventKind::LauncherStopped,
+            EventKind::LauncherFailed,
+            EventKind::LauncherFinished,
+            EventKind::JobFinished,
+            EventKind::QuorumChanged,
         ];
         for kind in known {
             let json = serde_json::to_string(&kind).expect("serialized");

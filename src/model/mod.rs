@@ -16,7 +16,7 @@ pub use capacity::{
     CapacityStatus, Choice, LaunchChoice, Reservation, Unavailable, CAPACITY_BLOCK_TERMINATES_MS,
     CAPACITY_BLOCK_WARNS_MS, NO_CAPACITY,
 };
-pub use event::{Event, EventKind, EVENT_LINE_LIMIT};
+pub use event::{Event, EventKind, QuorumCost, EVENT_LINE_LIMIT};
 pub use observed::*;
 pub use outcome::{Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange};
 pub use part::{Part, Source, Step};

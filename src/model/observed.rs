@@ -135,13 +135,15 @@ pub struct Health {
 }
 
 /// The job's last finished step, from its progress file (`crate::protocol::progress`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
     pub step: u64,
     /// When the job wrote it, if it said so readably (shown only: stalls are timed by dtd).
     pub time: Option<Millis>,
     /// The step of the job's last checkpoint, if it says (`join.at_checkpoint`).
     pub checkpoint_step: Option<u64>,
+    /// torchft's quorum and its last changes, under the in-place strategy.
+    pub quorum: Option<crate::protocol::progress::QuorumLine>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.

@@ -152,6 +152,13 @@ pub struct State {
     /// The generation whose every launcher finished (exit code 0): `job_finished` journaled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<u64>,
+    /// The newest quorum change journaled (in-place strategy), as (its step, when the job saw
+    /// it): the progress file repeats the last changes, each is journaled once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_seen: Option<(u64, String)>,
+    /// The newest generation every member's launcher reported running (`job.ack.by: launcher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher_acked: Option<u64>,
     /// Each worker's agent key, by instance id, as its `dt:agent-key` tag first said: a report
     /// is believed only when signed with it, and a tag changed later does not change it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -299,9 +299,11 @@ impl Observer {
     }
 }
 
-/// The job's progress file is read for stall detection and for joins at checkpoints only.
+/// The job's progress file is read for stall detection, for joins at checkpoints, and for the
+/// in-place strategy's quorum.
 fn reads_progress(cfg: &Config) -> bool {
-    cfg.job.stall.is_some() || cfg.join.at_checkpoint
+    let in_place = (cfg.job.launcher.as_ref()).is_some_and(|l| l.in_place().is_some());
+    cfg.job.stall.is_some() || cfg.join.at_checkpoint || in_place
 }
 
 /// The capacity choices, in order.

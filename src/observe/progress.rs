@@ -109,6 +109,7 @@ fn progress(line: ProgressLine) -> Progress {
         step: line.step,
         time: line.time.as_deref().and_then(millis_from_rfc3339),
         checkpoint_step: line.checkpoint_step,
+        quorum: line.in_place,
     }
 }
 
@@ -171,6 +172,6 @@ mod tests {
             .set_len(3 << 30)
             .unwrap();
         let e = r.read().unwrap().unwrap_err();
-        assert!(e.contains("more than the 1024"), "{e}");
+        assert!(e.contains("more than the 16384"), "{e}");
     }
 }

@@ -12,11 +12,12 @@ use serde::{Deserialize, Serialize};
 /// The progress file's default name in the shared directory.
 pub const PROGRESS_FILE: &str = "progress";
 
-/// A step number and a time take under a hundred bytes; more is not a progress line.
-pub const MAX_BYTES: u64 = 1024;
+/// A step number and a time take under a hundred bytes; the in-place strategy's view adds its
+/// last quorum changes (`dt_torch` keeps 16, naming at most 16 nodes each).
+pub const MAX_BYTES: u64 = 16 * 1024;
 
 /// The line as written. Unknown keys are allowed, so a job may add its own (loss, epoch).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct ProgressLine {
     pub step: u64,
     /// When the job wrote it (RFC 3339), if it says.
@@ -25,6 +26,40 @@ pub struct ProgressLine {
     /// The step of the job's last checkpoint, if it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_step: Option<u64>,
+    /// Under the in-place strategy, torchft's quorum as the job sees it (`dt_torch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place: Option<QuorumLine>,
+}
+
+/// The quorum the job trains in, and how it changed.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct QuorumLine {
+    /// torchft's quorum id (it starts again at 1 with a new Lighthouse).
+    pub quorum: Option<u64>,
+    /// How many nodes train in it.
+    pub nodes: u64,
+    /// The last changes, oldest first.
+    #[serde(default)]
+    pub changes: Vec<QuorumChangeLine>,
+}
+
+/// One change of the quorum, written once the new quorum committed its first step.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct QuorumChangeLine {
+    pub quorum: u64,
+    /// The first step the new quorum committed.
+    pub step: u64,
+    pub nodes: u64,
+    #[serde(default)]
+    pub joined: Vec<std::net::IpAddr>,
+    #[serde(default)]
+    pub left: Vec<std::net::IpAddr>,
+    /// Steps discarded because a peer was lost mid-step (each ran again).
+    pub lost_steps: u64,
+    /// From the last step committed before the change to the first after it.
+    pub paused_s: f64,
+    /// When the job saw the new quorum (RFC 3339).
+    pub at: String,
 }
 
 impl ProgressLine {
@@ -53,6 +88,7 @@ mod tests {
             step: 1234,
             time: Some("2026-11-24T08:16:41Z".into()),
             checkpoint_step: None,
+            in_place: None,
         };
         let text = line.render();
         assert_eq!(text, "{\"step\":1234,\"time\":\"2026-11-24T08:16:41Z\"}\n");

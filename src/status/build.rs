@@ -1,6 +1,6 @@
 //! A status report from what one pass saw and decided.
 
-use super::{ago, ProgressStatus, SourceStatus, StatusReport};
+use super::{ago, ProgressStatus, QuorumStatus, SourceStatus, StatusReport};
 use crate::alerts::AlertStatus;
 use crate::config::Config;
 use crate::decide::worker_views;
@@ -23,6 +23,8 @@ pub struct PassFacts<'a> {
     pub totals: &'a Totals,
     /// The alert webhooks as of this pass.
     pub alerts: Vec<AlertStatus>,
+    /// torchft's Lighthouse (in-place strategy): its address and its supervisor's state.
+    pub lighthouse: Option<(std::net::SocketAddr, String)>,
     pub now: Millis,
 }
 
@@ -30,6 +32,7 @@ impl StatusReport {
     pub fn build(cfg: &Config, f: PassFacts) -> StatusReport {
         let (snap, state) = (f.snap, f.state);
         let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
+        let quorum = quorum(snap, &f);
         StatusReport {
             cluster: cfg.cluster.clone(),
             updated_at: f.now,
@@ -58,6 +61,7 @@ impl StatusReport {
             workers: worker_views(&f.outcome.rows, snap, state),
             alerts: f.alerts,
             progress: progress(cfg, snap, state),
+            quorum,
             capacity: f.outcome.capacity.clone(),
         }
     }
@@ -77,6 +81,21 @@ fn progress(cfg: &Config, snap: &Snapshot, state: &State) -> Option<ProgressStat
             .as_ref()
             .and_then(|r| r.as_ref().err())
             .cloned(),
+    })
+}
+
+/// The in-place strategy's view: the Lighthouse dtd runs, and the quorum as the job reports it.
+fn quorum(snap: &Snapshot, f: &PassFacts) -> Option<QuorumStatus> {
+    let (address, lighthouse) = f.lighthouse.clone()?;
+    let read = snap.progress.as_ref().and_then(|r| r.as_ref().ok());
+    let q = read.and_then(|p| p.quorum.as_ref());
+    Some(QuorumStatus {
+        lighthouse: address.to_string(),
+        lighthouse_state: lighthouse,
+        step: read.map(|p| p.step),
+        quorum: q.and_then(|q| q.quorum),
+        nodes: q.map(|q| q.nodes),
+        last_change: q.and_then(|q| q.changes.last().cloned()),
     })
 }
 
@@ -145,6 +164,9 @@ fn desired(cfg: &Config, outcome: &Outcome) -> usize {
 /// `host_worker_log` form (which names IPs, not generations) the newest generation whose every
 /// join and removal the log has confirmed.
 fn acknowledged(state: &State, snap: &Snapshot, log_form: bool) -> Option<u64> {
+    if state.launcher_acked.is_some() {
+        return state.launcher_acked;
+    }
     let acks = snap.acks.as_ref().ok()?;
     let from_log = log_form.then(|| {
         let unconfirmed_joins = (state.members.iter())

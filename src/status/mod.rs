@@ -73,6 +73,9 @@ pub struct StatusReport {
     /// The job's progress and whether it stalled, with `job.stall` configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressStatus>,
+    /// The in-place strategy's Lighthouse and quorum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<QuorumStatus>,
     /// Each `workers.capacity` choice in order, and why launches skip it now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity: Vec<CapacityStatus>,
@@ -92,6 +95,18 @@ pub struct ProgressStatus {
     /// Why the file cannot be read now (no stall is concluded from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// The in-place strategy: torchft's Lighthouse as `dtd` runs it, and the quorum as the job
+/// reports it in its progress file (the job's word, shown only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuorumStatus {
+    pub lighthouse: String,
+    pub lighthouse_state: String,
+    pub step: Option<u64>,
+    pub quorum: Option<u64>,
+    pub nodes: Option<u64>,
+    pub last_change: Option<crate::protocol::progress::QuorumChangeLine>,
 }
 
 /// A status report lists every worker: about 300 bytes each; more than this is not dtd's.

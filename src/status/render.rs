@@ -57,6 +57,9 @@ impl StatusReport {
         if let Some(p) = &self.progress {
             p.render(&mut o, now);
         }
+        if let Some(q) = &self.quorum {
+            q.render(&mut o);
+        }
         for s in &self.sources {
             let mark = if s.ok { "ok" } else { "FAILED" };
             let _ = writeln!(o, "Source:      {:<22} {mark} {}", s.name, s.detail);
@@ -214,5 +217,51 @@ pub fn ago(ms: u64) -> String {
         0..=119 => format!("{s}s"),
         120..=7199 => format!("{}m", s / 60),
         _ => format!("{}h", s / 3600),
+    }
+}
+
+impl super::QuorumStatus {
+    /// `Quorum:` the quorum and the Lighthouse; `Last change:` who joined or left, at which
+    /// step, at what cost.
+    fn render(&self, o: &mut String) {
+        let quorum = match (self.quorum, self.nodes, self.step) {
+            (Some(q), Some(n), Some(step)) => {
+                format!("torchft quorum {q}: {n} node(s) at step {step}")
+            }
+            _ => "no quorum reported yet (the job's progress file)".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "Quorum:      {quorum}; Lighthouse {} {}",
+            self.lighthouse, self.lighthouse_state
+        );
+        if let Some(c) = &self.last_change {
+            let ips = |v: &[std::net::IpAddr]| {
+                v.iter()
+                    .map(|ip| ip.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut who = Vec::new();
+            if !c.joined.is_empty() {
+                who.push(format!("{} joined", ips(&c.joined)));
+            }
+            if !c.left.is_empty() {
+                who.push(format!("{} left", ips(&c.left)));
+            }
+            let _ = writeln!(
+                o,
+                "Last change: at step {} ({}): {}; {} step(s) lost, trained again after {:.2}s",
+                c.step,
+                c.at,
+                if who.is_empty() {
+                    "re-formed".into()
+                } else {
+                    who.join(", ")
+                },
+                c.lost_steps,
+                c.paused_s
+            );
+        }
     }
 }

@@ -63,6 +63,7 @@ fn a_report_is_built_from_what_a_pass_saw_and_decided() {
         errors: &[],
         totals: &Totals::default(),
         alerts: Vec::new(),
+        lighthouse: None,
         now: 1_000,
     };
     let report = StatusReport::build(&cfg, facts);
@@ -230,6 +231,7 @@ fn facts<'a>(outcome: &'a Outcome, snap: &'a Snapshot, state: &'a State) -> Pass
         errors: &[],
         totals: &TOTALS,
         alerts: Vec::new(),
+        lighthouse: None,
         now: 0,
     }
 }

@@ -28,18 +28,36 @@ minutes, NCCL 10). So the stop signal also starts a watchdog: a rank that has no
 `should_stop()` within `stop_timeout` seconds of it exits at once, and the next world resumes
 from the last periodic checkpoint. Keep `stop_timeout` above your longest step and below
 `job.launcher.stop.grace`.
+
+Under the `in_place` strategy no membership change restarts a process: each node is one torchft
+replica group, and `Session.in_place()` wraps the model and optimizer (README, "The in-place
+strategy"):
+
+    session = dt_torch.Session()
+    ft = session.in_place(model, optimizer, global_batch=64)   # was: DDP(model)
+    while ft.step < steps:
+        ft.begin()                                 # was: optimizer.zero_grad(); the quorum
+        idx = ft.shard()                           # this node's positions in the step's batch
+        loss = loss_fn(ft.model(x[idx]), y[idx], reduction="sum") * ft.loss_scale
+        loss.backward()
+        if ft.commit():                            # was: optimizer.step(); False: step discarded
+            session.progress(ft.step)
+        if session.should_stop():                  # this node leaves; the others train on
+            break
 """
+import ipaddress
 import json
 import os
 import signal
 import tempfile
 import threading
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["Session"]
+__all__ = ["Session", "InPlace"]
 
 
 class Session:
@@ -60,6 +78,7 @@ class Session:
         self._progress_at = 0.0
         self._checkpoint_step = None
         self._stopping = threading.Event()
+        self._in_place = None
         for s in stop_signals:
             signal.signal(s, self._on_stop)
         self._watch_stop_signals(set(stop_signals))
@@ -89,7 +108,16 @@ class Session:
 
     @property
     def rank(self):
+        """The job-wide rank: under `in_place`, the node's place in the quorum times its
+        processes, plus the local rank (rank 0 writes the job's files)."""
+        if self._in_place is not None:
+            return self._in_place.global_rank()
         return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+    def in_place(self, model, optimizer, global_batch, **kw):
+        """The `in_place` strategy's wrapper (see `InPlace`); needs torchft."""
+        self._in_place = InPlace(self, model, optimizer, global_batch, **kw)
+        return self._in_place
 
     def expected_world_size(self):
         """Every node of the launch plan, each with its local processes."""
@@ -114,7 +142,7 @@ class Session:
         stopping torchrun anyway); under `elastic` 75 (EX_TEMPFAIL), since torchrun takes
         workers that all exit 0 for a finished job and would close the rendezvous. A rank whose
         peer is gone exits 1 either way."""
-        if self.peer_lost:
+        if self.peer_lost and self._in_place is None:
             return 1
         return 75 if self.strategy == "elastic" else 0
 
@@ -144,6 +172,8 @@ class Session:
             "generation": self.generation,
             "world_size": dist.get_world_size() if dist.is_initialized() else 1,
         }
+        if self._in_place is not None:
+            body.update(self._in_place.view())
         if self._checkpoint_step is not None:
             body["checkpoint_step"] = self._checkpoint_step
         body.update(extra)
@@ -157,7 +187,14 @@ class Session:
 
     def should_stop(self):
         """True on every rank at the same step once any rank's node was asked to stop, or when a
-        peer is gone (the collective fails): then checkpoint and leave."""
+        peer is gone (the collective fails): then checkpoint and leave. Under `in_place` only
+        this node's ranks agree (the others train on without it), and a lost peer is torchft's
+        business: the step is discarded and the quorum re-forms."""
+        if self._in_place is not None and not (dist.is_initialized() and dist.get_world_size() > 1):
+            if self.stop_requested:
+                self._stopping.set()
+                self._in_place.leave()
+            return self.stop_requested
         flag = torch.tensor([1.0 if self.stop_requested else 0.0])
         try:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -168,6 +205,8 @@ class Session:
         stop = bool(flag.item() > 0)
         if stop:
             self._stopping.set()
+            if self._in_place is not None:
+                self._in_place.leave()
         return stop
 
     def notices(self):
@@ -194,6 +233,283 @@ class Session:
                 os.unlink(self.progress_file)
             except FileNotFoundError:
                 pass
+
+
+class InPlace:
+    """The `in_place` strategy: this node is one torchft replica group, and a membership change
+    re-forms the process group between two steps instead of restarting anything.
+
+    What torchft does (`torchft.Manager`): a quorum per step from the Lighthouse `dtd` runs (the
+    agent sets `TORCHFT_LIGHTHOUSE`), the process group re-formed when the quorum changes, a
+    step whose allreduce failed discarded on every replica (`commit()` returns False and the
+    same step runs again), and a node that joins or fell behind copies the model and optimizer
+    from a live peer (HTTP, no checkpoint read). What this adds: the node's own ranks averaged
+    first (so `nproc_per_node` may be more than one), a comm hook that hands the bucket back on a
+    failed allreduce (torchft 0.2.0's asserts, and crashes the survivors), the step's batch split
+    by the quorum, the acknowledgement once the quorum is the launch plan's nodes, a clean
+    leave at a step boundary, and the quorum's changes in the progress file for `dtctl status`.
+
+    global_batch: samples per step for the whole job, whatever the number of nodes: `shard()`
+    gives this node (and this local rank) its part, `loss_scale` makes a summed loss the global
+    batch's mean after torchft's average, so a step means the same in any world.
+    state_dict / load_state_dict: more state to hand to a joining node (a scheduler, a data
+    position), beside the model's and the optimizer's.
+    """
+
+    CHANGES_KEPT = 16
+
+    def __init__(self, session, model, optimizer, global_batch, state_dict=None, load_state_dict=None):
+        import torchft  # only this strategy needs it (requirements-torch.txt pins it)
+
+        env = os.environ
+        if not env.get("TORCHFT_LIGHTHOUSE"):
+            raise RuntimeError("dt_torch.InPlace: TORCHFT_LIGHTHOUSE is not set: run it under "
+                               "`dtd agent` with job.launcher.strategy: in_place")
+        if int(global_batch) < 1:
+            raise ValueError("dt_torch.InPlace: global_batch must be positive")
+        self.session = session
+        self.global_batch = int(global_batch)
+        self.optimizer = optimizer
+        self.ip = env.get("DT_IP", "127.0.0.1")
+        self.local_rank = int(env.get("LOCAL_RANK", "0"))
+        self.local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+        cuda = torch.cuda.is_available()
+        if self.local_world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if cuda else "gloo")  # this node's ranks only
+        self._more_state = (state_dict, load_state_dict)
+        self._model = model
+        timeout = timedelta(seconds=float(env.get("DT_COLLECTIVE_TIMEOUT", "10")))
+        pg = torchft.ProcessGroupNCCL(timeout=timeout) if cuda else torchft.ProcessGroupGloo(timeout=timeout)
+        self.manager = torchft.Manager(
+            pg=pg,
+            min_replica_size=int(env.get("DT_MIN_NODES", "1")),
+            load_state_dict=self._load,
+            state_dict=self._save,
+            replica_id=_replica_id(self.ip),
+            hostname=self.ip,
+            timeout=timeout,
+            connect_timeout=timeout,
+            checkpoint_transport=_transport(timeout, self.ip),
+        )
+        self._quorums = _Quorums(self.manager._client)
+        self.manager._client = self._quorums  # torchft keeps the quorum's members to itself
+        self.model = _ddp(torchft, self.manager, model)
+        self._plan = _PlanReader(session.plan_file)
+        self._acked = None
+        self._quorum_id = None
+        self._members = []
+        self._changed = None  # (when, quorum id, members before) of a change not yet committed
+        self._last_commit = time.monotonic()
+        self._failures = 0
+        self.changes = []
+        self.left = False
+
+    @property
+    def step(self):
+        """The job's step, the same on every node: a joining node takes it from its peer."""
+        return self.manager.current_step()
+
+    def resume(self, step):
+        """The step a checkpoint read at start holds (the first node of a job started again);
+        a node joining a live quorum takes the peers' step instead."""
+        self.manager.load_state_dict({"step": int(step), "batches_committed": 0})
+
+    def begin(self):
+        """Before the forward pass: the quorum of this step (where nodes join and leave)."""
+        self.manager.start_quorum()
+        self.optimizer.zero_grad()
+        self.manager.wait_quorum()
+        self._follow_quorum()
+
+    def shard(self):
+        """This rank's positions in the step's global batch (a range; empty while this node
+        copies its state from a peer, which trains from the next step)."""
+        rank = self.manager.participating_rank()
+        nodes = max(self.manager.num_participants(), 1)
+        if rank is None:
+            return range(0)
+        world = nodes * self.local_world
+        me = rank * self.local_world + self.local_rank
+        return range(self.global_batch * me // world, self.global_batch * (me + 1) // world)
+
+    @property
+    def loss_scale(self):
+        """Multiplies a loss summed over this rank's samples so that, after the average over the
+        node's ranks and then over the nodes, the gradient is the global batch's mean."""
+        return max(self.manager.num_participants(), 1) * self.local_world / self.global_batch
+
+    def commit(self):
+        """After the backward pass: steps the optimizer when every node's gradients arrived.
+        False: the step is discarded on every node (a peer vanished mid-step) and runs again."""
+        ok = self.manager.should_commit()
+        if not ok:
+            self._failures += 1
+            return False
+        self.optimizer.step()
+        now = time.monotonic()
+        if self._changed is not None:
+            self._note_change(now)
+        self._last_commit = now
+        self._failures = 0
+        self._acknowledge()
+        return True
+
+    def leave(self):
+        """This node stops at a step boundary: its manager stops heartbeating, so the next quorum
+        forms without it after the Lighthouse's join timeout."""
+        if not self.left:
+            self.left = True
+            self.manager.shutdown(wait=False)
+
+    def global_rank(self):
+        rank = self.manager.participating_rank() if self.manager._quorum_future else None
+        return 1 if rank is None else rank * self.local_world + self.local_rank
+
+    def view(self):
+        """What the progress file says of the quorum (dtd shows and journals it)."""
+        return {
+            "world_size": max(self.manager.num_participants(), 1) * self.local_world,
+            "in_place": {"quorum": self._quorum_id, "nodes": len(self._members),
+                         "changes": self.changes[-self.CHANGES_KEPT:]},
+        }
+
+    def _follow_quorum(self):
+        q = self._quorums.last
+        if q is None or q.quorum_id == self._quorum_id:
+            return
+        members = sorted({_ip_of(r) for r in q.replica_ids})
+        if self._quorum_id is not None and self._changed is None:
+            self._changed = (time.time(), self._members)
+        self._quorum_id, self._members = q.quorum_id, members
+
+    def _note_change(self, now):
+        when, before = self._changed
+        self._changed = None
+        self.changes.append({
+            "quorum": self._quorum_id,
+            "step": self.step,
+            "nodes": len(self._members),
+            "joined": [ip for ip in self._members if ip not in before][:self.CHANGES_KEPT],
+            "left": [ip for ip in before if ip not in self._members][:self.CHANGES_KEPT],
+            "lost_steps": self._failures,
+            "paused_s": round(now - self._last_commit, 3),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+        })
+        del self.changes[:-self.CHANGES_KEPT]
+        if self.global_rank() == 0:
+            self.session.progress(self.step, force=True)
+
+    def _acknowledge(self):
+        """The writer acknowledges the newest plan once the quorum that just committed is
+        exactly its nodes: dtd may then terminate the nodes it let go."""
+        if self.global_rank() != 0 or not self.session.ack_file:
+            return
+        plan = self._plan.read()
+        if plan is None or plan[0] == self._acked or sorted(plan[1]) != self._members:
+            return
+        _write_atomic(self.session.ack_file, f"{plan[0]}\n")
+        self._acked = plan[0]
+
+    def _save(self):
+        more, _ = self._more_state
+        body = {"model": self._model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if more is not None:
+            body["more"] = more()
+        return body
+
+    def _load(self, body):
+        self._model.load_state_dict(body["model"])
+        self.optimizer.load_state_dict(body["optimizer"])
+        _, load_more = self._more_state
+        if load_more is not None and "more" in body:
+            load_more(body["more"])
+
+
+def _replica_id(ip):
+    """torchft appends `:<uuid>` and reads the trailing digits as a number (a debug label):
+    the low 24 bits of the address keep them distinct within a VPC."""
+    return f"{ip}#{int(ipaddress.ip_address(ip)) & 0xFFFFFF}"
+
+
+def _ip_of(replica_id):
+    return replica_id.rsplit(":", 1)[0].split("#", 1)[0]
+
+
+class _Quorums:
+    """torchft's manager client, keeping the last quorum it returned (its members, by id)."""
+
+    def __init__(self, client):
+        self._client = client
+        self.last = None
+
+    def _quorum(self, *args, **kwargs):
+        q = self._client._quorum(*args, **kwargs)
+        self.last = q
+        return q
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+class _PlanReader:
+    """The launch plan's generation and hosts, read again only when the file changed."""
+
+    def __init__(self, path):
+        self.path = path
+        self._seen = None
+        self._plan = None
+
+    def read(self):
+        if not self.path:
+            return None
+        try:
+            st = os.stat(self.path)
+            if (st.st_ino, st.st_mtime_ns) != self._seen:
+                with open(self.path, encoding="utf-8") as f:
+                    body = json.load(f)
+                self._plan = (int(body["generation"]), [str(h) for h in body["hosts"]])
+                self._seen = (st.st_ino, st.st_mtime_ns)
+        except (OSError, ValueError, KeyError, TypeError):
+            return self._plan
+        return self._plan
+
+
+def _transport(timeout, ip):
+    """torchft's HTTP transport, advertising this node's address (torchft uses the host name,
+    which on a host of several loopback "nodes" names none of them)."""
+    from torchft.checkpointing import HTTPTransport
+
+    class Transport(HTTPTransport):
+        def address(self):
+            port = self._server.socket.getsockname()[1]
+            return f"http://{ip}:{port}/checkpoint/"
+
+    return Transport(timeout=timeout, num_chunks=0)
+
+
+def _ddp(torchft, manager, model):
+    """torchft's DDP with a hook that averages over this node's ranks first, then over the
+    nodes, and hands the bucket back when the nodes' allreduce failed (the manager then refuses
+    the commit everywhere): torchft 0.2.0's own hook asserts and kills the survivors."""
+
+    def hook(state, bucket):
+        buf = bucket.buffer()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(buf)
+            buf.div_(dist.get_world_size())
+        work = state.allreduce(buf)
+        work.wait()
+        inner = getattr(work.get_future(), "_fut", None)
+        if inner is None:
+            done = torch.futures.Future()
+            done.set_result(buf)
+            return done
+        return inner
+
+    class DDP(torchft.DistributedDataParallel):
+        _comm_hook = staticmethod(hook)
+
+    return DDP(manager, model)
 
 
 def _write_atomic(path, text, durable=True):

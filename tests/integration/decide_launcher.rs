@@ -16,6 +16,7 @@ const SILENT: u64 = 30_000;
 fn launcher_rules() -> Rules {
     Rules {
         launcher_silent_ms: Some(SILENT),
+        ack_by_launcher: false,
         ..rules()
     }
 }
@@ -239,4 +240,48 @@ fn a_silent_running_report_of_a_worker_not_in_the_job_removes_nothing() {
         plan.outcome.events
     );
     assert!(!kinds(&plan).contains(&"unhealthy"), "{:?}", kinds(&plan));
+}
+
+/// `job.ack.by: launcher`, for a script that writes no ack: a generation is applied once every
+/// member's launcher runs in it, and a leaver is terminated as soon as its launcher stopped,
+/// not at the ack timeout. A joiner is acknowledged (it trains) the same way.
+#[test]
+fn acknowledged_by_the_launchers_a_leaver_goes_once_they_run_the_new_generation_and_its_stopped() {
+    let (r, mut w, state) = training();
+    let r = Rules {
+        ack_by_launcher: true,
+        ..r
+    };
+    w.acks.generation = None;
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(plan.state.generation, 2);
+    // i-2 has not followed generation 2 yet, and i-1's launcher still runs.
+    report(
+        &mut w,
+        "10.0.1.1",
+        "i-1",
+        LauncherState::Stopping,
+        1,
+        11_000,
+    );
+    let plan = pass(&r, &mut w, &plan.state, 11_000);
+    assert!(plan.outcome.terminate().is_empty());
+    assert_eq!(
+        plan.state.launcher_acked,
+        Some(1),
+        "generation 1 was running"
+    );
+    report(&mut w, "10.0.1.2", "i-2", LauncherState::Running, 2, 12_000);
+    let plan = pass(&r, &mut w, &plan.state, 12_000);
+    assert_eq!(plan.state.launcher_acked, Some(2));
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "i-1's launcher still stops"
+    );
+    assert!(waiting_for(&plan, &w, "i-1").contains("its launcher to stop"));
+    report(&mut w, "10.0.1.1", "i-1", LauncherState::Stopped, 1, 13_000);
+    let plan = pass(&r, &mut w, &plan.state, 13_000);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
+    assert!(kinds(&plan).contains(&"acknowledged"));
 }

@@ -65,6 +65,7 @@ fn rules(min: usize, max: usize) -> Rules {
         master: Some(slot_ip(10)),
         ack_timeout_ms: TIMEOUT,
         launcher_silent_ms: Some(30_000),
+        ack_by_launcher: false,
         ..crate::support::world::rules()
     }
 }

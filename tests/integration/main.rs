@@ -21,6 +21,7 @@ mod groups;
 mod health;
 mod health_agent;
 mod hot_path;
+mod in_place;
 mod interruptions;
 mod launcher_agent;
 mod lifecycle_actions;

@@ -22,17 +22,30 @@ use crate::support::imds::ImdsStandIn;
 use crate::support::{self, free_port, signal, tree, wait_until, Cluster};
 
 const STEPS: u64 = 1500;
-const PHASE: Duration = Duration::from_secs(150);
+pub(crate) const PHASE: Duration = Duration::from_secs(150);
 
 /// One story at a time: each runs three torchruns and their workers, which two cores share
 /// poorly with another's (a slow step is not what these tests are about).
-static ONE_STORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static ONE_STORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-struct Node {
-    ip: &'static str,
-    id: String,
-    imds: ImdsStandIn,
-    agent: Child,
+/// The training script of a story: a file of `examples/` and its arguments after `--dir`.
+pub(crate) struct Script {
+    pub file: &'static str,
+    pub args: String,
+}
+
+fn torch_job() -> Script {
+    Script {
+        file: "torch_job.py",
+        args: format!("--steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3'"),
+    }
+}
+
+pub(crate) struct Node {
+    pub ip: &'static str,
+    pub id: String,
+    pub imds: ImdsStandIn,
+    pub agent: Child,
     log: PathBuf,
 }
 
@@ -54,14 +67,19 @@ impl Drop for Node {
     }
 }
 
-struct Story {
-    c: Cluster,
+pub(crate) struct Story {
+    pub c: Cluster,
     subnet: String,
 }
 
 impl Story {
     /// moto, a loopback subnet, the config (`launcher_yaml`: more of `job.launcher`), `dtd run`.
     fn start(venv: &Path, launcher_yaml: &str) -> Story {
+        Story::with(venv, &torch_job(), launcher_yaml)
+    }
+
+    /// The same, training `script` (`job_yaml`: more of `job.launcher`).
+    pub fn with(venv: &Path, script: &Script, launcher_yaml: &str) -> Story {
         let c = Cluster::new();
         // What the stack makes: the shared directory the job's user writes (root's, its group's,
         // sticky), the training script where that user can read it but not change it.
@@ -72,19 +90,19 @@ impl Story {
         install_mode(&efs, 0o1775);
         let job = c.dir.path().join("job");
         std::fs::create_dir(&job).unwrap();
-        support::install("examples/torch_job.py", &job, 0o644);
+        support::install(&format!("examples/{}", script.file), &job, 0o644);
         support::install("templates/job/dt_torch.py", &job, 0o644);
         let subnet = c.loopback_subnet();
         let prepare = c.dir.path().join("prepare.sh");
         std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
         install_mode(&prepare, 0o755);
-        c.write_config(&config(&c, venv, &prepare, launcher_yaml));
+        c.write_config(&config(&c, venv, &prepare, script, launcher_yaml));
         let mut s = Story { c, subnet };
         s.c.start_dtd();
         s
     }
 
-    fn node(&self, ip: &'static str, spot: bool) -> Node {
+    pub fn node(&self, ip: &'static str, spot: bool) -> Node {
         let id = self.c.launch_at(&self.subnet, ip, spot);
         let imds = ImdsStandIn::with_identity(ip, &id);
         let path = self.c.dir.path().join(format!("agent-{ip}.log"));
@@ -104,14 +122,14 @@ impl Story {
     }
 
     /// The job's progress file: step, generation, world size (rank 0 writes it through dt_torch).
-    fn progress(&self) -> Option<Value> {
+    pub fn progress(&self) -> Option<Value> {
         let text = std::fs::read_to_string(self.c.efs().join("progress")).ok()?;
         serde_json::from_str(&text).ok()
     }
 
     /// Waits until a world of `world` trains in a generation after `after` and its step has
     /// advanced 10 past where that world was first seen; returns that generation.
-    fn wait_world(&self, world: u64, after: u64, what: &str) -> u64 {
+    pub fn wait_world(&self, world: u64, after: u64, what: &str) -> u64 {
         let mut first: Option<(u64, u64)> = None;
         let mut probe = || {
             let p = self.progress();
@@ -133,7 +151,7 @@ impl Story {
     /// A node joins: its marker, then a world of `world` training in a generation after
     /// `after`. Prints the figure (`label`: marker -> training) and returns the node and that
     /// generation.
-    fn join(&self, ip: &'static str, world: u64, after: u64, label: &str) -> (Node, u64) {
+    pub fn join(&self, ip: &'static str, world: u64, after: u64, label: &str) -> (Node, u64) {
         let node = self.node(ip, false);
         let marker = self.c.efs().join(format!("prepare_data_success_{ip}"));
         wait_until(&format!("{ip}'s marker"), PHASE, || marker.exists());
@@ -146,7 +164,7 @@ impl Story {
 
     /// Every process of `node` SIGSTOPped: the others train again as a world of `world`, within
     /// 60 s. Prints the figure; returns the stopped processes (killed later) and the generation.
-    fn vanish(&self, node: &Node, world: u64, after: u64, label: &str) -> (Vec<i32>, u64) {
+    pub fn vanish(&self, node: &Node, world: u64, after: u64, label: &str) -> (Vec<i32>, u64) {
         let agent = node.agent.id() as i32;
         let pids: Vec<i32> = std::iter::once(agent).chain(tree(agent)).collect();
         let t = Instant::now();
@@ -166,7 +184,7 @@ impl Story {
 
     /// A vanished node left the job on its silence alone: journaled so, and still running a
     /// few passes later (nothing confirms it is gone; a person or EC2 ends it).
-    fn kept_after_silence(&self, node: &Node) {
+    pub fn kept_after_silence(&self, node: &Node) {
         let journal = self.c.journal_of(&node.id);
         let left = journal.iter().any(|e| {
             e["kind"] == "removal_queued"
@@ -186,7 +204,7 @@ impl Story {
     }
 
     /// What a person does with a node that hung: kills what is left of it and terminates it.
-    fn person_terminates(&self, node: &mut Node, pids: &[i32]) {
+    pub fn person_terminates(&self, node: &mut Node, pids: &[i32]) {
         for pid in pids {
             signal(*pid, "KILL");
         }
@@ -199,37 +217,44 @@ impl Story {
         });
     }
 
-    fn generation(&self) -> u64 {
+    pub fn generation(&self) -> u64 {
         self.progress()
             .and_then(|p| p["generation"].as_u64())
             .unwrap_or(0)
     }
 
-    fn launcher(&self, ip: &str) -> Value {
+    pub fn launcher(&self, ip: &str) -> Value {
         let path = self.c.efs().join(format!("launcher_{ip}"));
         serde_json::from_slice(&std::fs::read(path).unwrap_or_default()).unwrap_or(Value::Null)
     }
 
-    fn log(&self, ip: &str) -> String {
+    pub fn log(&self, ip: &str) -> String {
         std::fs::read_to_string(self.c.dir.path().join(format!("agent-{ip}.log")))
             .unwrap_or_default()
     }
 
     /// The journal time (ms) of the first event of `kind` about `id`.
-    fn event_time(&self, kind: &str, id: &str) -> Option<u64> {
+    pub fn event_time(&self, kind: &str, id: &str) -> Option<u64> {
         (self.c.journal_of(id).iter())
             .find(|e| e["kind"] == kind)
             .and_then(|e| e["time"].as_u64())
     }
 }
 
-fn config(c: &Cluster, venv: &Path, prepare: &Path, launcher_yaml: &str) -> String {
-    let script = c.dir.path().join("job/torch_job.py").display().to_string();
+fn config(
+    c: &Cluster,
+    venv: &Path,
+    prepare: &Path,
+    script: &Script,
+    launcher_yaml: &str,
+) -> String {
+    let (file, args) = (script.file, &script.args);
+    let script = c.dir.path().join("job").join(file).display().to_string();
     let efs = c.efs().display().to_string();
     let (uid, _) = support::job_user();
     let job = format!(
         "  notify: none\n  ack: {{ timeout: 3m }}\n  owner: {uid}\n  launcher:\n    torchrun: [{}]\n    \
-         script: [{script}, --dir, {efs}, --steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3']\n    \
+         script: [{script}, --dir, {efs}, {args}]\n    \
          nproc_per_node: 1\n    rdzv: {{ port: {} }}\n    stop: {{ grace: 20s }}\n    silent_after: 10s\n    \
          backoff: 1s\n    env: {{ PYTHONWARNINGS: ignore, OMP_NUM_THREADS: '1' }}\n{launcher_yaml}",
         venv.join("bin/torchrun").display(),

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::agent::program::{self, EnvVar};
 use crate::agent::Identity;
-use crate::config::{Config, Elastic, Launcher};
+use crate::config::{Config, Elastic, Launcher, Strategy};
 use crate::protocol::launch_plan::{self, LaunchPlan};
 
 /// torch's rendezvous keep-alive under the elastic strategy: a node that left (stopped by a
@@ -31,14 +31,22 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Where `ip` stands in `plan`; `None` when the plan does not list it.
-    pub fn of(plan: &LaunchPlan, ip: IpAddr, port: u16) -> Option<Placement> {
+    /// Where `ip` stands in `plan`; `None` when the plan does not list it. Under `in_place` each
+    /// node holds its own store: its torchrun is a world of one node.
+    pub fn of(plan: &LaunchPlan, ip: IpAddr, port: u16, strategy: Strategy) -> Option<Placement> {
         let rank = plan.rank_of(ip)?;
+        // In place, the store is the node's own, on a port the kernel picks (several loopback
+        // "nodes" share a host; torchft's process groups use ephemeral ports between nodes
+        // anyway), and torchrun tells the training which (MASTER_PORT).
+        let endpoint = match strategy {
+            Strategy::InPlace => SocketAddr::new(ip, 0),
+            Strategy::Generation | Strategy::Elastic => SocketAddr::new(*plan.hosts.first()?, port),
+        };
         Some(Placement {
             generation: plan.generation,
             hosts: plan.hosts.clone(),
             rank,
-            endpoint: SocketAddr::new(*plan.hosts.first()?, port),
+            endpoint,
             local: ip,
         })
     }
@@ -49,12 +57,14 @@ impl Placement {
 
     /// Whether a run started for `self` serves `next` as it is: under `generation` only the
     /// same generation does; under `elastic` any generation with the same store holder does
-    /// (torchrun's own rendezvous takes the new membership in).
-    pub fn same_run(&self, next: &Placement, elastic: bool) -> bool {
-        if elastic {
-            self.endpoint == next.endpoint && self.local == next.local
-        } else {
-            self == next
+    /// (torchrun's own rendezvous takes the new membership in); under `in_place` any plan that
+    /// lists the node does (torchft takes it in).
+    pub fn same_run(&self, next: &Placement, strategy: Strategy) -> bool {
+        match strategy {
+            Strategy::Generation => self == next,
+            Strategy::Elastic | Strategy::InPlace => {
+                self.endpoint == next.endpoint && self.local == next.local
+            }
         }
     }
 
@@ -67,12 +77,13 @@ impl Placement {
 
     /// `generation`: a fresh rendezvous per generation, so torchrun never meets a closed or
     /// half-full one. `elastic`: one per store holder (the store dies with the holder's torchrun).
-    pub fn rdzv_id(&self, cluster: &str, elastic: bool) -> String {
-        if elastic {
-            let holder = self.endpoint.ip().to_string().replace([':', '.'], "-");
-            format!("{cluster}-e{holder}")
-        } else {
-            format!("{cluster}-g{}", self.generation)
+    /// `in_place`: one per node, which holds its own.
+    pub fn rdzv_id(&self, cluster: &str, strategy: Strategy) -> String {
+        let holder = || self.endpoint.ip().to_string().replace([':', '.'], "-");
+        match strategy {
+            Strategy::Generation => format!("{cluster}-g{}", self.generation),
+            Strategy::Elastic => format!("{cluster}-e{}", holder()),
+            Strategy::InPlace => format!("{cluster}-n{}", holder()),
         }
     }
 }
@@ -83,8 +94,9 @@ pub fn args(launcher: &Launcher, cluster: &str, at: &Placement) -> Vec<String> {
     let mut argv: Vec<String> = launcher.torchrun[1..].to_vec();
     // Said, not guessed: torchrun guesses from the host's addresses, and on a host that holds
     // several nodes' addresses (or a test on loopback) every node would think it hosts the store.
-    let mut conf = format!("is_host={}", at.rank == 0);
+    let mut conf = format!("is_host={}", at.rank == 0 || launcher.in_place().is_some());
     let nnodes = match &elastic {
+        None if launcher.in_place().is_some() => "1".to_string(),
         None => at.nnodes().to_string(),
         Some(Elastic {
             min_nodes,
@@ -106,7 +118,7 @@ pub fn args(launcher: &Launcher, cluster: &str, at: &Placement) -> Vec<String> {
         format!("--nproc-per-node={}", launcher.nproc_per_node),
         "--rdzv-backend=c10d".to_string(),
         format!("--rdzv-endpoint={}", at.endpoint),
-        format!("--rdzv-id={}", at.rdzv_id(cluster, elastic.is_some())),
+        format!("--rdzv-id={}", at.rdzv_id(cluster, launcher.strategy)),
         format!("--rdzv-conf={conf}"),
         format!("--local-addr={}", at.local),
         format!("--max-restarts={}", launcher.max_restarts()),
@@ -140,9 +152,29 @@ pub fn env(cfg: &Config, launcher: &Launcher, who: &Identity, at: &Placement) ->
         // the same advice for restarts).
         env.push(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE".into(), "1".into()));
     }
+    if let Some(ip) = launcher.in_place() {
+        env.extend(in_place_env(ip));
+    }
     let user = launcher.env.iter();
     env.extend(user.map(|(k, v)| (k.clone().into(), OsString::from(v))));
     env
+}
+
+/// How torchft in the training reaches `dtd`'s Lighthouse and how long it waits for peers.
+fn in_place_env(ip: &crate::config::InPlace) -> Vec<EnvVar> {
+    vec![
+        ("TORCHFT_LIGHTHOUSE".into(), ip.url().into()),
+        (
+            "DT_COLLECTIVE_TIMEOUT".into(),
+            ip.collective_timeout.as_secs().to_string().into(),
+        ),
+        ("DT_MIN_NODES".into(), ip.min_nodes.to_string().into()),
+        // A quorum waits up to a minute, retried this often: a Lighthouse down for about a
+        // minute (dtd restarting) pauses the training instead of crashing every node.
+        ("TORCHFT_QUORUM_RETRIES".into(), "120".into()),
+        // torchft's Rust side logs every quorum and commit at INFO: a line per node per step.
+        ("RUST_LOG".into(), "warn".into()),
+    ]
 }
 
 #[cfg(test)]
@@ -161,7 +193,13 @@ mod tests {
             generation: 12,
             hosts: vec!["10.0.1.5".parse().unwrap(), "fe80::7".parse().unwrap()],
         };
-        let at = Placement::of(&plan, "fe80::7".parse().unwrap(), 29400).unwrap();
+        let at = Placement::of(
+            &plan,
+            "fe80::7".parse().unwrap(),
+            29400,
+            Strategy::Generation,
+        )
+        .unwrap();
         assert_eq!(
             args(&launcher(), "demo", &at),
             [
@@ -179,10 +217,21 @@ mod tests {
                 "90",
             ]
         );
-        let first = Placement::of(&plan, "10.0.1.5".parse().unwrap(), 29400).unwrap();
+        let first = Placement::of(
+            &plan,
+            "10.0.1.5".parse().unwrap(),
+            29400,
+            Strategy::Generation,
+        )
+        .unwrap();
         assert!(args(&launcher(), "demo", &first).contains(&"--rdzv-conf=is_host=true".into()));
         assert_eq!(
-            Placement::of(&plan, "10.0.1.6".parse().unwrap(), 29400),
+            Placement::of(
+                &plan,
+                "10.0.1.6".parse().unwrap(),
+                29400,
+                Strategy::Generation
+            ),
             None
         );
     }
@@ -196,7 +245,13 @@ mod tests {
             hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
         };
         let me: IpAddr = "10.0.1.6".parse().unwrap();
-        let g3 = Placement::of(&plan(3, &["10.0.1.5", "10.0.1.6"]), me, 29400).unwrap();
+        let g3 = Placement::of(
+            &plan(3, &["10.0.1.5", "10.0.1.6"]),
+            me,
+            29400,
+            Strategy::Elastic,
+        )
+        .unwrap();
         assert_eq!(
             args(&l, "demo", &g3)[..7],
             [
@@ -211,13 +266,56 @@ mod tests {
         );
         assert!(args(&l, "demo", &g3).contains(&"--max-restarts=1000".into()));
         // A join keeps the run; a leave keeps it and names who is gone; a new holder ends it.
-        let g4 = Placement::of(&plan(4, &["10.0.1.5", "10.0.1.6", "10.0.1.7"]), me, 29400).unwrap();
-        let g5 = Placement::of(&plan(5, &["10.0.1.5", "10.0.1.6"]), me, 29400).unwrap();
-        let g6 = Placement::of(&plan(6, &["10.0.1.6"]), me, 29400).unwrap();
-        assert!(g3.same_run(&g4, true) && g4.same_run(&g5, true) && !g5.same_run(&g6, true));
-        assert!(!g3.same_run(&g4, false));
+        let g4 = Placement::of(
+            &plan(4, &["10.0.1.5", "10.0.1.6", "10.0.1.7"]),
+            me,
+            29400,
+            Strategy::Elastic,
+        )
+        .unwrap();
+        let g5 = Placement::of(
+            &plan(5, &["10.0.1.5", "10.0.1.6"]),
+            me,
+            29400,
+            Strategy::Elastic,
+        )
+        .unwrap();
+        let g6 = Placement::of(&plan(6, &["10.0.1.6"]), me, 29400, Strategy::Elastic).unwrap();
+        let e = Strategy::Elastic;
+        assert!(g3.same_run(&g4, e) && g4.same_run(&g5, e) && !g5.same_run(&g6, e));
+        assert!(!g3.same_run(&g4, Strategy::Generation));
         assert_eq!(g4.lost_in(&g5), ["10.0.1.7".parse::<IpAddr>().unwrap()]);
         assert!(g3.lost_in(&g4).is_empty());
+    }
+
+    #[test]
+    fn in_place_each_node_runs_a_world_of_one_for_as_long_as_it_is_listed() {
+        let yaml = "torchrun: [/t]\nscript: [/s]\nstrategy: in_place\nin_place: { lighthouse: '10.0.0.5:29510' }\n";
+        let l: Launcher = serde_yaml::from_str(yaml).unwrap();
+        let plan = |generation, hosts: &[&str]| LaunchPlan {
+            generation,
+            hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
+        };
+        let me: IpAddr = "10.0.1.6".parse().unwrap();
+        let at = |p: &LaunchPlan| Placement::of(p, me, 29400, Strategy::InPlace);
+        let g3 = at(&plan(3, &["10.0.1.5", "10.0.1.6"])).unwrap();
+        assert_eq!(
+            args(&l, "demo", &g3)[..7],
+            [
+                "--nnodes=1",
+                "--nproc-per-node=gpu",
+                "--rdzv-backend=c10d",
+                "--rdzv-endpoint=10.0.1.6:0",
+                "--rdzv-id=demo-n10-0-1-6",
+                "--rdzv-conf=is_host=true",
+                "--local-addr=10.0.1.6",
+            ]
+        );
+        assert!(args(&l, "demo", &g3).contains(&"--max-restarts=10".into()));
+        // Joins and leaves of others, even of the first node, keep the run.
+        let g4 = at(&plan(4, &["10.0.1.6", "10.0.1.7"])).unwrap();
+        assert!(g3.same_run(&g4, Strategy::InPlace));
+        assert!(at(&plan(5, &["10.0.1.7"])).is_none());
     }
 
     #[test]
@@ -226,7 +324,13 @@ mod tests {
             generation: 1,
             hosts: vec!["fe80::7".parse().unwrap()],
         };
-        let at = Placement::of(&plan, "fe80::7".parse().unwrap(), 29400).unwrap();
+        let at = Placement::of(
+            &plan,
+            "fe80::7".parse().unwrap(),
+            29400,
+            Strategy::Generation,
+        )
+        .unwrap();
         assert!(args(&launcher(), "c", &at).contains(&"--rdzv-endpoint=[fe80::7]:29400".into()));
     }
 }

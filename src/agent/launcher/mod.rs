@@ -15,7 +15,7 @@
 mod command;
 mod report;
 mod tree;
-mod user;
+pub(crate) mod user;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -99,12 +99,12 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity, reports:
         "no launch plan lists this node yet",
     );
     let mut current: Option<Run> = None;
-    let elastic = launcher.elastic().is_some();
+    let strategy = launcher.strategy;
     loop {
         let wanted = s.wanted();
         if let Some(mut run) = current.take() {
             match &wanted {
-                Some(Some(at)) if run.at.same_run(at, elastic) => {
+                Some(Some(at)) if run.at.same_run(at, strategy) => {
                     s.follow(&mut run, at);
                     current = Some(run);
                 }
@@ -186,7 +186,12 @@ impl<'a> Supervisor<'a> {
         self.newest = Some(plan.generation);
         self.plan_problem = None;
         let port = self.launcher.rdzv.port;
-        Some(Placement::of(&plan, self.identity.ip, port))
+        Some(Placement::of(
+            &plan,
+            self.identity.ip,
+            port,
+            self.launcher.strategy,
+        ))
     }
 
     fn read_plan(&mut self) -> Option<LaunchPlan> {
@@ -242,8 +247,8 @@ impl<'a> Supervisor<'a> {
         let args = command::args(self.launcher, &self.cfg.cluster, &at);
         let mut env = command::env(self.cfg, self.launcher, &self.identity, &at);
         user::add_env(&mut env, &run_as);
-        let elastic = self.launcher.elastic().is_some();
-        let rdzv_id = at.rdzv_id(&self.cfg.cluster, elastic);
+        let rdzv_id = at.rdzv_id(&self.cfg.cluster, self.launcher.strategy);
+        let workdir = user::workdir(self.launcher, &run_as);
         let program = Program {
             path: std::path::Path::new(&self.launcher.torchrun[0]),
             sha256: self.launcher.sha256.as_ref(),
@@ -253,6 +258,7 @@ impl<'a> Supervisor<'a> {
             what: "launcher",
             echo: true,
             user: Some((run_as.uid, run_as.gid)),
+            dir: workdir.as_deref(),
         };
         match program::start(&program).await {
             Ok(running) => {
@@ -273,15 +279,18 @@ impl<'a> Supervisor<'a> {
         }
     }
 
-    /// A run goes on into `next` (the elastic strategy): the workers here leave the collective
-    /// they share with nodes the plan dropped (the stop signal, to them and not to torchrun),
-    /// and torchrun's next round forms without those nodes.
+    /// A run goes on into `next`. Under `elastic` the workers here leave the collective they
+    /// share with nodes the plan dropped (the stop signal, to them and not to torchrun), and
+    /// torchrun's next round forms without those nodes. Under `in_place` nothing here changes:
+    /// torchft's next quorum takes the nodes in or leaves them out.
     fn follow(&mut self, run: &mut Run, next: &Placement) {
         if run.at == *next {
             return;
         }
         let lost = run.at.lost_in(next);
-        let why = if lost.is_empty() {
+        let why = if self.launcher.in_place().is_some() {
+            format!("node of {} in torchft's quorum", next.nnodes())
+        } else if lost.is_empty() {
             format!("node of {} in torchrun's rendezvous", next.nnodes())
         } else {
             let signal = self.launcher.stop.signal;

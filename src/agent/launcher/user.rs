@@ -50,6 +50,17 @@ pub fn resolve(cfg: &Config, launcher: &Launcher) -> Result<RunAs, String> {
     })
 }
 
+/// Where torchrun runs: `job.launcher.workdir`, else the job's user's home when it is a
+/// directory (a script that saves `snapshot.pt` beside it needs a place it may write), else the
+/// agent's own.
+pub fn workdir(launcher: &Launcher, u: &RunAs) -> Option<std::path::PathBuf> {
+    let home = || {
+        let dir = std::path::PathBuf::from(u.home.as_ref()?);
+        dir.is_dir().then_some(dir)
+    };
+    launcher.workdir.clone().or_else(home)
+}
+
 /// `HOME`, `USER` and `LOGNAME` of the job's user (the agent's are root's), unless the config's
 /// `env` sets them.
 pub fn add_env(env: &mut Vec<crate::agent::program::EnvVar>, u: &RunAs) {

@@ -128,3 +128,71 @@ fn a_bad_launcher_is_refused_naming_its_key() {
     ));
     assert!(e.contains("is not a word of a command line"), "{e}");
 }
+
+#[test]
+fn the_in_place_strategy_needs_its_lighthouse_and_gets_its_defaults() {
+    let l = Config::parse(&with_launcher(
+        "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510' }\n",
+    ))
+    .unwrap()
+    .job
+    .launcher
+    .unwrap();
+    let ip = l.in_place().unwrap();
+    assert_eq!(ip.url(), "http://10.0.0.5:29510");
+    assert_eq!(
+        (
+            ip.join_timeout,
+            ip.heartbeat_timeout,
+            ip.collective_timeout,
+            ip.min_nodes
+        ),
+        (
+            Duration::from_millis(500),
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+            1
+        )
+    );
+    assert_eq!(
+        ip.program("/opt/venv/bin/torchrun"),
+        std::path::Path::new("/opt/venv/bin/torchft_lighthouse")
+    );
+    assert_eq!(l.max_restarts(), 10);
+    for (more, key) in [
+        ("    strategy: in_place\n", "job.launcher.in_place: required with `strategy: in_place`"),
+        (
+            "    in_place: { lighthouse: '10.0.0.5:29510' }\n",
+            "job.launcher.in_place: only with `strategy: in_place` (the strategy is generation)",
+        ),
+        (
+            "    strategy: in_place\n    in_place: { lighthouse: master:29510 }\n",
+            "`master:29510` is not an IP and a port",
+        ),
+        (
+            "    strategy: in_place\n    in_place: { lighthouse: '0.0.0.0:29510' }\n",
+            "an address the workers can dial",
+        ),
+        (
+            "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510', collective_timeout: 1500ms }\n",
+            "collective_timeout: whole seconds",
+        ),
+        (
+            "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510', program: bin/lh }\n",
+            "in_place.program: an absolute path",
+        ),
+        ("    workdir: run\n", "job.launcher.workdir: an absolute path"),
+    ] {
+        let e = error_of(&with_launcher(more));
+        assert!(e.contains(key), "{more:?}: {e}");
+    }
+}
+
+#[test]
+fn an_acknowledgement_by_the_launchers_needs_a_launcher() {
+    let e = error_of(&GOOD.replace("  ack: {", "  ack: { by: launcher, "));
+    assert!(e.contains("job.ack.by: launcher needs job.launcher"), "{e}");
+    let cfg =
+        Config::parse(&with_launcher("").replace("  ack: {", "  ack: { by: launcher, ")).unwrap();
+    assert_eq!(cfg.job.ack.by, crate::config::AckBy::Launcher);
+}

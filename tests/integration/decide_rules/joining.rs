@@ -383,6 +383,7 @@ fn progress(w: &mut World, step: u64, checkpoint_step: Option<u64>) {
         step,
         time: None,
         checkpoint_step,
+        quorum: None,
     }));
 }
 

@@ -9,5 +9,6 @@ mod joining;
 mod leaving;
 mod notices;
 mod partial_views;
+mod quorum;
 mod second_thoughts;
 mod stall;

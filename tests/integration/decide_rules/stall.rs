@@ -16,6 +16,7 @@ fn at_step(w: &mut World, step: u64) {
         step,
         time: None,
         checkpoint_step: None,
+        quorum: None,
     }));
 }
 

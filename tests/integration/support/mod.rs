@@ -554,6 +554,14 @@ impl Cluster {
         std::fs::read_to_string(self.dir.path().join("dtd.log")).unwrap_or_default()
     }
 
+    /// SIGTERM, as systemd stops it, and waits for it to exit.
+    pub fn stop_dtd(&mut self) {
+        if let Some(mut c) = self.dtd.take() {
+            signal(c.id() as i32, "TERM");
+            let _ = c.wait();
+        }
+    }
+
     /// SIGKILL: no chance to clean up, as in a power loss.
     pub fn kill_dtd(&mut self) {
         if let Some(mut c) = self.dtd.take() {

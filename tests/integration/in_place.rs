@@ -1,0 +1,267 @@
+//! The in-place strategy with real PyTorch and torchft (`job.launcher.strategy: in_place`): one
+//! torchrun per loopback "node", each a torchft replica group; `dtd run` runs torchft's
+//! Lighthouse; `examples/in_place_job.py` trains through `dt_torch.InPlace`.
+//!
+//! One story: two nodes train; a third joins (the others keep their processes and pause at most
+//! a step); one leaves by its elastic tag (no step lost, terminated once the quorum trained
+//! without it and its launcher stopped); one vanishes (SIGKILL of everything on it: at most the
+//! step in flight is lost, the last node trains on in the same processes); `dtd run` is killed
+//! -9 and started again (it adopts the Lighthouse: training does not notice); a Spot node joins
+//! and takes its two-minute warning; the job finishes with the loss curve of a run without any
+//! change.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::agent::process_gone;
+use crate::support::{self, free_port, signal, tree, wait_for, wait_until};
+use crate::torchrun::{Node, Script, Story, ONE_STORY, PHASE};
+
+const STEPS: u64 = 2400;
+
+fn script() -> Script {
+    Script {
+        file: "in_place_job.py",
+        args: format!(
+            "--steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '100', --eval-every, '100', --stop-timeout, '30'"
+        ),
+    }
+}
+
+/// Kills a Lighthouse left behind (a `dtd` killed -9 leaves it for the next to adopt).
+struct Lighthouse(String);
+
+impl Drop for Lighthouse {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &self.0])
+            .status();
+    }
+}
+
+/// The quorum the job reports: (quorum id, nodes, step, the last change).
+fn quorum(s: &Story) -> Option<(u64, u64, u64, Value)> {
+    let p = s.progress()?;
+    let q = &p["in_place"];
+    let last = q["changes"].as_array().and_then(|c| c.last().cloned());
+    Some((
+        q["quorum"].as_u64()?,
+        q["nodes"].as_u64()?,
+        p["step"].as_u64()?,
+        last.unwrap_or(Value::Null),
+    ))
+}
+
+/// Waits until a quorum of `nodes` other than `after` trains 10 steps past where it was first
+/// seen; returns its id and its last change (the one that formed it).
+fn wait_quorum(s: &Story, nodes: u64, after: u64, what: &str) -> (u64, Value) {
+    let mut first: Option<(u64, u64)> = None;
+    let mut probe = || {
+        let q = quorum(s)?;
+        if q.1 != nodes || q.0 == after {
+            return None;
+        }
+        let (id, step) = *first.get_or_insert((q.0, q.2));
+        (id == q.0 && q.2 >= step + 10).then_some((q.0, q.3))
+    };
+    wait_for(what, PHASE, &mut probe, |q| q.is_some()).unwrap_or_default()
+}
+
+/// A node's torchrun and the training processes under it.
+fn processes(s: &Story, node: &Node) -> Vec<i32> {
+    let torchrun = s.launcher(node.ip)["pid"].as_i64().unwrap_or_default() as i32;
+    std::iter::once(torchrun).chain(tree(torchrun)).collect()
+}
+
+fn figure(label: &str, secs: f64) {
+    eprintln!("FIGURE in_place: {label}: {secs:.1}s");
+}
+
+/// The change that formed a quorum: who moved, its cost, and its own figures.
+fn check_change(change: &Value, key: &str, ip: &str, max_lost: u64, label: &str) {
+    let moved: Vec<&str> = (change[key].as_array().into_iter().flatten())
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(moved, [ip], "{change}");
+    let lost = change["lost_steps"].as_u64().unwrap_or(u64::MAX);
+    assert!(lost <= max_lost, "{lost} steps lost: {change}");
+    eprintln!("FIGURE in_place: {label} steps lost: {lost}");
+    figure(
+        &format!("{label} the others paused"),
+        change["paused_s"].as_f64().unwrap_or(f64::NAN),
+    );
+}
+
+#[test]
+fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_keep_their_processes()
+{
+    let _one = ONE_STORY.lock().unwrap_or_else(|e| e.into_inner());
+    let venv = support::torch_venv();
+    let port = free_port();
+    let _lighthouse = Lighthouse(format!("--bind=127.0.0.1:{port}"));
+    let yaml = format!(
+        "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.1:{port}', collective_timeout: 5s }}\n"
+    );
+    let mut s = Story::with(&venv, &script(), &yaml);
+
+    // Two nodes train.
+    let a = s.node("127.0.0.2", false);
+    let b = s.node("127.0.0.3", false);
+    let (q1, _) = wait_quorum(&s, 2, 0, "a quorum of 2 training");
+    let (pa, pb) = (processes(&s, &a), processes(&s, &b));
+    assert!(pa.len() >= 2 && pb.len() >= 2, "{pa:?} {pb:?}");
+
+    // A third joins: only its processes start; it copies the state from a live peer.
+    let c = s.node("127.0.0.4", false);
+    let marker = s.c.efs().join(format!("prepare_data_success_{}", c.ip));
+    wait_until("the new node's marker", PHASE, || marker.exists());
+    let t = Instant::now();
+    let (q2, change) = wait_quorum(&s, 3, q1, "a quorum of 3 training");
+    figure("marker -> quorum of 3 training", t.elapsed().as_secs_f64());
+    check_change(&change, "joined", c.ip, 0, "join:");
+    assert_eq!((processes(&s, &a), processes(&s, &b)), (pa.clone(), pb));
+
+    // b leaves by its elastic tag: no step lost; terminated after the job let it go.
+    let pc = processes(&s, &c);
+    let t = Instant::now();
+    s.c.delete_elastic_tag(&b.id);
+    let (q3, change) = wait_quorum(&s, 2, q2, "a quorum of 2 after the leave");
+    figure(
+        "delete-tags -> quorum of 2 training",
+        t.elapsed().as_secs_f64(),
+    );
+    check_change(&change, "left", b.ip, 0, "planned leave:");
+    assert_eq!((processes(&s, &a), processes(&s, &c)), (pa.clone(), pc));
+    wait_until("the leaving node terminated", PHASE, || {
+        s.c.state_of(&b.id) == "terminated"
+    });
+    let at = |kind: &str| s.event_time(kind, &b.id).unwrap_or(u64::MAX);
+    assert!(
+        at("launcher_stopped") <= at("terminated") && at("acknowledged") <= at("terminated"),
+        "{:?}",
+        s.c.journal_of(&b.id)
+    );
+    let explain = support::stdout(&s.c.dtctl(&["explain", &b.id]));
+    assert!(explain.contains("quorum_changed"), "{explain}");
+
+    // c vanishes: everything on it killed. At most the step in flight is lost.
+    let everything: Vec<i32> = std::iter::once(c.agent.id() as i32)
+        .chain(tree(c.agent.id() as i32))
+        .collect();
+    let t = Instant::now();
+    for pid in &everything {
+        signal(*pid, "KILL");
+    }
+    let (q4, change) = wait_quorum(&s, 1, q3, "a quorum of 1 after the vanished node");
+    figure(
+        "vanished node -> quorum of 1 training",
+        t.elapsed().as_secs_f64(),
+    );
+    check_change(&change, "left", c.ip, 1, "vanish:");
+    assert_eq!(processes(&s, &a), pa);
+    let status = support::stdout(&s.c.dtctl(&["status"]));
+    assert!(
+        status.contains("Quorum:      torchft quorum") && status.contains("127.0.0.4 left"),
+        "{status}"
+    );
+
+    // dtd killed -9 and started again: it adopts the Lighthouse, the quorum goes on unchanged.
+    let step = quorum(&s).map_or(0, |q| q.2);
+    s.c.kill_dtd();
+    s.c.start_dtd();
+    s.c.wait_passes(3);
+    wait_until("training on after dtd's restart", PHASE, || {
+        quorum(&s).is_some_and(|q| q.2 >= step + 20)
+    });
+    assert_eq!(
+        quorum(&s).map(|q| q.0),
+        Some(q4),
+        "the quorum did not change"
+    );
+    let status = support::stdout(&s.c.dtctl(&["status"]));
+    assert!(status.contains("adopted"), "{status}");
+
+    // A Spot node joins, then gets its two-minute warning.
+    let d = s.node("127.0.0.5", true);
+    let (q5, _) = wait_quorum(&s, 2, q4, "a quorum of 2 with the Spot node");
+    let pd = processes(&s, &d);
+    let deadline = std::time::SystemTime::now() + Duration::from_secs(120);
+    let when = humantime::format_rfc3339_seconds(deadline);
+    let t = Instant::now();
+    d.imds.set(
+        "spot/instance-action",
+        &format!(r#"{{"action":"terminate","time":"{when}"}}"#),
+    );
+    let (_, change) = wait_quorum(&s, 1, q5, "a quorum of 1 after the Spot warning");
+    figure(
+        "Spot warning -> quorum of 1 training",
+        t.elapsed().as_secs_f64(),
+    );
+    check_change(&change, "left", d.ip, 0, "Spot warning:");
+    wait_until("the Spot node's processes gone", PHASE, || {
+        pd.iter().all(|p| process_gone(*p))
+    });
+    assert!(t.elapsed() < Duration::from_secs(120));
+    assert_eq!(
+        processes(&s, &a),
+        pa,
+        "the last node trained on in its processes"
+    );
+
+    // The job finishes; every point of its loss curve is the one a run without changes draws.
+    wait_until("job_finished journaled", Duration::from_secs(400), || {
+        s.c.journal().iter().any(|e| e["kind"] == "job_finished")
+    });
+    let result = read_json(&s.c.efs().join("in_place_job_result.json"));
+    assert_eq!(result["steps"].as_u64(), Some(STEPS));
+    let single = single_run(&venv, s.c.dir.path());
+    let (curve, alone) = (&result["curve"], &single["curve"]);
+    let points = alone.as_object().map_or(0, |o| o.len());
+    assert_eq!(curve.as_object().map(|o| o.len()), Some(points), "{curve}");
+    for (step, want) in alone.as_object().into_iter().flatten() {
+        let (got, want) = (curve[step].as_f64().unwrap(), want.as_f64().unwrap());
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs().max(1e-3),
+            "step {step}: loss {got} with changes, {want} without"
+        );
+    }
+    let changed =
+        s.c.journal()
+            .iter()
+            .filter(|e| e["kind"] == "quorum_changed")
+            .count();
+    assert!(changed >= 4, "{changed} quorum changes journaled");
+    drop((a, b, c, d));
+    s.c.stop_dtd();
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_default()).unwrap_or(Value::Null)
+}
+
+/// The same training in one process, without torchft: the curve the run with changes must draw.
+fn single_run(venv: &Path, dir: &Path) -> Value {
+    let out = dir.join("single");
+    std::fs::create_dir_all(&out).unwrap();
+    let status = Command::new(venv.join("bin/python3"))
+        .args([
+            "-W",
+            "ignore",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/in_place_job.py"),
+            "--single",
+            "--eval-every",
+            "100",
+            "--steps",
+        ])
+        .arg(STEPS.to_string())
+        .arg("--dir")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .status()
+        .expect("the single-process run");
+    assert!(status.success());
+    read_json(&out.join("in_place_job_single.json"))
+}
