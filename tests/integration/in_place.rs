@@ -24,9 +24,9 @@ const STEPS: u64 = 2400;
 
 fn script() -> Script {
     Script {
-        file: "in_place_job.py",
+        files: &["examples/in_place_job.py"],
         args: format!(
-            "--steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '100', --eval-every, '100', --stop-timeout, '30'"
+            "--dir, {{efs}}, --steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '100', --eval-every, '100', --stop-timeout, '30'"
         ),
     }
 }

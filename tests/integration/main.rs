@@ -36,5 +36,6 @@ mod stack;
 mod stall;
 mod story;
 mod torchrun;
+mod unchanged_script;
 mod untrusted_shared_dir;
 mod worker_lies;

@@ -28,16 +28,17 @@ pub(crate) const PHASE: Duration = Duration::from_secs(150);
 /// poorly with another's (a slow step is not what these tests are about).
 pub(crate) static ONE_STORY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The training script of a story: a file of `examples/` and its arguments after `--dir`.
+/// The training script of a story: the repository's files to install beside it (the script
+/// first) and its arguments, as YAML list items (`{efs}` stands for the shared directory).
 pub(crate) struct Script {
-    pub file: &'static str,
+    pub files: &'static [&'static str],
     pub args: String,
 }
 
 fn torch_job() -> Script {
     Script {
-        file: "torch_job.py",
-        args: format!("--steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3'"),
+        files: &["examples/torch_job.py"],
+        args: format!("--dir, {{efs}}, --steps, '{STEPS}', --step-sleep, '0.05', --checkpoint-every, '20', --stop-timeout, '3'"),
     }
 }
 
@@ -90,7 +91,9 @@ impl Story {
         install_mode(&efs, 0o1775);
         let job = c.dir.path().join("job");
         std::fs::create_dir(&job).unwrap();
-        support::install(&format!("examples/{}", script.file), &job, 0o644);
+        for file in script.files {
+            support::install(file, &job, 0o644);
+        }
         support::install("templates/job/dt_torch.py", &job, 0o644);
         let subnet = c.loopback_subnet();
         let prepare = c.dir.path().join("prepare.sh");
@@ -248,13 +251,14 @@ fn config(
     script: &Script,
     launcher_yaml: &str,
 ) -> String {
-    let (file, args) = (script.file, &script.args);
-    let script = c.dir.path().join("job").join(file).display().to_string();
     let efs = c.efs().display().to_string();
+    let file = Path::new(script.files[0]).file_name().unwrap_or_default();
+    let args = script.args.replace("{efs}", &efs);
+    let script = c.dir.path().join("job").join(file).display().to_string();
     let (uid, _) = support::job_user();
     let job = format!(
         "  notify: none\n  ack: {{ timeout: 3m }}\n  owner: {uid}\n  launcher:\n    torchrun: [{}]\n    \
-         script: [{script}, --dir, {efs}, {args}]\n    \
+         script: [{script}, {args}]\n    \
          nproc_per_node: 1\n    rdzv: {{ port: {} }}\n    stop: {{ grace: 20s }}\n    silent_after: 10s\n    \
          backoff: 1s\n    env: {{ PYTHONWARNINGS: ignore, OMP_NUM_THREADS: '1' }}\n{launcher_yaml}",
         venv.join("bin/torchrun").display(),
