@@ -303,6 +303,8 @@ class InPlace:
         self._failures = 0
         self.changes = []
         self.left = False
+        self._ready_at = time.monotonic()
+        self._committed = False
 
     @property
     def step(self):
@@ -347,6 +349,10 @@ class InPlace:
             return False
         self.optimizer.step()
         now = time.monotonic()
+        if not self._committed:
+            self._committed = True
+            print(f"[dt_torch] node {self.ip}: first step committed {now - self._ready_at:.2f}s "
+                  f"after it was ready, at step {self.step}", flush=True)
         if self._changed is not None:
             self._note_change(now)
         self._last_commit = now

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::agent::process_gone;
 use crate::support::{self, free_port, signal, tree, wait_for, wait_until};
-use crate::torchrun::{Node, Script, Story, ONE_STORY, PHASE};
+use crate::torchrun::{figure, Node, Script, Story, JOIN, LEAVE, ONE_STORY, PHASE, SPOT, VANISH};
 
 const STEPS: u64 = 2400;
 
@@ -72,27 +72,42 @@ fn wait_quorum(s: &Story, nodes: u64, after: u64, what: &str) -> (u64, Value) {
 
 /// A node's torchrun and the training processes under it.
 fn processes(s: &Story, node: &Node) -> Vec<i32> {
-    let torchrun = s.launcher(node.ip)["pid"].as_i64().unwrap_or_default() as i32;
-    std::iter::once(torchrun).chain(tree(torchrun)).collect()
+    s.processes(node)
 }
 
-fn figure(label: &str, secs: f64) {
-    eprintln!("FIGURE in_place: {label}: {secs:.1}s");
-}
-
-/// The change that formed a quorum: who moved, its cost, and its own figures.
-fn check_change(change: &Value, key: &str, ip: &str, max_lost: u64, label: &str) {
-    let moved: Vec<&str> = (change[key].as_array().into_iter().flatten())
+/// The change that formed a quorum: who moved, and the figures scripts/bench-torchrun prints
+/// beside the other strategies' (`t`: when the change began; `kept`: the others' processes).
+fn check_change(
+    change: &Value,
+    moved: (&str, &str),
+    max_lost: u64,
+    what: &str,
+    t: Instant,
+    kept: bool,
+) {
+    let (key, ip) = moved;
+    let who: Vec<&str> = (change[key].as_array().into_iter().flatten())
         .filter_map(|v| v.as_str())
         .collect();
-    assert_eq!(moved, [ip], "{change}");
+    assert_eq!(who, [ip], "{change}");
     let lost = change["lost_steps"].as_u64().unwrap_or(u64::MAX);
     assert!(lost <= max_lost, "{lost} steps lost: {change}");
-    eprintln!("FIGURE in_place: {label} steps lost: {lost}");
     figure(
-        &format!("{label} the others paused"),
-        change["paused_s"].as_f64().unwrap_or(f64::NAN),
+        "in_place",
+        what,
+        "to training again (s)",
+        t.elapsed().as_secs_f64(),
     );
+    figure(
+        "in_place",
+        what,
+        "the others' processes kept",
+        f64::from(u8::from(kept)),
+    );
+    figure("in_place", what, "steps lost", lost as f64);
+    let paused = change["paused_s"].as_f64().unwrap_or(f64::NAN);
+    figure("in_place", what, "the others paused (s)", paused);
+    assert!(kept, "{what}: the others' processes changed");
 }
 
 #[test]
@@ -101,9 +116,9 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     let _one = ONE_STORY.lock().unwrap_or_else(|e| e.into_inner());
     let venv = support::torch_venv();
     let port = free_port();
-    let _lighthouse = Lighthouse(format!("--bind=127.0.0.1:{port}"));
+    let _lighthouse = Lighthouse(format!("bind=127.0.0.1:{port}"));
     let yaml = format!(
-        "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.1:{port}', collective_timeout: 5s }}\n"
+        "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.1:{port}', collective_timeout: 3s }}\n"
     );
     let mut s = Story::with(&venv, &script(), &yaml);
 
@@ -120,21 +135,32 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     wait_until("the new node's marker", PHASE, || marker.exists());
     let t = Instant::now();
     let (q2, change) = wait_quorum(&s, 3, q1, "a quorum of 3 training");
-    figure("marker -> quorum of 3 training", t.elapsed().as_secs_f64());
-    check_change(&change, "joined", c.ip, 0, "join:");
-    assert_eq!((processes(&s, &a), processes(&s, &b)), (pa.clone(), pb));
+    let kept = (processes(&s, &a), processes(&s, &b)) == (pa.clone(), pb);
+    check_change(&change, ("joined", c.ip), 0, JOIN, t, kept);
+    let said = s.log(c.ip);
+    let first = (said.lines()).find_map(|l| {
+        l.split("first step committed ")
+            .nth(1)?
+            .split('s')
+            .next()?
+            .parse::<f64>()
+            .ok()
+    });
+    let first = first.unwrap_or_else(|| panic!("no first step in {said}"));
+    figure(
+        "in_place",
+        JOIN,
+        "its first step after it was ready (s)",
+        first,
+    );
 
     // b leaves by its elastic tag: no step lost; terminated after the job let it go.
     let pc = processes(&s, &c);
     let t = Instant::now();
     s.c.delete_elastic_tag(&b.id);
     let (q3, change) = wait_quorum(&s, 2, q2, "a quorum of 2 after the leave");
-    figure(
-        "delete-tags -> quorum of 2 training",
-        t.elapsed().as_secs_f64(),
-    );
-    check_change(&change, "left", b.ip, 0, "planned leave:");
-    assert_eq!((processes(&s, &a), processes(&s, &c)), (pa.clone(), pc));
+    let kept = (processes(&s, &a), processes(&s, &c)) == (pa.clone(), pc);
+    check_change(&change, ("left", b.ip), 0, LEAVE, t, kept);
     wait_until("the leaving node terminated", PHASE, || {
         s.c.state_of(&b.id) == "terminated"
     });
@@ -147,26 +173,33 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     let explain = support::stdout(&s.c.dtctl(&["explain", &b.id]));
     assert!(explain.contains("quorum_changed"), "{explain}");
 
-    // c vanishes: everything on it killed. At most the step in flight is lost.
-    let everything: Vec<i32> = std::iter::once(c.agent.id() as i32)
-        .chain(tree(c.agent.id() as i32))
-        .collect();
+    // c vanishes: every process on it stopped. At most the step in flight is lost.
+    let agent = c.agent.id() as i32;
+    let hung: Vec<i32> = std::iter::once(agent).chain(tree(agent)).collect();
     let t = Instant::now();
-    for pid in &everything {
-        signal(*pid, "KILL");
+    for pid in &hung {
+        signal(*pid, "STOP");
     }
     let (q4, change) = wait_quorum(&s, 1, q3, "a quorum of 1 after the vanished node");
-    figure(
-        "vanished node -> quorum of 1 training",
-        t.elapsed().as_secs_f64(),
+    check_change(
+        &change,
+        ("left", c.ip),
+        1,
+        VANISH,
+        t,
+        processes(&s, &a) == pa,
     );
-    check_change(&change, "left", c.ip, 1, "vanish:");
-    assert_eq!(processes(&s, &a), pa);
     let status = support::stdout(&s.c.dtctl(&["status"]));
     assert!(
         status.contains("Quorum:      torchft quorum") && status.contains("127.0.0.4 left"),
         "{status}"
     );
+    wait_until("the hung node out of the job on its silence", PHASE, || {
+        !s.c.hosts().contains(&c.ip.to_string())
+    });
+    s.kept_after_silence(&c);
+    let mut c = c;
+    s.person_terminates(&mut c, &hung);
 
     // dtd killed -9 and started again: it adopts the Lighthouse, the quorum goes on unchanged.
     let step = quorum(&s).map_or(0, |q| q.2);
@@ -195,21 +228,18 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
         "spot/instance-action",
         &format!(r#"{{"action":"terminate","time":"{when}"}}"#),
     );
-    let (_, change) = wait_quorum(&s, 1, q5, "a quorum of 1 after the Spot warning");
-    figure(
-        "Spot warning -> quorum of 1 training",
-        t.elapsed().as_secs_f64(),
-    );
-    check_change(&change, "left", d.ip, 0, "Spot warning:");
     wait_until("the Spot node's processes gone", PHASE, || {
         pd.iter().all(|p| process_gone(*p))
     });
-    assert!(t.elapsed() < Duration::from_secs(120));
-    assert_eq!(
-        processes(&s, &a),
-        pa,
-        "the last node trained on in its processes"
+    figure(
+        "in_place",
+        SPOT,
+        "its processes gone (s)",
+        t.elapsed().as_secs_f64(),
     );
+    assert!(t.elapsed() < Duration::from_secs(120));
+    let (_, change) = wait_quorum(&s, 1, q5, "a quorum of 1 after the Spot warning");
+    check_change(&change, ("left", d.ip), 0, SPOT, t, processes(&s, &a) == pa);
 
     // The job finishes; every point of its loss curve is the one a run without changes draws.
     wait_until("job_finished journaled", Duration::from_secs(400), || {
@@ -228,11 +258,9 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
             "step {step}: loss {got} with changes, {want} without"
         );
     }
-    let changed =
-        s.c.journal()
-            .iter()
-            .filter(|e| e["kind"] == "quorum_changed")
-            .count();
+    let changed = (s.c.journal().iter())
+        .filter(|e| e["kind"] == "quorum_changed")
+        .count();
     assert!(changed >= 4, "{changed} quorum changes journaled");
     drop((a, b, c, d));
     s.c.stop_dtd();

@@ -73,6 +73,23 @@ pub(crate) struct Story {
     subnet: String,
 }
 
+/// The four changes scripts/bench-torchrun compares across strategies.
+pub(crate) const JOIN: &str = "join (from its marker)";
+pub(crate) const LEAVE: &str = "planned leave (delete-tags)";
+pub(crate) const VANISH: &str = "vanished node (SIGSTOP)";
+pub(crate) const SPOT: &str = "Spot warning";
+
+/// One figure for scripts/bench-torchrun: `FIGURE <strategy> | <change> | <measure>: <value>`.
+pub(crate) fn figure(strategy: &str, change: &str, measure: &str, value: f64) {
+    eprintln!("FIGURE {strategy} | {change} | {measure}: {value:.2}");
+}
+
+pub(crate) struct Before {
+    step: u64,
+    procs: Vec<Vec<i32>>,
+    pub t: Instant,
+}
+
 impl Story {
     /// moto, a loopback subnet, the config (`launcher_yaml`: more of `job.launcher`), `dtd run`.
     fn start(venv: &Path, launcher_yaml: &str) -> Story {
@@ -152,37 +169,133 @@ impl Story {
     }
 
     /// A node joins: its marker, then a world of `world` training in a generation after
-    /// `after`. Prints the figure (`label`: marker -> training) and returns the node and that
-    /// generation.
-    pub fn join(&self, ip: &'static str, world: u64, after: u64, label: &str) -> (Node, u64) {
+    /// `after`. Prints the figures (from its marker) and returns the node and that generation.
+    pub fn join(
+        &self,
+        ip: &'static str,
+        world: u64,
+        after: u64,
+        stay: &[&Node],
+        strategy: &str,
+    ) -> (Node, u64) {
         let node = self.node(ip, false);
         let marker = self.c.efs().join(format!("prepare_data_success_{ip}"));
         wait_until(&format!("{ip}'s marker"), PHASE, || marker.exists());
-        let t = Instant::now();
+        let before = self.before(stay);
         let g = self.wait_world(world, after, &format!("a world of {world} training"));
-        let secs = t.elapsed().as_secs_f64();
-        eprintln!("FIGURE {label}marker -> world of {world} training: {secs:.1}s");
+        self.after(before, stay, g, strategy, JOIN);
         (node, g)
     }
 
     /// Every process of `node` SIGSTOPped: the others train again as a world of `world`, within
-    /// 60 s. Prints the figure; returns the stopped processes (killed later) and the generation.
-    pub fn vanish(&self, node: &Node, world: u64, after: u64, label: &str) -> (Vec<i32>, u64) {
+    /// 60 s. Prints the figures; returns the stopped processes (killed later) and the generation.
+    pub fn vanish(
+        &self,
+        node: &Node,
+        world: u64,
+        after: u64,
+        stay: &[&Node],
+        strategy: &str,
+    ) -> (Vec<i32>, u64) {
         let agent = node.agent.id() as i32;
         let pids: Vec<i32> = std::iter::once(agent).chain(tree(agent)).collect();
-        let t = Instant::now();
+        let before = self.before(stay);
         for pid in &pids {
             signal(*pid, "STOP");
         }
         let g = self.wait_world(world, after, "the others training after the node vanished");
-        let back = t.elapsed();
-        let secs = back.as_secs_f64();
-        eprintln!("FIGURE {label}vanished node -> world of {world} training: {secs:.1}s");
+        let back = before.t.elapsed();
+        self.after(before, stay, g, strategy, VANISH);
         assert!(
             back < Duration::from_secs(60),
             "trained again after {back:?}"
         );
         (pids, g)
+    }
+
+    /// `node`'s two-minute Spot warning: its processes are gone well before the deadline, and
+    /// the others train again as a world of `world`. Prints the figures.
+    pub fn spot_warning(
+        &self,
+        node: &Node,
+        stay: &[&Node],
+        world: u64,
+        after: u64,
+        strategy: &str,
+    ) -> u64 {
+        let procs = self.processes(node);
+        let deadline = std::time::SystemTime::now() + Duration::from_secs(120);
+        let at = humantime::format_rfc3339_seconds(deadline);
+        let before = self.before(stay);
+        node.imds.set(
+            "spot/instance-action",
+            &format!(r#"{{"action":"terminate","time":"{at}"}}"#),
+        );
+        wait_until("the Spot node's processes gone", PHASE, || {
+            procs.iter().all(|p| process_gone(*p))
+        });
+        let gone = before.t.elapsed();
+        figure(strategy, SPOT, "its processes gone (s)", gone.as_secs_f64());
+        assert!(
+            gone < Duration::from_secs(120),
+            "gone after {gone:?}, past the deadline"
+        );
+        let g = self.wait_world(world, after, "the others training after the Spot warning");
+        self.after(before, stay, g, strategy, SPOT);
+        assert_eq!(self.c.events_of("interrupted", &node.id), 1);
+        g
+    }
+
+    /// The nodes that stay, their processes and the job's step, just before a change.
+    pub fn before(&self, stay: &[&Node]) -> Before {
+        Before {
+            step: self
+                .progress()
+                .and_then(|p| p["step"].as_u64())
+                .unwrap_or(0),
+            procs: stay.iter().map(|n| self.processes(n)).collect(),
+            t: Instant::now(),
+        }
+    }
+
+    /// Once generation `g` trains: what the change cost the nodes that stayed (scripts/
+    /// bench-torchrun prints these side by side with the in-place strategy's).
+    pub fn after(&self, before: Before, stay: &[&Node], g: u64, strategy: &str, change: &str) {
+        figure(
+            strategy,
+            change,
+            "to training again (s)",
+            before.t.elapsed().as_secs_f64(),
+        );
+        let kept = stay.iter().map(|n| self.processes(n)).collect::<Vec<_>>() == before.procs;
+        figure(
+            strategy,
+            change,
+            "the others' processes kept",
+            f64::from(u8::from(kept)),
+        );
+        // The new world resumes from its checkpoint: the steps after it were done twice. The
+        // step before is the progress file's (written at most once a second), so this is a
+        // lower bound.
+        let from = format!("generation {g}: rank 0 of ");
+        let resumed = stay.iter().find_map(|n| {
+            let log = self.log(n.ip);
+            let line = log.lines().rev().find(|l| l.contains(&from))?;
+            line.split("from step ")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        });
+        let lost = resumed.map_or(0, |r| before.step.saturating_sub(r));
+        figure(strategy, change, "steps lost", lost as f64);
+    }
+
+    /// A node's torchrun and every process under it.
+    pub fn processes(&self, node: &Node) -> Vec<i32> {
+        let torchrun = self.launcher(node.ip)["pid"].as_i64().unwrap_or_default() as i32;
+        std::iter::once(torchrun).chain(tree(torchrun)).collect()
     }
 
     /// A vanished node left the job on its silence alone: journaled so, and still running a
@@ -284,10 +397,10 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
     let g1 = s.wait_world(2, 0, "a world of 2 training");
 
     // A third joins: the figure is from its marker to the world of 3 training.
-    let (mut c3, g2) = s.join("127.0.0.4", 3, g1, "");
+    let (mut c3, g2) = s.join("127.0.0.4", 3, g1, &[&a, &b], "generation");
 
     // It vanishes: every process of that node stopped. The others train again within 60 s.
-    let (pids, g3) = s.vanish(&c3, 2, g2, "");
+    let (pids, g3) = s.vanish(&c3, 2, g2, &[&a, &b], "generation");
     s.kept_after_silence(&c3);
     let explain = crate::support::stdout(&s.c.dtctl(&["explain", &c3.id]));
     for text in [
@@ -326,18 +439,16 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
     // The node holding the rendezvous (first in the host file) leaves by its elastic tag.
     let holder = s.c.hosts()[0].clone();
     let (leaving, staying) = if holder == a.ip { (&a, &b) } else { (&b, &a) };
-    let torchrun = s.launcher(leaving.ip)["pid"].as_i64().unwrap() as i32;
-    let procs: Vec<i32> = std::iter::once(torchrun).chain(tree(torchrun)).collect();
-    let t = Instant::now();
+    let procs = s.processes(leaving);
+    let before = s.before(&[staying]);
     s.c.delete_elastic_tag(&leaving.id);
     wait_until("the leaving node's processes gone", PHASE, || {
         procs.iter().all(|p| process_gone(*p))
     });
-    eprintln!(
-        "FIGURE delete-tags -> leaving node's processes gone: {:.1}s",
-        t.elapsed().as_secs_f64()
-    );
+    let gone = before.t.elapsed().as_secs_f64();
+    figure("generation", LEAVE, "its processes gone (s)", gone);
     let g4 = s.wait_world(1, g3, "a world of 1 after the rendezvous holder left");
+    s.after(before, &[staying], g4, "generation", LEAVE);
     wait_until("the leaving node terminated", PHASE, || {
         s.c.state_of(&leaving.id) == "terminated"
     });
@@ -358,29 +469,7 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
     // A Spot node joins, then gets its two-minute warning: its processes are gone well before.
     let d = s.node("127.0.0.5", true);
     let g5 = s.wait_world(2, g4, "a world of 2 with the Spot node");
-    let torchrun = s.launcher(d.ip)["pid"].as_i64().unwrap() as i32;
-    let procs: Vec<i32> = std::iter::once(torchrun).chain(tree(torchrun)).collect();
-    let deadline = std::time::SystemTime::now() + Duration::from_secs(120);
-    let at = humantime::format_rfc3339_seconds(deadline);
-    let t = Instant::now();
-    d.imds.set(
-        "spot/instance-action",
-        &format!(r#"{{"action":"terminate","time":"{at}"}}"#),
-    );
-    wait_until("the Spot node's processes gone", PHASE, || {
-        procs.iter().all(|p| process_gone(*p))
-    });
-    let gone = t.elapsed();
-    eprintln!(
-        "FIGURE Spot warning -> its processes gone: {:.1}s",
-        gone.as_secs_f64()
-    );
-    assert!(
-        gone < Duration::from_secs(120),
-        "gone after {gone:?}, past the deadline"
-    );
-    s.wait_world(1, g5, "a world of 1 after the Spot warning");
-    assert_eq!(s.c.events_of("interrupted", &d.id), 1);
+    s.spot_warning(&d, &[staying], 1, g5, "generation");
 
     // The job finishes on the node left; its loss is a single-process run's.
     wait_until("job_finished journaled", Duration::from_secs(300), || {
@@ -416,7 +505,8 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
 /// The elastic strategy: torchrun's own `--nnodes=1:1024` rendezvous on the first node, kept
 /// through a join (torchrun sees the node waiting and starts a new round itself) and a vanished
 /// node (the agents end the survivors' workers, not torchrun); only the store holder's leave
-/// starts torchrun again. On 127.0.0.6-8, apart from the other story's nodes.
+/// starts torchrun again; a Spot node then joins and takes its warning. On 127.0.0.6-9, apart
+/// from the other story's nodes.
 #[test]
 fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a_vanished_node() {
     let _one = ONE_STORY.lock().unwrap_or_else(|e| e.into_inner());
@@ -436,9 +526,9 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
     };
     let before = torchruns(&s);
 
-    let (mut c3, g2) = s.join("127.0.0.8", 3, g1, "elastic: ");
+    let (mut c3, g2) = s.join("127.0.0.8", 3, g1, &[&a, &b], "elastic");
     assert_eq!(torchruns(&s), before, "a join restarts no torchrun");
-    let (pids, g3) = s.vanish(&c3, 2, g2, "elastic: ");
+    let (pids, g3) = s.vanish(&c3, 2, g2, &[&a, &b], "elastic");
     assert_eq!(torchruns(&s), before, "the survivors' torchruns go on");
     let reason = s.launcher(a.ip)["reason"]
         .as_str()
@@ -452,13 +542,10 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
     let holder = s.c.hosts()[0].clone();
     let (leaving, staying) = if holder == a.ip { (&a, &b) } else { (&b, &a) };
     let old = s.launcher(staying.ip)["pid"].clone();
-    let t = Instant::now();
+    let before = s.before(&[staying]);
     s.c.delete_elastic_tag(&leaving.id);
-    s.wait_world(1, g3, "a world of 1 after the store holder left");
-    eprintln!(
-        "FIGURE elastic: store holder's delete-tags -> world of 1 training: {:.1}s",
-        t.elapsed().as_secs_f64()
-    );
+    let g4 = s.wait_world(1, g3, "a world of 1 after the store holder left");
+    s.after(before, &[staying], g4, "elastic", LEAVE);
     let r = s.launcher(staying.ip);
     assert_ne!(r["pid"], old);
     let holder_id = format!("{}-e{}", support::CLUSTER, staying.ip.replace('.', "-"));
@@ -472,6 +559,11 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
         stopped.is_some() && stopped <= ended,
         "{stopped:?} {ended:?}"
     );
+
+    // A Spot node joins the one left, and gets its warning: torchrun on the other node stays.
+    let d = s.node("127.0.0.9", true);
+    let g5 = s.wait_world(2, g4, "a world of 2 with the Spot node");
+    s.spot_warning(&d, &[staying], 1, g5, "elastic");
 
     wait_until("job_finished journaled", Duration::from_secs(300), || {
         s.c.journal().iter().any(|e| e["kind"] == "job_finished")
@@ -488,7 +580,7 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
         (elastic - alone).abs() <= 0.05 * alone,
         "elastic loss {elastic}, single-process {alone}"
     );
-    drop((a, b));
+    drop((a, b, d));
 }
 
 /// The same training in one process, without torchrun: the loss the elastic run must match.
