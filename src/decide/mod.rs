@@ -56,12 +56,14 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     if let Some(claimed) = p.ack_refused {
         trust::refuse_ack(&p, &mut st, &mut out, claimed);
     }
-    // Before members are located: a notice can take a member out of the job.
+    // Before members are located: a broken worker or a notice can take a member out of the
+    // job. The broken leave first, whatever min says, so that a rebalance drain counts
+    // toward min only the workers that stay.
+    health::heed(&p, &mut st, &mut out);
+    launcher::heed_silence(&p, &mut st, &mut out);
     let block_ends = notices::capacity_block_ends(&p);
     let heard = [snap.notices.as_slice(), &block_ends].concat();
     notices::heed(&p, &mut st, &mut out, &heard);
-    health::heed(&p, &mut st, &mut out);
-    launcher::heed_silence(&p, &mut st, &mut out);
     replacements::send(&p, &mut st, &mut out);
     let member_of = classify::locate_members(&p, &mut st, &mut out);
     let (joins, leaves) = classify::classify(&p, &mut st, &mut out, &member_of);

@@ -22,7 +22,14 @@ struct Target {
 pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]) {
     let now = p.now;
     (st.noticed).retain(|_, at| now.saturating_sub(*at) < NOTICE_MEMORY_MS);
-    for n in notices {
+    // What takes a worker whatever min says goes first, so that a rebalance drain in the same
+    // pass counts toward min only the workers that stay.
+    let mut ordered: Vec<&Notice> = notices.iter().collect();
+    ordered.sort_by_key(|n| match n.kind {
+        NoticeKind::Rebalance => 1,
+        _ => 0,
+    });
+    for n in ordered {
         if st.noticed.contains_key(&n.id) {
             continue;
         }

@@ -847,7 +847,10 @@ fn decisions(
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 256,
+        // PROPTEST_CASES=100000 searches harder (a rare interleaving slipped past 256 once).
+        cases: (std::env::var("PROPTEST_CASES").ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256),
         failure_persistence: None,
         ..ProptestConfig::default()
     }

@@ -206,6 +206,46 @@ fn a_rebalance_recommendation_holds_at_min() {
     assert_eq!(kinds(&plan), ["removal_held"]);
 }
 
+/// Found by decide_props: a rebalance heard before an interruption in the same pass counted
+/// the interrupted worker toward min and drained below it.
+#[test]
+fn a_rebalance_counts_toward_min_only_the_workers_an_interruption_leaves() {
+    let (mut r, mut w, state) = two_members();
+    r.min = 3;
+    w.notices = vec![
+        notice(
+            "e-1",
+            NoticeKind::Rebalance,
+            NoticeTarget::Instance("i-1".into()),
+        ),
+        notice(
+            "e-2",
+            NoticeKind::Interruption,
+            NoticeTarget::Instance("i-2".into()),
+        ),
+    ];
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert!(kinds(&plan).contains(&"removal_held"), "{:?}", kinds(&plan));
+}
+
+/// The same with a failed health check: the unhealthy worker leaves whatever min says, and
+/// the rebalance drain then waits.
+#[test]
+fn a_rebalance_counts_toward_min_only_the_workers_a_failed_check_leaves() {
+    let (mut r, mut w, state) = two_members();
+    r.min = 3;
+    w.notices = vec![notice(
+        "e-1",
+        NoticeKind::Rebalance,
+        NoticeTarget::Instance("i-1".into()),
+    )];
+    w.health("i-2", false, false, "Xid 79");
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
+    assert!(kinds(&plan).contains(&"removal_held"), "{:?}", kinds(&plan));
+}
+
 #[test]
 fn a_capacity_block_ending_drains_its_workers_below_min_and_before_the_end() {
     let (mut r, mut w, state) = two_members();
