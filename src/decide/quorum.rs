@@ -46,7 +46,7 @@ fn journal(p: &Pass, out: &mut Draft, c: &QuorumChangeLine) {
         what.join(", ")
     };
     let msg = format!(
-        "torchft's quorum {}: {what} at step {} ({} nodes); {} step(s) lost, trained again after {:.2}s",
+        "torchft's quorum {}: {what} at step {} ({} node(s)); {} step(s) lost, trained again after {:.2}s",
         c.quorum, c.step, c.nodes, c.lost_steps, c.paused_s
     );
     out.event(p, EventKind::QuorumChanged, who, None, msg)

@@ -107,6 +107,16 @@ mod tests {
         let line = ProgressLine::parse(golden.as_bytes()).unwrap();
         assert_eq!((line.step, line.checkpoint_step), (1234, Some(1200)));
         assert_eq!(line.render(), golden);
+        // The in-place strategy's quorum, as dt_torch writes it (its tests check the keys).
+        let golden = include_str!("../../tests/fixtures/protocol/progress_in_place.json");
+        let line = ProgressLine::parse(golden.as_bytes()).unwrap();
+        let q = line.in_place.as_ref().unwrap();
+        assert_eq!((q.quorum, q.nodes, q.changes.len()), (Some(7), 2, 1));
+        assert_eq!(
+            q.changes[0].left,
+            ["10.0.1.7".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(line.render(), golden);
     }
 
     #[test]

@@ -289,9 +289,9 @@ impl<'a> Supervisor<'a> {
         }
         let lost = run.at.lost_in(next);
         let why = if self.launcher.in_place().is_some() {
-            format!("node of {} in torchft's quorum", next.nnodes())
+            format!("one of {} nodes in torchft's quorum", next.nnodes())
         } else if lost.is_empty() {
-            format!("node of {} in torchrun's rendezvous", next.nnodes())
+            format!("one of {} nodes in torchrun's rendezvous", next.nnodes())
         } else {
             let signal = self.launcher.stop.signal;
             let kicked = run.tree.signal_children(signal);
@@ -303,7 +303,7 @@ impl<'a> Supervisor<'a> {
                 "the plan dropped nodes: {signal} to torchrun's workers for a new round"
             );
             format!(
-                "node of {}; {} left: {signal} to {kicked} worker(s) for a new round",
+                "one of {} nodes; {} left: {signal} to {kicked} worker(s) for a new round",
                 next.nnodes(),
                 lost.join(", ")
             )

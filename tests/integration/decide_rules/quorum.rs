@@ -43,7 +43,7 @@ fn each_quorum_change_is_journaled_once_about_the_node_that_moved() {
     assert_eq!(events[0].instance.as_deref(), Some("i-1"));
     assert_eq!(
         events[0].message,
-        "torchft's quorum 3: 10.0.1.1 joined at step 120 (2 nodes); 1 step(s) lost, trained again after 0.60s"
+        "torchft's quorum 3: 10.0.1.1 joined at step 120 (2 node(s)); 1 step(s) lost, trained again after 0.60s"
     );
     let cost = events[0].quorum.unwrap();
     assert_eq!((cost.lost_steps, cost.paused_ms, cost.step), (1, 600, 120));
