@@ -81,7 +81,8 @@ pub(crate) const SPOT: &str = "Spot warning";
 
 /// One figure for scripts/bench-torchrun: `FIGURE <strategy> | <change> | <measure>: <value>`.
 pub(crate) fn figure(strategy: &str, change: &str, measure: &str, value: f64) {
-    eprintln!("FIGURE {strategy} | {change} | {measure}: {value:.2}");
+    // On a line of its own: the nodes' processes share stderr and may have left one unfinished.
+    eprintln!("\nFIGURE {strategy} | {change} | {measure}: {value:.2}");
 }
 
 pub(crate) struct Before {
