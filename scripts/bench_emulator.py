@@ -147,7 +147,7 @@ def emulated_cluster():
 
 # Each worker's agent as the benchmarks play it: a key per instance on its dt:agent-key tag (as
 # dtd agent does at start, before it writes anything), its reports signed as the protocol says
-# (README, "What dtd believes of it"; src/protocol/signed.rs).
+# (docs/shared-directory.md, "What dtd believes of it"; src/protocol/signed.rs).
 AGENT_KEYS = {}
 
 

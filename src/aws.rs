@@ -7,6 +7,7 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
+use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 use crate::metrics::AwsCalls;
 
@@ -40,9 +41,16 @@ pub async fn autoscaling_client(cfg: &crate::config::Config) -> aws_sdk_autoscal
     aws_sdk_autoscaling::Client::new(&sdk_config(cfg.region.as_deref(), cfg.api_timeout).await)
 }
 
-/// The SDK's error with its whole chain of causes, for logs and `dtctl` messages.
-pub fn describe_error<E: std::error::Error>(e: &E) -> String {
-    aws_sdk_ec2::error::DisplayErrorContext(e).to_string()
+/// What a person reads of a failed call: AWS's own code and message when AWS answered
+/// (`UnauthorizedOperation: You are not authorized to perform this operation.`), else the SDK's
+/// chain of causes (a timeout, a connection refused). The SDK's `Display` of a service error
+/// it has no variant for is its whole `Debug`, raw response included, about 1.5 KB.
+pub fn describe_error<E: ProvideErrorMetadata + std::error::Error>(e: &E) -> String {
+    match (e.code(), e.message()) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(code), None) => code.to_string(),
+        _ => aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
+    }
 }
 
 /// Every client the daemon uses; the queue, group and file-system clients only when the config
@@ -86,5 +94,49 @@ pub async fn clients(cfg: &crate::config::Config) -> Clients {
             .map(|_| counted!(aws_sdk_autoscaling, &shared, calls)),
         efs: (cfg.shared_fs_id.as_ref()).map(|_| counted!(aws_sdk_efs, &shared, calls)),
         calls,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_error;
+    use aws_sdk_ec2::error::{ErrorMetadata, SdkError};
+    use aws_sdk_ec2::operation::run_instances::RunInstancesError;
+
+    /// What AWS answered, its raw response left out (a unit): what matters is it is not shown.
+    fn answered(code: Option<&str>, message: Option<&str>) -> SdkError<RunInstancesError, ()> {
+        let mut meta = ErrorMetadata::builder();
+        if let Some(c) = code {
+            meta = meta.code(c);
+        }
+        if let Some(m) = message {
+            meta = meta.message(m);
+        }
+        SdkError::service_error(RunInstancesError::generic(meta.build()), ())
+    }
+
+    #[test]
+    fn aws_code_and_message_and_nothing_of_the_raw_response() {
+        let e = answered(
+            Some("UnauthorizedOperation"),
+            Some("You are not authorized."),
+        );
+        assert_eq!(
+            describe_error(&e),
+            "UnauthorizedOperation: You are not authorized."
+        );
+        assert_eq!(describe_error(&answered(Some("Blocked"), None)), "Blocked");
+        let bare = describe_error(&answered(None, None));
+        assert!(bare.contains("service error"), "{bare}");
+    }
+
+    #[test]
+    fn a_failure_to_reach_aws_keeps_its_causes() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused here");
+        let e: SdkError<RunInstancesError, ()> = SdkError::dispatch_failure(
+            aws_smithy_runtime_api::client::result::ConnectorError::io(Box::new(io)),
+        );
+        let text = describe_error(&e);
+        assert!(text.contains("refused here"), "{text}");
     }
 }

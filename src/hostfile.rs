@@ -1,5 +1,5 @@
 //! Rendering the job's worker host files: the built-in formats, and templates for any other
-//! (DESIGN.md, "Host files").
+//! (docs/shared-directory.md).
 
 use std::fmt::Write as _;
 use std::net::IpAddr;

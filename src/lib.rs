@@ -1,6 +1,6 @@
 //! dynamic-training: keeps a distributed training job on AWS running while workers come and go.
 //!
-//! The daemon is a control loop kept in three parts (DESIGN.md, "Shape of the code"):
+//! The daemon is a control loop kept in three parts (ARCHITECTURE.md, "The stages of a pass"):
 //! [`observe`] reads the world, [`decide`] is a pure function holding every rule, [`act`] applies.
 
 pub mod act;
@@ -16,6 +16,7 @@ pub mod decide;
 pub mod digest;
 pub mod fsutil;
 pub mod hostfile;
+pub mod manual;
 pub mod metrics;
 pub mod model;
 pub mod observe;

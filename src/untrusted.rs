@@ -1,4 +1,4 @@
-//! Reading files that workers can write (DESIGN.md, "Trust boundaries").
+//! Reading files that workers can write (ARCHITECTURE.md, "Trust rules").
 //!
 //! Every worker mounts the shared directory with write access and runs user code, so anything
 //! there may be a FIFO (an open that blocks forever), a symbolic link to `/dev/zero` (a read that

@@ -70,7 +70,7 @@ impl Status {
 /// A variable of a program's environment: the agent's own names are `'static`, the config's not.
 pub type EnvVar = (std::borrow::Cow<'static, str>, OsString);
 
-/// What every program the agent runs learns about where it runs (README, "dtd agent").
+/// What every program the agent runs learns about where it runs (docs/operating.md, "dtd agent").
 pub fn agent_env(id: &Identity, shared_dir: &Path, cluster: &str) -> Vec<EnvVar> {
     vec![
         ("DT_AGENT".into(), "1".into()),

@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use anyhow::Context;
+
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use dt::config::Config;
 use dt::ctl;
@@ -103,6 +105,13 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Print the shell completion script, e.g. `dtctl completion bash >/etc/bash_completion.d/dtctl`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages of dtctl and of each of its commands into DIR (made if missing).
+    Man { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -121,11 +130,17 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    if let Command::Config {
-        command: ConfigCommand::Check { file },
-    } = &cli.command
-    {
-        return ctl::local::config_check(file);
+    // The commands that need no configuration.
+    match &cli.command {
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => return ctl::local::config_check(file),
+        Command::Completion { shell } => {
+            dt::manual::write_completion(Cli::command(), *shell, &mut std::io::stdout());
+            return Ok(());
+        }
+        Command::Man { dir } => return man(Cli::command(), dir),
+        _ => {}
     }
     let cfg = Config::load(&cli.config)?;
     let json = |o: Output| matches!(o, Output::Json);
@@ -156,6 +171,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Config { .. } => unreachable!("handled above"),
+        Command::Config { .. } | Command::Completion { .. } | Command::Man { .. } => {
+            unreachable!("answered before the configuration was read")
+        }
     }
+}
+
+fn man(cmd: clap::Command, dir: &std::path::Path) -> anyhow::Result<()> {
+    let pages = dt::manual::write_man_pages(cmd, dir)
+        .with_context(|| format!("writing man pages into {}", dir.display()))?;
+    for page in pages {
+        println!("{}", page.display());
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use dt::config::Config;
 use dt::daemon::{lock_state_dir, Daemon};
@@ -39,6 +39,8 @@ enum Command {
         #[arg(long)]
         key_file: Option<PathBuf>,
     },
+    /// Write the man pages of dtd and of each of its commands into DIR (made if missing).
+    Man { dir: PathBuf },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -58,6 +60,14 @@ async fn main() -> anyhow::Result<()> {
                 key_file,
             };
             agent(config, overrides).await
+        }
+        Command::Man { dir } => {
+            let pages = dt::manual::write_man_pages(Cli::command(), &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?;
+            for page in pages {
+                println!("{}", page.display());
+            }
+            Ok(())
         }
     }
 }

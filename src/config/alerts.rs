@@ -95,7 +95,7 @@ impl TryFrom<RawAlert> for Alert {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AlertFormat {
-    /// `{cluster, kind, time, instance, ip, generation, message, event}` (README, "Alerts").
+    /// `{cluster, kind, time, instance, ip, generation, message, event}` (docs/operating.md, "Alerts").
     #[default]
     Json,
     /// A Slack incoming webhook's `{"text": "..."}`.
@@ -146,7 +146,7 @@ impl<'de> Deserialize<'de> for KnownKind {
                 match read {
                     EventKind::Other(_) => Err(E::custom(format!(
                         "unknown event kind `{v}`: use the kinds of the events journal (e.g. \
-                         interrupted, removal_queued, ack_timeout, source_failed; see the README)"
+                         interrupted, removal_queued, ack_timeout, source_failed; see docs/troubleshooting.md)"
                     ))),
                     known => Ok(KnownKind(known)),
                 }

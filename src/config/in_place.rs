@@ -1,6 +1,6 @@
 //! `job.launcher.in_place`: the in-place strategy's settings. Each node runs its own torchrun
 //! (one torchft replica group), `dtd run` runs torchft's Lighthouse, and the training re-forms
-//! its process group between two steps instead of restarting (README, "The in-place strategy").
+//! its process group between two steps instead of restarting (docs/torchrun.md, "The in-place strategy").
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

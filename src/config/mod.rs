@@ -1,4 +1,4 @@
-//! The YAML configuration file shared by `dtd` and `dtctl` (DESIGN.md, "Configuration").
+//! The YAML configuration file shared by `dtd` and `dtctl` (docs/configuration.md).
 //!
 //! Parsing is strict: unknown keys and bad values are errors that name the key and the line,
 //! because a typo in a key that silently falls back to a default can terminate the wrong instance.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
-/// How the job hears about a new membership (DESIGN.md, "The job contract").
+/// How the job hears about a new membership (docs/job-contract.md).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum Notify {
     #[default]

@@ -1,6 +1,6 @@
 //! `job.owner`: the user whose files the job's are (`ack`, `host_worker_log`, `job.pid`,
 //! `progress`). Any worker can create those files before the job does and keep them; `dtd`
-//! believes one only when this user owns it (README, "What a worker can put there").
+//! believes one only when this user owns it (docs/shared-directory.md, "What a worker can put there").
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

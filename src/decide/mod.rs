@@ -1,7 +1,7 @@
 //! The rules, as one pure function: (rules, snapshot, remembered state, now) -> plan.
 //!
 //! No I/O, no clock, no randomness. Everything that can terminate or remove an instance is here,
-//! so that the safety rules of DESIGN.md can be tested exhaustively (see the property tests).
+//! so that the safety rules of ARCHITECTURE.md can be tested exhaustively (see the property tests).
 //!
 //! A pass reads a [`pass::Pass`] (the rules, the time, the snapshot and its indexes: never
 //! changed), changes the [`State`], and writes a [`draft::Draft`] of the [`Outcome`]. Each rule

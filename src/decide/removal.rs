@@ -198,11 +198,7 @@ fn await_ack(p: &Pass, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
         );
         (EventKind::Acknowledged, msg)
     } else if p.now >= r.deadline {
-        let msg = format!(
-            "no acknowledgement for {} before the ack timeout; terminating",
-            r.ip
-        );
-        (EventKind::AckTimeout, msg)
+        (EventKind::AckTimeout, timed_out(p, r))
     } else {
         let secs = (r.deadline - p.now).div_ceil(1000);
         let mut why = format!(
@@ -226,6 +222,30 @@ fn await_ack(p: &Pass, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
     send(out, &r.id, &end);
     out.view_id(p, &r.id, WorkerStatus::Removed, None);
     true
+}
+
+/// Which deadline passed: the ack timeout, or the sooner one of the notice that drained the
+/// worker (a Capacity Block's end, a scheduled change's start), which people must not mistake
+/// for a job that never acknowledges.
+fn timed_out(p: &Pass, r: &Removal) -> String {
+    let timeout = p.rules.ack_timeout_ms;
+    if r.deadline >= r.queued_at.saturating_add(timeout) {
+        let took = humantime::format_duration(std::time::Duration::from_millis(timeout));
+        return format!(
+            "no acknowledgement for {} within the ack timeout (job.ack.timeout: {took}); terminating",
+            r.ip
+        );
+    }
+    let what = match r.cause() {
+        Some(Cause::CapacityBlock) => "its Capacity Block's end",
+        Some(Cause::ScheduledChange) => "its scheduled change",
+        _ => "its notice's deadline",
+    };
+    format!(
+        "no acknowledgement for {} before {what} ({}); terminating",
+        r.ip,
+        rfc3339(r.deadline)
+    )
 }
 
 /// Sends what ends a removal whose job side is done.

@@ -1,5 +1,5 @@
 //! What a worker says is believed only as far as EC2's view or dtd's own state confirms it
-//! (DESIGN.md, "Trust boundaries"). Every worker runs user code that can write any file in the
+//! (ARCHITECTURE.md, "Trust rules"). Every worker runs user code that can write any file in the
 //! shared directory, with valid JSON and plausible numbers: these rules decide which of those
 //! claims a pass acts on. Each refusal is shown in `dtctl status` on every pass that sees it and
 //! journaled once, when first seen.

@@ -46,6 +46,16 @@ struct GpuLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabel {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabel {
     source: String,
 }
@@ -70,6 +80,8 @@ pub struct Metrics {
     gpu_time: Family<GpuLabel, FloatCounter>,
     awaiting_ack: Gauge,
     source_up: Family<SourceLabel, Gauge>,
+    events: Family<KindLabel, Counter>,
+    alerts: Family<AlertLabel, Gauge>,
     health: Arc<Mutex<Health>>,
     registry: Option<Registry>,
     clock: GpuClock,
@@ -119,6 +131,8 @@ impl Metrics {
             gpu_time: Family::default(),
             awaiting_ack: Gauge::default(),
             source_up: Family::default(),
+            events: Family::default(),
+            alerts: Family::default(),
             health: Arc::new(Mutex::new(Health::new(
                 Instant::now(),
                 StatusReport::stale_after(interval),
@@ -239,12 +253,26 @@ impl Metrics {
             "Whether each source was read completely on the last pass (1) or not (0)",
             self.source_up.clone(),
         );
+        r.register(
+            "dt_events",
+            "Events journaled, by kind as dtctl events names them (refusals among them: marker_refused, file_refused, ack_refused, notice_refused, notice_unconfirmed)",
+            self.events.clone(),
+        );
+        r.register(
+            "dt_alerts",
+            "Events for the alerts' webhooks, summed over them: sent (taken), pending (queued or being retried), dropped (given up on), since dtd started",
+            self.alerts.clone(),
+        );
         aws.register(&mut r);
         r
     }
 
     /// Journal events as they are recorded: the ends of the latencies measured.
     pub fn note_events(&mut self, events: &[Event]) {
+        for e in events {
+            let kind = e.kind.as_str().to_string();
+            self.events.get_or_create(&KindLabel { kind }).inc();
+        }
         for seconds in self.latencies.note(events) {
             self.ack_to_termination.observe(seconds);
         }
@@ -295,12 +323,26 @@ impl Metrics {
             };
             self.source_up.get_or_create(&labels).set(s.ok as i64);
         }
+        self.count_alerts(&r.alerts);
         self.count_interruptions(pass.state.interruptions);
         for seconds in self.latencies.joined(pass.markers, now) {
             self.marker_to_host_file.observe(seconds);
         }
         if let Ok(mut h) = self.health.lock() {
             h.passed(Instant::now(), r);
+        }
+    }
+
+    /// Every state has its series, at 0 without webhooks.
+    fn count_alerts(&self, hooks: &[crate::alerts::AlertStatus]) {
+        let sum = |f: fn(&crate::alerts::AlertStatus) -> u64| hooks.iter().map(f).sum::<u64>();
+        for (state, n) in [
+            ("sent", sum(|h| h.sent)),
+            ("pending", sum(|h| h.pending)),
+            ("dropped", sum(|h| h.dropped)),
+        ] {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            self.alerts.get_or_create(&AlertLabel { state }).set(n);
         }
     }
 
@@ -351,6 +393,8 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoded");
         for line in [
+            "dt_events_total{kind=\"quorum_changed\"} 1",
+            "dt_events_total{kind=\"joined\"} 1",
             "dt_quorum_changes_total 1",
             "dt_steps_lost_total 1",
             "dt_quorum_pause_seconds_sum 2.0",

@@ -1,5 +1,5 @@
 //! The wire formats spoken through the shared directory, each named, parsed and rendered here
-//! only, so the agent and the master (and `dtctl`) cannot drift apart (DESIGN.md, "Files on the
+//! only, so the agent and the master (and `dtctl`) cannot drift apart (ARCHITECTURE.md, "Files on the
 //! shared file system"). The bytes on disk are a contract with jobs and with 2018 users: a change
 //! here is a change of protocol.
 //!

@@ -1,4 +1,4 @@
-//! `<shared_dir>/notices`: why workers left and by when (README, "The job contract"), written by
+//! `<shared_dir>/notices`: why workers left and by when (docs/job-contract.md, "The job contract"), written by
 //! `dtd run` before it signals the job; the torchrun helper (`dt_torch.py`) and the example job
 //! read it too. The same notices reach a membership hook as `DT_NOTICES` and `DT_REASON`.
 //!

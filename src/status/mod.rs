@@ -61,7 +61,7 @@ pub struct StatusReport {
     pub totals: Totals,
     pub sources: Vec<SourceStatus>,
     pub holds: Vec<String>,
-    /// What workers wrote that dtd did not believe (README, "What a worker can put there").
+    /// What workers wrote that dtd did not believe (docs/shared-directory.md, "What a worker can put there").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<String>,
     pub errors: Vec<String>,

@@ -30,7 +30,7 @@ from the last periodic checkpoint. Keep `stop_timeout` above your longest step a
 `job.launcher.stop.grace`.
 
 Under the `in_place` strategy no membership change restarts a process: each node is one torchft
-replica group, and `Session.in_place()` wraps the model and optimizer (README, "The in-place
+replica group, and `Session.in_place()` wraps the model and optimizer (docs/torchrun.md, "The in-place
 strategy"):
 
     session = dt_torch.Session()
@@ -211,7 +211,7 @@ class Session:
 
     def notices(self):
         """The notices dtd wrote for this generation (`[{"ip", "kind", "deadline"}]`), if any:
-        why workers left and by when (README, "The job contract"). dtd writes them with
+        why workers left and by when (docs/job-contract.md, "The job contract"). dtd writes them with
         `job.notify: { signal }` only; under the launcher the stop signal is the warning."""
         if not self.notices_file:
             return []

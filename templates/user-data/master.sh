@@ -20,7 +20,7 @@ dt_started() { dt_signal 0; }
 # prepare-data program's directory stay root's. A .dt someone else made first, or that others
 # could enter, is moved aside whole, never adopted (chown -R would make theirs root's).
 # dtd agent runs that program as root only if its directory is root's and written by no one
-# else (README, "What a worker can put there"): a directory someone else made first (a worker,
+# else (docs/shared-directory.md, "What a worker can put there"): a directory someone else made first (a worker,
 # before this master booted) is moved aside whole, never adopted, since chown would make what
 # they put in it root's.
 dt_after_mount() {
@@ -53,7 +53,7 @@ dt_after_mount() {
 # path). The job's files (ack, host_worker_log, job.pid, progress) are in /myEFSvolume/job/run,
 # its user's: root's for a job started on this master, the workers' uid with a TrainingScript
 # (their torchrun runs as that user, as job.owner says). dtd believes them only when that user
-# owns them (README, "What dtd believes of it"). A directory of another owner is moved aside,
+# owns them (docs/shared-directory.md, "What dtd believes of it"). A directory of another owner is moved aside,
 # never adopted, and each file is created empty (ack: 0), 0644, if it is not there.
 dt_job_files() {
     local d=/myEFSvolume/job r=/myEFSvolume/job/run f o=0

@@ -181,7 +181,12 @@ fn dtctl_add_falls_over_and_another_refusal_stops_it_with_ec2s_words() {
     let err = stderr(&out);
     assert!(
         err.contains("RunInstances from itest-worker-template as p5.48xlarge")
-            && err.contains("InvalidParameterCombination"),
+            && err.contains("InvalidParameterCombination: We currently do not have sufficient"),
+        "{err}"
+    );
+    // EC2's code and message, not the SDK's dump of the response.
+    assert!(
+        !err.contains("SdkBody") && !err.contains("raw:") && err.len() < 400,
         "{err}"
     );
     assert_eq!(

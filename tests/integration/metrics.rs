@@ -90,7 +90,8 @@ fn every_metric_has_its_help_and_other_paths_are_404() {
     )
     .expect("scraped");
     assert_eq!(code, 200);
-    let documented = std::fs::read_to_string(repo().join("README.md")).expect("README");
+    let documented =
+        std::fs::read_to_string(repo().join("docs/operating.md")).expect("docs/operating.md");
     for family in body.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
         let name = family.split_whitespace().next().expect("a name");
         assert!(
@@ -100,7 +101,7 @@ fn every_metric_has_its_help_and_other_paths_are_404() {
         let shown = [name.to_string(), format!("{name}_total")];
         assert!(
             shown.iter().any(|n| documented.contains(&format!("`{n}`"))),
-            "{name} is not in the README's metric list"
+            "{name} is not in docs/operating.md's metric list"
         );
     }
     assert!(

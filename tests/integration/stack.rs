@@ -41,7 +41,7 @@ fn aws_json(moto: &Moto, args: &[&str]) -> Json {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("aws {args:?}: {e}: {text}"))
 }
 
-/// Every stack parameter the test sets: the README's command plus the emulator's AMI.
+/// Every stack parameter the test sets: docs/deploy.md's command plus the emulator's AMI.
 fn parameter_overrides() -> Vec<String> {
     vec![
         // Stand-in: moto has neither the public Deep Learning AMI parameter nor EC2's
@@ -292,8 +292,13 @@ fn check_launch_template(moto: &Moto, out: &BTreeMap<String, String>) {
         .replace(off, on)
         .replace("\n  # owner: 50000\n", "\n  owner: 50000\n");
     assert!(config.contains("\n  # owner: 50000\n"), "{config}");
-    // The release's files are installed: the unit filled in, the torchrun helper beside.
+    // The release's files are installed: the unit filled in, the torchrun helper beside, the
+    // man pages and dtctl's bash completion (scripts/release checks the archive holds them).
     assert!(user_data.contains("/usr/local/lib/dt/dt_torch.py"));
+    assert!(user_data.contains("-t /usr/local/share/man/man1 \"$workdir\"/man/*.1\n"));
+    assert!(
+        user_data.contains("\"$workdir/completions/dtctl.bash\" /etc/bash_completion.d/dtctl\n")
+    );
     let dir = tempfile::tempdir().unwrap();
     // TorchrunStrategy=elastic.
     let elastic = with_launcher.replace("strategy: generation", "strategy: elastic");

@@ -3,7 +3,7 @@
 //! its own), a Spot warning for an on-demand instance, an acknowledgement of generation 2^64-1,
 //! the job's files created by another user first, a success marker about another instance. Each
 //! is refused, the victim keeps training, the refusal is journaled once and shown by `dtctl
-//! status` (README, "What a worker can put there").
+//! status` (docs/shared-directory.md, "What a worker can put there").
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

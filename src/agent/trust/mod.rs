@@ -1,5 +1,5 @@
 //! Opens a program `dtd agent` is about to run (as root, on AWS) only if no one but root and the
-//! agent's own user can have put it there or changed it (README, "The programs dtd agent runs").
+//! agent's own user can have put it there or changed it (docs/shared-directory.md, "The programs dtd agent runs").
 //!
 //! The path is walked one name at a time from `/`, each directory opened (`O_PATH`, never
 //! following a link) and checked through its descriptor, and the program itself opened with

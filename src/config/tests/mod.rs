@@ -280,7 +280,7 @@ fn replace_unhealthy_needs_a_launch_template() {
 #[test]
 fn prepare_data_defaults_outside_the_shared_directory_and_programs_take_a_pin() {
     let cfg = Config::parse(GOOD).unwrap();
-    // Workers write the shared directory and dtd agent runs this as root (README).
+    // Workers write the shared directory and dtd agent runs this as root (docs/shared-directory.md).
     assert_eq!(
         cfg.agent.prepare_data,
         Path::new("/usr/local/libexec/dt/prepare-data")

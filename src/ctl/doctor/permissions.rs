@@ -143,7 +143,7 @@ fn verdict<E: ProvideErrorMetadata + std::error::Error>(
             id,
             title,
             format!("{action} on {on} is not allowed"),
-            format!("grant {action} to this role (see the README's IAM policy); `aws sts decode-authorization-message` explains the refusal"),
+            format!("grant {action} to this role (see the IAM policy in docs/deploy.md); `aws sts decode-authorization-message` explains the refusal"),
         ),
         _ => Check::fail(
             id,

@@ -80,6 +80,11 @@ fn removal_terminates_at_the_ack_timeout() {
     let plan = pass(&r, &mut w, &plan.state, deadline);
     assert_eq!(plan.outcome.terminate(), ["i-1"]);
     assert_eq!(kinds(&plan), ["ack_timeout"]);
+    let said = &plan.outcome.events[0].message;
+    assert!(
+        said.contains("within the ack timeout (job.ack.timeout: "),
+        "{said}"
+    );
     assert_eq!(tagged(&plan, WorkerStatus::Removed), ["i-1"]);
 }
 

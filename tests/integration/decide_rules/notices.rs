@@ -267,6 +267,17 @@ fn a_capacity_block_ending_drains_its_workers_below_min_and_before_the_end() {
     let mut terminated = deadline.outcome.terminate().clone();
     terminated.sort();
     assert_eq!(terminated, ["i-1", "i-2"]);
+    // Said as what it was: the block's end, not a job that never acknowledges.
+    let timed_out = deadline
+        .outcome
+        .events
+        .iter()
+        .find(|e| e.kind == "ack_timeout");
+    let said = &timed_out.expect("journaled").message;
+    assert!(
+        said.contains("before its Capacity Block's end (1970-01-01T00:01:03Z)"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -12,6 +12,8 @@
 //!   instance (without the market type, which it would take for Spot), and DescribeInstances
 //!   answers then carry the instance's `capacityReservationId` and, in a Capacity Block, its
 //!   `capacity-block` lifecycle, as EC2's do.
+//! - Throttling: the next calls of an action it is told to throttle get EC2's
+//!   `RequestLimitExceeded` (HTTP 503), as EC2 answers a caller over its request rate.
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
@@ -31,6 +33,8 @@ struct State {
     reservations: BTreeMap<String, Reservation>,
     /// Each instance launched into a reservation: the reservation's id.
     launched_into: BTreeMap<String, String>,
+    /// Action -> how many more of its calls are throttled.
+    throttled: BTreeMap<String, u32>,
 }
 
 /// A Capacity Reservation or Capacity Block as the stand-in keeps it.
@@ -68,6 +72,11 @@ impl Ec2CapacityStandIn {
     pub fn refuse(&self, instance_type: &str, code: &str) {
         let mut s = self.server.lock();
         s.refused.insert(instance_type.into(), code.into());
+    }
+
+    /// The next `times` calls of `action` are throttled.
+    pub fn throttle(&self, action: &str, times: u32) {
+        self.server.lock().throttled.insert(action.into(), times);
     }
 
     /// `instance_type` has capacity again.
@@ -129,6 +138,15 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
     };
     let fields = parse_form(&request.body);
     let moto = state.lock().expect("EC2 stand-in state").moto_port;
+    let action = fields.get("Action").cloned().unwrap_or_default();
+    if take_throttle(state, &action) {
+        let _ = out.write_all(&error(
+            503,
+            "RequestLimitExceeded",
+            "Request limit exceeded.",
+        ));
+        return;
+    }
     let answer = match fields.get("Action").map(String::as_str) {
         Some("RunInstances") => run_instances(state, moto, &request, &fields),
         Some("DescribeCapacityReservations") => describe_reservations(state, &fields),
@@ -140,6 +158,18 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
         _ => forward_or_502(moto, &request),
     };
     let _ = out.write_all(&answer);
+}
+
+/// Whether this call of `action` is one of those to throttle (and one fewer is left).
+fn take_throttle(state: &Mutex<State>, action: &str) -> bool {
+    let mut s = state.lock().expect("EC2 stand-in state");
+    match s.throttled.get_mut(action) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// A launch: refused as EC2 would refuse it, or moto's, counted against its reservation.
@@ -319,10 +349,10 @@ fn error(status: u16, code: &str, message: &str) -> Vec<u8> {
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
          <Message>{message}</Message></Error></Errors><RequestID>stand-in</RequestID></Response>"
     );
-    let reason = if status == 500 {
-        "Internal Server Error"
-    } else {
-        "Bad Request"
+    let reason = match status {
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Bad Request",
     };
     answer(status, reason, &xml)
 }

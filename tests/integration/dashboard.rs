@@ -1,0 +1,158 @@
+//! The Grafana dashboard (`grafana/dtd.json`, in the release) against the real `dtd` and a real
+//! Prometheus: after a join, a removal, a Spot warning from the queue, a refused report, an
+//! alert and an AWS call EC2 throttled, every query of every panel returns a series. A query
+//! that names a metric `dtd` does not export, or a label it does not have, returns nothing and
+//! fails here; so does a metric `dtd` exports that no panel shows.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::support::ec2_capacity::Ec2CapacityStandIn;
+use crate::support::prometheus::{get, Prometheus};
+use crate::support::webhook::WebhookReceiver;
+use crate::support::*;
+
+/// Every `expr` of every panel, with the panel's title.
+fn queries() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo().join("grafana/dtd.json")).expect("grafana/dtd.json");
+    let dash: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let panels = dash["panels"].as_array().expect("panels");
+    let mut found = Vec::new();
+    for p in panels {
+        let title = p["title"].as_str().expect("a panel title").to_string();
+        for t in p["targets"].as_array().expect("targets") {
+            found.push((
+                title.clone(),
+                t["expr"].as_str().expect("an expr").to_string(),
+            ));
+        }
+    }
+    found
+}
+
+/// Grafana's variables, as it fills them in for a short range.
+fn as_grafana_sends(expr: &str) -> String {
+    expr.replace("$__rate_interval", "30s")
+        .replace("$__range", "5m")
+}
+
+/// The series of an instant query (an empty list when it matched nothing), or why not.
+fn series(prom: &Prometheus, query: &str) -> Result<usize, String> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (code, body) = get(prom.addr, &format!("/api/v1/query?query={encoded}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| format!("HTTP {code}: {e}: {body}"))?;
+    if v["status"] != "success" {
+        return Err(format!("HTTP {code}: {body}"));
+    }
+    Ok(v["data"]["result"].as_array().map_or(0, Vec::len))
+}
+
+/// Names of the metric families in an exposition, as queries name them.
+fn exported(body: &str) -> BTreeSet<String> {
+    let families = body.lines().filter_map(|l| l.strip_prefix("# TYPE "));
+    families
+        .map(|f| {
+            let mut w = f.split_whitespace();
+            let (name, kind) = (w.next().unwrap_or(""), w.next().unwrap_or(""));
+            match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_panel_of_the_dashboard_shows_what_dtd_exports() {
+    let mut c = Cluster::new();
+    let stand_in = Ec2CapacityStandIn::start(c.moto.port);
+    c.ec2_endpoint = Some(stand_in.endpoint());
+    let queue = create_event_queue(&c);
+    let hook = WebhookReceiver::start();
+    let workers = c.launch(3);
+    for (_, ip) in &workers {
+        c.marker(ip);
+    }
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("an address");
+    c.extra = format!(
+        "metrics: {{ listen: '{addr}' }}\nevents: {{ queue_url: '{queue}' }}\nresync: 2s\n\
+         alerts:\n  - {{ webhook: '{}', events: [joined, interrupted], allow_http: true }}\n",
+        hook.url("/dtd")
+    );
+    let config = c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }");
+    c.write_config(&config);
+    c.start_dtd();
+    c.wait_hosts("three workers", |h| h.len() == 3);
+    let prom = Prometheus::scraping(addr);
+
+    // The story the panels show: acknowledged joins, a removal the job acknowledges, a Spot
+    // warning from the queue, a report that is not the worker's agent's, throttled EC2 calls.
+    c.dtctl(&["ack", c.written_generation().trim()]);
+    let (gone, gone_ip) = &workers[0];
+    c.delete_elastic_tag(gone);
+    c.wait_hosts("the removed worker to leave", |h| {
+        !h.iter().any(|l| l.contains(gone_ip.as_str()))
+    });
+    c.dtctl(&["ack", c.written_generation().trim()]);
+    let (spot, spot_ip) = &workers[1];
+    let warning = serde_json::json!({"instance-id": spot, "instance-action": "terminate"});
+    put_ec2_event(&c, "EC2 Spot Instance Interruption Warning", warning);
+    c.wait_hosts("the interrupted worker to leave", |h| {
+        !h.iter().any(|l| l.contains(spot_ip.as_str()))
+    });
+    let (forged_about, forged_ip) = &workers[2];
+    let unsigned = format!("{{\"instance_id\":\"{forged_about}\",\"attempts\":1}}\n");
+    let marker = c.efs().join(format!("prepare_data_success_{forged_ip}"));
+    dt::fsutil::write_atomic(&marker, unsigned.as_bytes()).expect("an unsigned marker");
+    c.wait_events("marker_refused", forged_about, 1);
+    stand_in.throttle("DescribeInstances", 2);
+    wait_until("an alert to be sent", Duration::from_secs(60), || {
+        !hook.received().is_empty()
+    });
+
+    let (_, body) = get(addr, "/metrics").expect("a scrape");
+    let mut shown = BTreeSet::new();
+    let mut empty = Vec::new();
+    for (title, expr) in queries() {
+        let query = as_grafana_sends(&expr);
+        let result = wait_for(
+            &format!("panel {title:?} to show {query}"),
+            Duration::from_secs(90),
+            || series(&prom, &query),
+            |r| matches!(r, Ok(n) if *n > 0),
+        );
+        if !matches!(result, Ok(n) if n > 0) {
+            empty.push(format!("{title}: {query}: {result:?}"));
+        }
+        for name in exported(&body) {
+            if expr.contains(name.trim_end_matches("_total")) {
+                shown.insert(name);
+            }
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "panels that show nothing:\n{}",
+        empty.join("\n")
+    );
+    let unshown: Vec<String> = exported(&body).difference(&shown).cloned().collect();
+    assert!(
+        unshown.is_empty(),
+        "metrics dtd exports that no panel shows: {unshown:?}"
+    );
+    let throttled =
+        "sum(dt_aws_throttled_attempts_total{service=\"EC2\",operation=\"DescribeInstances\"})";
+    prom.wait(throttled, |v| v >= 1.0);
+}

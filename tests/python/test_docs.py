@@ -1,0 +1,62 @@
+"""The documents say what the code does: every journal kind dtd writes has its row in
+docs/troubleshooting.md (and no row names a kind that does not exist), and every link between the
+documents resolves (scripts/check-links)."""
+import re
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def journal_kinds():
+    """The names of src/model/event.rs's `EventKind::X => "name"` arms."""
+    text = (ROOT / "src/model/event.rs").read_text()
+    kinds = set(re.findall(r'EventKind::[A-Za-z]+ => "([a-z_]+)"', text))
+    assert len(kinds) > 30, f"found only {sorted(kinds)}: did event.rs change shape?"
+    return kinds
+
+
+def table_rows(doc, section):
+    """The first column (in backticks) of the table under `## section`."""
+    text = (ROOT / doc).read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", body, re.M)
+
+
+class Documents(unittest.TestCase):
+    def test_every_journal_kind_is_explained_and_no_other(self):
+        rows = table_rows("docs/troubleshooting.md", "Journal kinds")
+        self.assertEqual(len(rows), len(set(rows)), "a kind has two rows")
+        kinds = journal_kinds()
+        self.assertEqual(sorted(kinds - set(rows)), [], "kinds without a row")
+        self.assertEqual(sorted(set(rows) - kinds), [], "rows for kinds dtd never writes")
+
+    def test_every_link_resolves(self):
+        run = subprocess.run([sys.executable, str(ROOT / "scripts/check-links")],
+                             capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
+    def test_the_link_checker_finds_a_broken_link_and_a_missing_heading(self):
+        import importlib.machinery, importlib.util, tempfile
+        loader = importlib.machinery.SourceFileLoader("check_links", str(ROOT / "scripts/check-links"))
+        spec = importlib.util.spec_from_loader("check_links", loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "docs").mkdir()
+            (root / "README.md").write_text(
+                "# Top\n\n## A `b` c: d\n\n[ok](#a-b-c-d) [x](docs/a.md#nope) [y](missing.md)\n"
+                "```\n[inside a fence](nowhere.md)\n```\n")
+            (root / "docs/a.md").write_text("# A\n\n[back](../README.md#top)\n")
+            mod.ROOT = root
+            broken = mod.check()
+        self.assertEqual(len(broken), 2, broken)
+        self.assertIn("docs/a.md#nope: no such heading", broken[0])
+        self.assertIn("missing.md: no such file", broken[1])
+
+
+if __name__ == "__main__":
+    unittest.main()
