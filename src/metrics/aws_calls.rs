@@ -20,6 +20,17 @@ pub struct Operation {
     pub operation: String,
 }
 
+impl Operation {
+    /// The call the SDK is making, as its metadata names it.
+    fn of(cfg: &ConfigBag) -> Option<Operation> {
+        let meta = cfg.load::<Metadata>()?;
+        Some(Operation {
+            service: meta.service().to_string(),
+            operation: meta.name().to_string(),
+        })
+    }
+}
+
 /// Cheap to clone: the counters are shared.
 #[derive(Clone, Debug, Default)]
 pub struct AwsCalls {
@@ -70,12 +81,8 @@ impl Intercept for AwsCalls {
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let Some(meta) = cfg.load::<Metadata>() else {
+        let Some(key) = Operation::of(cfg) else {
             return Ok(());
-        };
-        let key = Operation {
-            service: meta.service().to_string(),
-            operation: meta.name().to_string(),
         };
         let counter = self.throttled.get_or_create(&key);
         if context.response().is_some_and(throttled) {
@@ -90,12 +97,8 @@ impl Intercept for AwsCalls {
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let Some(meta) = cfg.load::<Metadata>() else {
+        let Some(key) = Operation::of(cfg) else {
             return Ok(());
-        };
-        let key = Operation {
-            service: meta.service().to_string(),
-            operation: meta.name().to_string(),
         };
         self.calls.get_or_create(&key).inc();
         // Its series exists from the first call, at 0 until one fails.

@@ -11,14 +11,16 @@
 //! change.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::agent::process_gone;
 use crate::support::{self, free_port, signal, tree, wait_for, wait_until};
-use crate::torchrun::{figure, Node, Script, Story, JOIN, LEAVE, ONE_STORY, PHASE, SPOT, VANISH};
+use crate::torchrun::{
+    figure, single_run, Node, Script, Story, JOIN, LEAVE, ONE_STORY, PHASE, SPOT, VANISH,
+};
 
 const STEPS: u64 = 2400;
 
@@ -247,7 +249,13 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     });
     let result = read_json(&s.c.efs().join("in_place_job_result.json"));
     assert_eq!(result["steps"].as_u64(), Some(STEPS));
-    let single = single_run(&venv, s.c.dir.path());
+    let single = single_run(
+        &venv,
+        s.c.dir.path(),
+        "in_place_job",
+        STEPS,
+        &["--eval-every", "100"],
+    );
     let (curve, alone) = (&result["curve"], &single["curve"]);
     let points = alone.as_object().map_or(0, |o| o.len());
     assert_eq!(curve.as_object().map(|o| o.len()), Some(points), "{curve}");
@@ -268,28 +276,4 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
 
 fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap_or_default()).unwrap_or(Value::Null)
-}
-
-/// The same training in one process, without torchft: the curve the run with changes must draw.
-fn single_run(venv: &Path, dir: &Path) -> Value {
-    let out = dir.join("single");
-    std::fs::create_dir_all(&out).unwrap();
-    let status = Command::new(venv.join("bin/python3"))
-        .args([
-            "-W",
-            "ignore",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/in_place_job.py"),
-            "--single",
-            "--eval-every",
-            "100",
-            "--steps",
-        ])
-        .arg(STEPS.to_string())
-        .arg("--dir")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .status()
-        .expect("the single-process run");
-    assert!(status.success());
-    read_json(&out.join("in_place_job_single.json"))
 }

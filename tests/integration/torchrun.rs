@@ -480,7 +480,7 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
         serde_json::from_slice(&std::fs::read(s.c.efs().join("torch_job_result.json")).unwrap())
             .unwrap();
     assert_eq!(result["steps"].as_u64(), Some(STEPS));
-    let single = single_run(&venv, s.c.dir.path());
+    let single = single_run(&venv, s.c.dir.path(), "torch_job", STEPS, &[]);
     let (elastic, alone) = (
         result["loss"].as_f64().unwrap(),
         single["loss"].as_f64().unwrap(),
@@ -572,7 +572,7 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
     let result: Value =
         serde_json::from_slice(&std::fs::read(s.c.efs().join("torch_job_result.json")).unwrap())
             .unwrap();
-    let single = single_run(&venv, s.c.dir.path());
+    let single = single_run(&venv, s.c.dir.path(), "torch_job", STEPS, &[]);
     let (elastic, alone) = (
         result["loss"].as_f64().unwrap(),
         single["loss"].as_f64().unwrap(),
@@ -584,26 +584,25 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
     drop((a, b, d));
 }
 
-/// The same training in one process, without torchrun: the loss the elastic run must match.
-fn single_run(venv: &Path, dir: &Path) -> Value {
+/// The same training in one process, without torchrun: what a run with changes must match.
+/// `job` is the example's name (`torch_job`), which names its result `<job>_single.json`.
+pub(crate) fn single_run(venv: &Path, dir: &Path, job: &str, steps: u64, extra: &[&str]) -> Value {
     let out = dir.join("single");
     std::fs::create_dir_all(&out).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("examples/{job}.py"));
     let status = Command::new(venv.join("bin/python3"))
-        .args([
-            "-W",
-            "ignore",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/torch_job.py"),
-            "--single",
-            "--steps",
-        ])
-        .arg(STEPS.to_string())
-        .arg("--dir")
+        .args(["-W", "ignore"])
+        .arg(script)
+        .arg("--single")
+        .args(extra)
+        .args(["--steps", &steps.to_string(), "--dir"])
         .arg(&out)
         .stdout(Stdio::null())
         .status()
         .expect("the single-process run");
     assert!(status.success());
-    serde_json::from_slice(&std::fs::read(out.join("torch_job_single.json")).unwrap()).unwrap()
+    let result = std::fs::read(out.join(format!("{job}_single.json"))).unwrap_or_default();
+    serde_json::from_slice(&result).unwrap_or(Value::Null)
 }
 
 fn install_mode(path: &PathBuf, mode: u32) {

@@ -187,19 +187,22 @@ mod tests {
         serde_yaml::from_str(yaml).unwrap()
     }
 
+    fn plan(generation: u64, hosts: &[&str]) -> LaunchPlan {
+        LaunchPlan {
+            generation,
+            hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
+        }
+    }
+
+    /// Where the node at `me` stands in `plan` (None: not listed), the rendezvous on 29400.
+    fn placed(plan: &LaunchPlan, me: &str, strategy: Strategy) -> Option<Placement> {
+        Placement::of(plan, me.parse().unwrap(), 29400, strategy)
+    }
+
     #[test]
     fn the_rendezvous_follows_the_plan() {
-        let plan = LaunchPlan {
-            generation: 12,
-            hosts: vec!["10.0.1.5".parse().unwrap(), "fe80::7".parse().unwrap()],
-        };
-        let at = Placement::of(
-            &plan,
-            "fe80::7".parse().unwrap(),
-            29400,
-            Strategy::Generation,
-        )
-        .unwrap();
+        let plan = plan(12, &["10.0.1.5", "fe80::7"]);
+        let at = placed(&plan, "fe80::7", Strategy::Generation).unwrap();
         assert_eq!(
             args(&launcher(), "demo", &at),
             [
@@ -217,41 +220,18 @@ mod tests {
                 "90",
             ]
         );
-        let first = Placement::of(
-            &plan,
-            "10.0.1.5".parse().unwrap(),
-            29400,
-            Strategy::Generation,
-        )
-        .unwrap();
+        let first = placed(&plan, "10.0.1.5", Strategy::Generation).unwrap();
         assert!(args(&launcher(), "demo", &first).contains(&"--rdzv-conf=is_host=true".into()));
-        assert_eq!(
-            Placement::of(
-                &plan,
-                "10.0.1.6".parse().unwrap(),
-                29400,
-                Strategy::Generation
-            ),
-            None
-        );
+        assert_eq!(placed(&plan, "10.0.1.6", Strategy::Generation), None);
     }
 
     #[test]
     fn the_elastic_strategy_keeps_one_rendezvous_per_holder() {
         let yaml = "torchrun: [/t]\nscript: [/s]\nstrategy: elastic\nelastic: { min_nodes: 2, max_nodes: 8 }\n";
         let l: Launcher = serde_yaml::from_str(yaml).unwrap();
-        let plan = |generation, hosts: &[&str]| LaunchPlan {
-            generation,
-            hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
-        };
-        let me: IpAddr = "10.0.1.6".parse().unwrap();
-        let g3 = Placement::of(
-            &plan(3, &["10.0.1.5", "10.0.1.6"]),
-            me,
-            29400,
-            Strategy::Elastic,
-        )
-        .unwrap();
+        let e = Strategy::Elastic;
+        let at = |generation, hosts: &[&str]| placed(&plan(generation, hosts), "10.0.1.6", e);
+        let g3 = at(3, &["10.0.1.5", "10.0.1.6"]).unwrap();
         assert_eq!(
             args(&l, "demo", &g3)[..7],
             [
@@ -266,22 +246,9 @@ mod tests {
         );
         assert!(args(&l, "demo", &g3).contains(&"--max-restarts=1000".into()));
         // A join keeps the run; a leave keeps it and names who is gone; a new holder ends it.
-        let g4 = Placement::of(
-            &plan(4, &["10.0.1.5", "10.0.1.6", "10.0.1.7"]),
-            me,
-            29400,
-            Strategy::Elastic,
-        )
-        .unwrap();
-        let g5 = Placement::of(
-            &plan(5, &["10.0.1.5", "10.0.1.6"]),
-            me,
-            29400,
-            Strategy::Elastic,
-        )
-        .unwrap();
-        let g6 = Placement::of(&plan(6, &["10.0.1.6"]), me, 29400, Strategy::Elastic).unwrap();
-        let e = Strategy::Elastic;
+        let g4 = at(4, &["10.0.1.5", "10.0.1.6", "10.0.1.7"]).unwrap();
+        let g5 = at(5, &["10.0.1.5", "10.0.1.6"]).unwrap();
+        let g6 = at(6, &["10.0.1.6"]).unwrap();
         assert!(g3.same_run(&g4, e) && g4.same_run(&g5, e) && !g5.same_run(&g6, e));
         assert!(!g3.same_run(&g4, Strategy::Generation));
         assert_eq!(g4.lost_in(&g5), ["10.0.1.7".parse::<IpAddr>().unwrap()]);
@@ -292,13 +259,10 @@ mod tests {
     fn in_place_each_node_runs_a_world_of_one_for_as_long_as_it_is_listed() {
         let yaml = "torchrun: [/t]\nscript: [/s]\nstrategy: in_place\nin_place: { lighthouse: '10.0.0.5:29510' }\n";
         let l: Launcher = serde_yaml::from_str(yaml).unwrap();
-        let plan = |generation, hosts: &[&str]| LaunchPlan {
-            generation,
-            hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
+        let at = |generation, hosts: &[&str]| {
+            placed(&plan(generation, hosts), "10.0.1.6", Strategy::InPlace)
         };
-        let me: IpAddr = "10.0.1.6".parse().unwrap();
-        let at = |p: &LaunchPlan| Placement::of(p, me, 29400, Strategy::InPlace);
-        let g3 = at(&plan(3, &["10.0.1.5", "10.0.1.6"])).unwrap();
+        let g3 = at(3, &["10.0.1.5", "10.0.1.6"]).unwrap();
         assert_eq!(
             args(&l, "demo", &g3)[..7],
             [
@@ -313,24 +277,14 @@ mod tests {
         );
         assert!(args(&l, "demo", &g3).contains(&"--max-restarts=10".into()));
         // Joins and leaves of others, even of the first node, keep the run.
-        let g4 = at(&plan(4, &["10.0.1.6", "10.0.1.7"])).unwrap();
+        let g4 = at(4, &["10.0.1.6", "10.0.1.7"]).unwrap();
         assert!(g3.same_run(&g4, Strategy::InPlace));
-        assert!(at(&plan(5, &["10.0.1.7"])).is_none());
+        assert!(at(5, &["10.0.1.7"]).is_none());
     }
 
     #[test]
     fn an_ipv6_endpoint_is_bracketed() {
-        let plan = LaunchPlan {
-            generation: 1,
-            hosts: vec!["fe80::7".parse().unwrap()],
-        };
-        let at = Placement::of(
-            &plan,
-            "fe80::7".parse().unwrap(),
-            29400,
-            Strategy::Generation,
-        )
-        .unwrap();
+        let at = placed(&plan(1, &["fe80::7"]), "fe80::7", Strategy::Generation).unwrap();
         assert!(args(&launcher(), "c", &at).contains(&"--rdzv-endpoint=[fe80::7]:29400".into()));
     }
 }
