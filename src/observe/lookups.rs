@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 
 /// Calls that may be spent at once on lookups a report prompted.
-pub const BURST: u32 = 7;
+pub const BURST: u32 = 6;
 /// One more call may be spent every this long.
-pub const REFILL: Duration = Duration::from_secs(10);
+pub const REFILL: Duration = Duration::from_secs(12);
 /// Values per DescribeInstances filter (see `observe::ec2`): one call reads this many.
 const PER_CALL: usize = 100;
 /// The first wait before asking again about an IP no instance had.

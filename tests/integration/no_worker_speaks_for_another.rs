@@ -329,7 +329,7 @@ fn marker_names_for_unknown_ips_cost_bounded_calls_and_no_memory() {
         .iter()
         .for_each(|p| std::fs::remove_file(p).unwrap());
     let mut after = Vec::new();
-    for round in 0..4 {
+    for round in 0..5 {
         let planted = plant_markers(&c, addresses(20_000, false, round));
         c.wait_passes(4);
         planted
@@ -339,8 +339,10 @@ fn marker_names_for_unknown_ips_cost_bounded_calls_and_no_memory() {
         after.push(rss_kb(pid));
     }
     eprintln!("FIGURE dtd VmRSS after each round of 20,000 planted names: {after:?} kB");
+    // The allocator's noise is up to about 2.5 MB between rounds (measured on a busy machine);
+    // a leak of even 100 bytes a name grows 6 MB over the last three rounds.
     assert!(
-        after[3] <= after[1] + 2048,
+        after[4] <= after[1] + 4096,
         "dtd's memory grew with names that are gone: {after:?} kB"
     );
 }
