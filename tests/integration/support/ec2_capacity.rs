@@ -13,7 +13,9 @@
 //!   answers then carry the instance's `capacityReservationId` and, in a Capacity Block, its
 //!   `capacity-block` lifecycle, as EC2's do.
 //! - Throttling: the next calls of an action it is told to throttle get EC2's
-//!   `RequestLimitExceeded` (HTTP 503), as EC2 answers a caller over its request rate.
+//!   `RequestLimitExceeded` (HTTP 503), as EC2 answers a caller over its request rate ("Request
+//!   throttling for the Amazon EC2 API" and "Error codes for the Amazon EC2 API", EC2 API
+//!   Reference); the SDK's retry classifier counts the code as throttling.
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
