@@ -27,6 +27,21 @@ fn write_pages(cmd: Command, dir: &Path, written: &mut Vec<PathBuf>) -> std::io:
     Ok(())
 }
 
+/// What `dtd man DIR` and `dtctl man DIR` do: the pages written, a path a line; an error says
+/// which directory.
+pub fn print_man_pages(cmd: Command, dir: &Path) -> std::io::Result<()> {
+    let pages = write_man_pages(cmd, dir).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("writing man pages into {}: {e}", dir.display()),
+        )
+    })?;
+    for page in pages {
+        println!("{}", page.display());
+    }
+    Ok(())
+}
+
 /// The completion script of `cmd` for `shell`.
 pub fn write_completion(mut cmd: Command, shell: clap_complete::Shell, out: &mut dyn Write) {
     let name = cmd.get_name().to_string();

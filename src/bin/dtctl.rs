@@ -2,8 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use dt::config::Config;
@@ -139,7 +137,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             dt::manual::write_completion(Cli::command(), *shell, &mut std::io::stdout());
             return Ok(());
         }
-        Command::Man { dir } => return man(Cli::command(), dir),
+        Command::Man { dir } => return Ok(dt::manual::print_man_pages(Cli::command(), dir)?),
         _ => {}
     }
     let cfg = Config::load(&cli.config)?;
@@ -175,13 +173,4 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             unreachable!("answered before the configuration was read")
         }
     }
-}
-
-fn man(cmd: clap::Command, dir: &std::path::Path) -> anyhow::Result<()> {
-    let pages = dt::manual::write_man_pages(cmd, dir)
-        .with_context(|| format!("writing man pages into {}", dir.display()))?;
-    for page in pages {
-        println!("{}", page.display());
-    }
-    Ok(())
 }

@@ -61,14 +61,7 @@ async fn main() -> anyhow::Result<()> {
             };
             agent(config, overrides).await
         }
-        Command::Man { dir } => {
-            let pages = dt::manual::write_man_pages(Cli::command(), &dir)
-                .with_context(|| format!("writing man pages into {}", dir.display()))?;
-            for page in pages {
-                println!("{}", page.display());
-            }
-            Ok(())
-        }
+        Command::Man { dir } => Ok(dt::manual::print_man_pages(Cli::command(), &dir)?),
     }
 }
 
