@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::support::ec2_capacity::Ec2CapacityStandIn;
-use crate::support::prometheus::{get, Prometheus};
+use crate::support::prometheus::{get, percent_encode, Prometheus};
 use crate::support::webhook::WebhookReceiver;
 use crate::support::*;
 
@@ -39,15 +39,7 @@ fn as_grafana_sends(expr: &str) -> String {
 
 /// The series of an instant query (an empty list when it matched nothing), or why not.
 fn series(prom: &Prometheus, query: &str) -> Result<usize, String> {
-    let encoded: String = query
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let encoded = percent_encode(query);
     let (code, body) = get(prom.addr, &format!("/api/v1/query?query={encoded}"))?;
     let v: serde_json::Value =
         serde_json::from_str(&body).map_err(|e| format!("HTTP {code}: {e}: {body}"))?;

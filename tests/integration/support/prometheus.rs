@@ -119,7 +119,8 @@ pub fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     Ok((code, body.to_string()))
 }
 
-fn percent_encode(s: &str) -> String {
+/// A query as the query string of a URL carries it.
+pub fn percent_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
