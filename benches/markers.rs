@@ -1,9 +1,9 @@
 //! How long the master's read of the shared directory's reports takes with every worker's
 //! signed success marker and health report there, and what it believes of them (the scan, then
 //! the book's judgement against each instance's agent key): `cargo bench --bench markers`. A
-//! report is read, and its signature checked, only when its agent replaced it (a new inode), so
-//! the steady pass lists the directory and reads nothing; the "all replaced" figure is the worst
-//! case, every agent having just rewritten its report.
+//! report is read, and its signature checked, only when its agent replaced it (a new file
+//! version: one `stat` per file), so the steady pass lists the directory and reads nothing;
+//! the "all replaced" figure is the worst case, every agent having just rewritten its report.
 //!
 //! With `job.launcher` every worker also has a `launcher_<ip>` report, which its agent signs
 //! again every `silent_after` / 4 (7.5 s by default) as its heartbeat: the third figure is a pass

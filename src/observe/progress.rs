@@ -5,24 +5,13 @@
 //! It is written by the job on the shared file system: opened without blocking, a regular file
 //! only, at most [`MAX_BYTES`]; anything else is warned about once and reported as unreadable.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::file_version::FileVersion;
 use crate::fsutil::millis_from_rfc3339;
 use crate::model::Progress;
 use crate::protocol::progress::{ProgressLine, MAX_BYTES};
 use crate::untrusted::{self, WarnOnce};
-
-/// What identifies one version of the file: a rename gives a new inode, a rewrite in place a
-/// new size or modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Version {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
 
 pub struct ProgressReader {
     path: PathBuf,
@@ -31,7 +20,7 @@ pub struct ProgressReader {
     /// Set while the file is refused for its owner, for the journal and status.
     not_owned: Option<String>,
     /// The version last read and what it held.
-    last: Option<(Version, Result<Progress, String>)>,
+    last: Option<(FileVersion, Result<Progress, String>)>,
     refused: WarnOnce,
     /// Versions opened and read so far: what the `stat` first saves.
     opened: u64,
@@ -60,13 +49,7 @@ impl ProgressReader {
             }
             Err(e) => return Some(Err(format!("{}: {e}", self.path.display()))),
         };
-        let version = Version {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            len: meta.len(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-        };
+        let version = FileVersion::of(&meta);
         if let Some((known, read)) = &self.last {
             if *known == version {
                 return Some(read.clone());

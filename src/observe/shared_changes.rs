@@ -9,12 +9,12 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::file_version::FileVersion;
 use crate::protocol::markers::MarkerName;
 
 /// Names looked at per check: a directory a worker filled with millions of files costs a bounded
@@ -67,7 +67,7 @@ pub fn signature(w: &Watched) -> u64 {
     }
     for f in &w.files {
         match fs::symlink_metadata(f) {
-            Ok(m) => (m.len(), m.mtime(), m.mtime_nsec(), m.ino()).hash(&mut h),
+            Ok(m) => FileVersion::of(&m).hash(&mut h),
             Err(e) => e.kind().hash(&mut h),
         }
     }

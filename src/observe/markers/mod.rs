@@ -1,6 +1,7 @@
 //! The workers' reports in the shared directory (`prepare_data_success_<ip>`, `health_<ip>`, …):
-//! one directory read per pass, each file read only when it is new or replaced (a new inode), so
-//! a pass over a thousand workers reads only the reports that changed.
+//! one directory read per pass, each file read only when it is new or replaced (a new
+//! [`FileVersion`]: one `stat` each), so a pass over a thousand workers reads only the reports
+//! that changed.
 //!
 //! A name whose IP part does not parse is ignored with a warning and never used to build a path
 //! or a command. What a report is believed for is [`book`]'s: here a file is only read.
@@ -11,10 +12,10 @@ pub mod read;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::file_version::FileVersion;
 use crate::model::Millis;
 use crate::protocol::markers::{MarkerName, NameError, PREPARE_DATA_PREFIX};
 pub use read::{Body, LauncherBody, Read};
@@ -30,7 +31,7 @@ pub struct MarkerScanner {
     /// Names warned about, so a bad file is reported once, not every pass; forgotten once the
     /// file is gone.
     warned: HashSet<OsString>,
-    /// Each report as read, by name: read again only when its inode changes.
+    /// Each report as read, by name: read again only when its version changes.
     files: BTreeMap<MarkerName, Arc<Read>>,
 }
 
@@ -76,18 +77,20 @@ impl MarkerScanner {
                 return None;
             }
         };
-        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+        // Not followed: a link is no report.
+        let meta = entry.metadata().ok()?;
+        if !meta.file_type().is_file() {
             self.warn(&file, "not a regular file");
             return None;
         }
-        let ino = entry.ino();
+        let version = FileVersion::of(&meta);
         let known = self.files.get(&name);
-        if let Some(read) = known.filter(|r| r.ino == ino) {
+        if let Some(read) = known.filter(|r| r.version == version) {
             return Some((name, Arc::clone(read)));
         }
         // A success marker is timed by its first version: a replacement is not a new readiness.
-        let modified = known.and_then(|k| k.modified).or_else(|| modified(entry));
-        let read = read::read(&entry.path(), &name, ino, modified);
+        let modified = known.and_then(|k| k.modified).or_else(|| modified(&meta));
+        let read = read::read(&entry.path(), &name, version, modified);
         if let Err(why) = &read.body {
             self.warn(&file, why);
         }
@@ -102,8 +105,8 @@ impl MarkerScanner {
 }
 
 /// The entry's own modification time (a symbolic link is never followed: it is refused above).
-fn modified(entry: &fs::DirEntry) -> Option<Millis> {
-    let modified = entry.metadata().ok()?.modified().ok()?;
+fn modified(meta: &fs::Metadata) -> Option<Millis> {
+    let modified = meta.modified().ok()?;
     let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
     Some(since.as_millis() as Millis)
 }

@@ -1,12 +1,13 @@
 //! One report file read: its body parsed, and its signature checked against the key it names.
 //! Whose key that must be is not known here (see [`super::book`]); a file is read again only
-//! when it is replaced (a new inode).
+//! when it is replaced (a new [`FileVersion`]).
 
 use std::net::IpAddr;
 use std::path::Path;
 
 use crate::fsutil::millis_from_rfc3339;
 use crate::model::{Health, Millis, Notice, NoticeKind, NoticeTarget};
+use crate::observe::file_version::FileVersion;
 use crate::protocol::health::HealthReport;
 use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
 use crate::protocol::launcher::{LauncherReport, LauncherState};
@@ -23,7 +24,7 @@ const MAX_INSTANCE_ID: usize = 64;
 /// A report file as read.
 #[derive(Debug, Clone)]
 pub struct Read {
-    pub ino: u64,
+    pub version: FileVersion,
     /// Its modification time when first seen (a success marker's is when the worker was ready).
     pub modified: Option<Millis>,
     /// Who signed it (verified against the key it names), or why no one did.
@@ -76,23 +77,28 @@ impl Body {
 }
 
 /// Reads the report at `path` (a regular file, already listed as `name`).
-pub fn read(path: &Path, name: &MarkerName, ino: u64, modified: Option<Millis>) -> Read {
+pub fn read(
+    path: &Path,
+    name: &MarkerName,
+    version: FileVersion,
+    modified: Option<Millis>,
+) -> Read {
     let bytes = match untrusted::read_prefix(path, MAX_REPORT_BYTES) {
         Ok(Some(bytes)) => bytes,
-        Ok(None) => return failed(ino, modified, "vanished while read".into()),
-        Err(e) => return failed(ino, modified, format!("cannot be read: {e}")),
+        Ok(None) => return failed(version, modified, "vanished while read".into()),
+        Err(e) => return failed(version, modified, format!("cannot be read: {e}")),
     };
     Read {
-        ino,
+        version,
         modified,
         signed: signed::open(name, &bytes),
         body: parse(name, &bytes),
     }
 }
 
-fn failed(ino: u64, modified: Option<Millis>, why: String) -> Read {
+fn failed(version: FileVersion, modified: Option<Millis>, why: String) -> Read {
     Read {
-        ino,
+        version,
         modified,
         signed: Err(SignError::Unsigned),
         body: Err(why),

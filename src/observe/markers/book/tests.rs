@@ -1,4 +1,5 @@
 use super::*;
+use crate::observe::file_version::FileVersion;
 use crate::observe::markers::read;
 use crate::protocol::health::HealthReport;
 use crate::protocol::launcher::{LauncherReport, LauncherState};
@@ -48,13 +49,14 @@ fn launcher(state: LauncherState) -> Vec<u8> {
     .render()
 }
 
-/// A scan holding one file, as the scanner reads it (`ino` tells versions apart).
-fn scan_of(kind: MarkerKind, bytes: &[u8], ino: u64) -> Scan {
+/// A scan holding one file, as the scanner reads it.
+fn scan_of(kind: MarkerKind, bytes: &[u8]) -> Scan {
     let dir = tempfile::tempdir().unwrap();
     let n = name(kind);
     let path = dir.path().join(n.to_string());
     std::fs::write(&path, bytes).unwrap();
-    let read = read::read(&path, &n, ino, Some(1_000));
+    let version = FileVersion::of(&std::fs::symlink_metadata(&path).unwrap());
+    let read = read::read(&path, &n, version, Some(1_000));
     Scan {
         files: BTreeMap::from([(n, Arc::new(read))]),
     }
@@ -90,11 +92,7 @@ fn only_the_instances_own_agent_is_believed() {
     let mut book = Book::default();
     let n = name(MarkerKind::Health);
     // Another worker's agent (or user code with a key of its own) signs B's report.
-    let forged = scan_of(
-        MarkerKind::Health,
-        &other.sign(&n, &health(false, ID), 5),
-        1,
-    );
+    let forged = scan_of(MarkerKind::Health, &other.sign(&n, &health(false, ID), 5));
     let m = book.judge(&forged, &judging(&keys, 10));
     assert!(m.health.is_empty());
     assert_eq!(m.refused.len(), 1);
@@ -106,11 +104,11 @@ fn only_the_instances_own_agent_is_believed() {
         m.refused
     );
     // Unsigned: refused too.
-    let unsigned = scan_of(MarkerKind::Health, &health(false, ID), 2);
+    let unsigned = scan_of(MarkerKind::Health, &health(false, ID));
     let m = book.judge(&unsigned, &judging(&keys, 10));
     assert!(m.health.is_empty() && m.refused[0].class == "unsigned");
     // The agent's own: believed.
-    let own_report = scan_of(MarkerKind::Health, &own.sign(&n, &health(false, ID), 6), 3);
+    let own_report = scan_of(MarkerKind::Health, &own.sign(&n, &health(false, ID), 6));
     let m = book.judge(&own_report, &judging(&keys, 10));
     assert!(!m.health[&ip()].ok, "{m:?}");
     assert!(m.refused.is_empty());
@@ -124,16 +122,13 @@ fn a_report_deleted_or_replaced_by_an_older_one_changes_nothing() {
     let mut book = Book::default();
     let healthy_then = own.sign(&n, &health(true, ID), 5);
     let sick_now = own.sign(&n, &health(false, ID), 9);
-    book.judge(
-        &scan_of(MarkerKind::Health, &sick_now, 1),
-        &judging(&keys, 10),
-    );
+    book.judge(&scan_of(MarkerKind::Health, &sick_now), &judging(&keys, 10));
     // Deleted: still what the agent last said.
     let m = book.judge(&Scan::default(), &judging(&keys, 11));
     assert!(!m.health[&ip()].ok);
     // The agent's older report put back: refused, and the newer one still counts.
     let m = book.judge(
-        &scan_of(MarkerKind::Health, &healthy_then, 2),
+        &scan_of(MarkerKind::Health, &healthy_then),
         &judging(&keys, 12),
     );
     assert!(!m.health[&ip()].ok);
@@ -151,12 +146,12 @@ fn a_report_naming_another_instance_is_refused_and_one_without_a_key_waits() {
     let n = name(MarkerKind::Success);
     let mut book = Book::default();
     let line = b"{\"instance_id\":\"i-0c0000000000000c6\"}\n";
-    let other_instance = scan_of(MarkerKind::Success, &own.sign(&n, line, 3), 1);
+    let other_instance = scan_of(MarkerKind::Success, &own.sign(&n, line, 3));
     let m = book.judge(&other_instance, &judging(&keys(Some(&own)), 10));
     assert!(m.success.is_empty());
     assert!(m.refused[0].why.contains("names \"i-0c0000000000000c6\""));
     let mine = format!("{{\"instance_id\":\"{ID}\"}}\n");
-    let signed = scan_of(MarkerKind::Success, &own.sign(&n, mine.as_bytes(), 4), 2);
+    let signed = scan_of(MarkerKind::Success, &own.sign(&n, mine.as_bytes(), 4));
     let m = book.judge(&signed, &judging(&keys(None), 10));
     assert!(m.success.is_empty() && m.refused.is_empty());
     assert!(m.pending.contains(&ip()));
@@ -171,7 +166,7 @@ fn reports_are_forgotten_when_ec2_lists_another_instance_at_the_ip() {
     let n = name(MarkerKind::Success);
     let mut book = Book::default();
     let mine = format!("{{\"instance_id\":\"{ID}\"}}\n");
-    let signed = scan_of(MarkerKind::Success, &own.sign(&n, mine.as_bytes(), 4), 2);
+    let signed = scan_of(MarkerKind::Success, &own.sign(&n, mine.as_bytes(), 4));
     book.judge(&signed, &judging(&keys(Some(&own)), 10));
     let reused = Keys {
         by_ip: HashMap::from([(ip(), ("i-0d0000000000000d7".to_string(), None))]),
@@ -191,13 +186,13 @@ fn a_launcher_is_heard_only_from_a_newer_fresh_report() {
     let at = 1_000_000;
     let first = own.sign(&n, &launcher(LauncherState::Running), at);
     let m = book.judge(
-        &scan_of(MarkerKind::Launcher, &first, 1),
+        &scan_of(MarkerKind::Launcher, &first),
         &judging(&keys, at + 100),
     );
     assert_eq!(m.launchers[&ip()].heard_at, at + 100);
     // The same report read again later: not heard again.
     let m = book.judge(
-        &scan_of(MarkerKind::Launcher, &first, 1),
+        &scan_of(MarkerKind::Launcher, &first),
         &judging(&keys, at + 40_000),
     );
     assert_eq!(m.launchers[&ip()].heard_at, at + 100);
@@ -205,14 +200,14 @@ fn a_launcher_is_heard_only_from_a_newer_fresh_report() {
     // is not the node answering now.
     let late = own.sign(&n, &launcher(LauncherState::Stopping), at + 1);
     let m = book.judge(
-        &scan_of(MarkerKind::Launcher, &late, 2),
+        &scan_of(MarkerKind::Launcher, &late),
         &judging(&keys, at + 40_001),
     );
     assert_eq!(m.launchers[&ip()].state, LauncherState::Stopping);
     assert_eq!(m.launchers[&ip()].heard_at, at + 100);
     let fresh = own.sign(&n, &launcher(LauncherState::Stopping), at + 40_000);
     let m = book.judge(
-        &scan_of(MarkerKind::Launcher, &fresh, 3),
+        &scan_of(MarkerKind::Launcher, &fresh),
         &judging(&keys, at + 40_002),
     );
     assert_eq!(m.launchers[&ip()].heard_at, at + 40_002);
@@ -228,8 +223,8 @@ fn unsigned_mode_takes_prepare_data_markers_and_ignores_the_rest() {
         now: 10,
         fresh: 30_000,
     };
-    let m = book.judge(&scan_of(MarkerKind::Success, b"", 1), &j);
+    let m = book.judge(&scan_of(MarkerKind::Success, b""), &j);
     assert!(m.success.contains(&ip()));
-    let m = book.judge(&scan_of(MarkerKind::Health, &health(false, ID), 2), &j);
+    let m = book.judge(&scan_of(MarkerKind::Health, &health(false, ID)), &j);
     assert!(m.health.is_empty() && m.refused.is_empty());
 }
