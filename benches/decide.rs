@@ -94,6 +94,8 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         notices: Vec::new(),
         group: None,
         resume_requested: None,
+        subnet_zones: Default::default(),
+        capacity_refusals: Vec::new(),
         mount_targets: None,
         progress: None,
     };

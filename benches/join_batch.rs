@@ -73,6 +73,8 @@ fn simulate(batch_ms: u64, at_checkpoint: bool, arrive: &[u64]) -> Cost {
             notices: Vec::new(),
             group: None,
             resume_requested: None,
+            subnet_zones: Default::default(),
+            capacity_refusals: Vec::new(),
             mount_targets: None,
             progress: Some(Ok(Progress {
                 step: t,

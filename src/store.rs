@@ -37,6 +37,10 @@ impl Paths {
     pub fn resume(&self) -> PathBuf {
         self.dir.join("resume")
     }
+    /// Written by `dtctl add`: the capacity choices EC2 refused it.
+    pub fn capacity_refusals(&self) -> PathBuf {
+        self.dir.join(crate::protocol::capacity_refusals::FILE)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

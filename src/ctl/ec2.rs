@@ -1,6 +1,6 @@
 //! `dtctl` commands that act on AWS exactly as a person at the EC2 console would.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, Context};
@@ -13,9 +13,15 @@ use crate::model::{Instance, WorkerStatus};
 use crate::observe::ec2::{resolve_launch_template, Ec2Observer};
 
 use crate::act::capacity;
+use crate::clock::now_millis;
 use crate::ctl::local::load_status;
-use crate::model::{CapacityStatus, Choice, LaunchChoice};
+use crate::fsutil::write_atomic;
+use crate::model::{CapacityStatus, Choice, LaunchChoice, Reservation};
+use crate::observe::ec2::subnet_zones;
 use crate::observe::reservations;
+use crate::protocol::capacity_refusals::{self, CapacityRefusal, CapacityRefusals};
+use crate::store::Paths;
+use crate::untrusted;
 
 pub async fn add(cfg: &Config, count: u32) -> anyhow::Result<()> {
     let Some(template) = cfg.workers.launch_template.as_ref() else {
@@ -32,7 +38,7 @@ async fn launch_workers(
     template: &TemplateRef,
     count: u32,
 ) -> anyhow::Result<()> {
-    let choices = launch_choices(client, usable_choices(cfg)).await;
+    let choices = launch_choices(client, usable_choices(cfg)).await?;
     let count = i32::try_from(count).context("too many workers to launch at once")?;
     let tried = capacity::launch(client, template, &choices, None, count).await;
     for (choice, code, message) in &tried.no_capacity {
@@ -41,6 +47,7 @@ async fn launch_workers(
             choice.name()
         );
     }
+    tell_dtd(cfg, &tried.no_capacity);
     let launched = tried.launched.map_err(|e| anyhow!(e))?;
     for l in &launched {
         let as_what = (l.choice.as_ref()).map_or(String::new(), |c| format!(" as {}", c.name()));
@@ -119,24 +126,97 @@ fn usable_choices(cfg: &Config) -> Vec<Choice> {
 }
 
 /// Each choice with what a launch needs to know of its reservation: whether it is a Capacity
-/// Block (launched with its own market type). Read from EC2 here, as dtd reads it.
-async fn launch_choices(client: &aws_sdk_ec2::Client, choices: Vec<Choice>) -> Vec<LaunchChoice> {
-    let ids = reservations::ids(&choices);
-    let read = match ids.is_empty() {
-        true => BTreeMap::new(),
-        false => reservations::read(client, &ids).await.unwrap_or_else(|e| {
-            println!("the reservations could not be read ({e}): each is launched into as an On-Demand Capacity Reservation");
-            BTreeMap::new()
-        }),
-    };
-    (choices.into_iter())
-        .map(|choice| LaunchChoice {
-            capacity_block: (choice.reservation_id())
-                .and_then(|id| read.get(id))
-                .is_some_and(|r| r.capacity_block),
-            choice,
+/// Block (launched with its own market type). Read from EC2 here, as dtd reads it; a choice
+/// whose reservation is in another zone than its subnet is skipped (EC2 would refuse it).
+async fn launch_choices(
+    client: &aws_sdk_ec2::Client,
+    choices: Vec<Choice>,
+) -> anyhow::Result<Vec<LaunchChoice>> {
+    let asked = choices.len();
+    let read = read_reservations(client, &choices).await;
+    let zones = reserved_subnet_zones(client, &choices, &read).await;
+    let usable: Vec<LaunchChoice> = (choices.into_iter())
+        .filter_map(|choice| {
+            let r = (choice.reservation_id()).and_then(|id| read.get(id));
+            let zone = (choice.subnet.as_ref()).and_then(|s| zones.get(s));
+            if let Some(why) = r.zip(zone).and_then(|(r, z)| r.zone_conflict(z)) {
+                println!("skipping {}: {why}", choice.name());
+                return None;
+            }
+            let capacity_block = r.is_some_and(|r| r.capacity_block);
+            Some(LaunchChoice {
+                choice,
+                capacity_block,
+            })
         })
-        .collect()
+        .collect();
+    if asked > 0 && usable.is_empty() {
+        bail!("no capacity choice can take a launch (each is skipped above)");
+    }
+    Ok(usable)
+}
+
+async fn read_reservations(
+    client: &aws_sdk_ec2::Client,
+    choices: &[Choice],
+) -> BTreeMap<String, Reservation> {
+    let ids = reservations::ids(choices);
+    if ids.is_empty() {
+        return BTreeMap::new();
+    }
+    reservations::read(client, &ids).await.unwrap_or_else(|e| {
+        println!("the reservations could not be read ({e}): each is launched into as an On-Demand Capacity Reservation");
+        BTreeMap::new()
+    })
+}
+
+/// The zone of each subnet a choice names beside a reservation that was read: only those
+/// can conflict. Unknown zones conclude nothing (the launch is sent).
+async fn reserved_subnet_zones(
+    client: &aws_sdk_ec2::Client,
+    choices: &[Choice],
+    read: &BTreeMap<String, Reservation>,
+) -> BTreeMap<String, String> {
+    let subnets: BTreeSet<String> = (choices.iter())
+        .filter(|c| c.reservation_id().is_some_and(|id| read.contains_key(id)))
+        .filter_map(|c| c.subnet.clone())
+        .collect();
+    if subnets.is_empty() {
+        return BTreeMap::new();
+    }
+    let wanted = subnets.into_iter().collect();
+    subnet_zones(client, wanted).await.unwrap_or_else(|e| {
+        println!("the choices' subnets could not be read ({e}): their zones are not checked");
+        BTreeMap::new()
+    })
+}
+
+/// What EC2 refused for lack of capacity, told to dtd (its state directory), which skips those
+/// choices for their cool-down and journals them as if its own launch had been refused.
+fn tell_dtd(cfg: &Config, refused: &[(Choice, String, String)]) {
+    if refused.is_empty() {
+        return;
+    }
+    let path = Paths::new(&cfg.state_dir).capacity_refusals();
+    let at = now_millis();
+    let new = (refused.iter()).map(|(choice, code, message)| CapacityRefusal {
+        at,
+        choice: choice.name(),
+        code: code.clone(),
+        message: message.clone(),
+    });
+    let held = match untrusted::read(&path, capacity_refusals::MAX_BYTES) {
+        Ok(Some(bytes)) => CapacityRefusals::parse(&bytes),
+        _ => CapacityRefusals::default(),
+    };
+    let written = write_atomic(&path, &held.with(new).render());
+    match written {
+        Ok(()) => println!("dtd skips the refused choices for their cool-down too"),
+        Err(e) => println!(
+            "dtd was not told ({}: {e}): it skips those choices once its own launch is refused",
+            path.display()
+        ),
+    }
 }
 
 pub async fn remove(cfg: &Config, targets: &[String]) -> anyhow::Result<()> {

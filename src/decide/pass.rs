@@ -24,6 +24,10 @@ pub(super) struct Pass<'a> {
     pub markers: Option<&'a Markers>,
     pub acks: Option<&'a Acks>,
     pub mount_targets: Option<&'a MountTargets>,
+    /// The zone of each capacity choice's subnet, as far as EC2 said.
+    pub subnet_zones: &'a std::collections::BTreeMap<String, String>,
+    /// The capacity choices EC2 refused to `dtctl add`.
+    pub add_refusals: &'a [crate::protocol::capacity_refusals::CapacityRefusal],
     /// The reservations `workers.capacity` names by id, when it names any.
     pub reservations: Option<&'a Result<std::collections::BTreeMap<String, Reservation>, String>>,
     /// The job's progress file, when stall detection reads it and the job wrote one.
@@ -74,6 +78,8 @@ impl<'a> Pass<'a> {
             markers: snap.markers.as_ref().ok(),
             acks: snap.acks.as_ref().ok(),
             mount_targets: snap.mount_targets.as_ref(),
+            subnet_zones: &snap.subnet_zones,
+            add_refusals: &snap.capacity_refusals,
             reservations: snap.reservations.as_ref(),
             progress: snap.progress.as_ref(),
             ack,

@@ -9,6 +9,7 @@ use super::pass::Pass;
 use crate::model::*;
 
 pub(super) fn send(p: &Pass, st: &mut State, out: &mut Draft) {
+    heed_add_refusals(p, st, out);
     st.no_capacity.retain(|_, u| u.until > p.now);
     show(p, st, out);
     if st.replacements.is_empty() {
@@ -72,6 +73,24 @@ fn usable(p: &Pass, st: &State) -> Result<Vec<LaunchChoice>, String> {
     })
 }
 
+/// A choice EC2 refused to `dtctl add` is skipped as if dtd's own launch had been refused:
+/// for the cool-down from the refusal, journaled once. Only the config's own choices count.
+fn heed_add_refusals(p: &Pass, st: &mut State, out: &mut Draft) {
+    let seen = st.add_refusals_seen;
+    let new = (p.add_refusals.iter()).filter(|r| Some(r.at) > seen);
+    for r in new {
+        st.add_refusals_seen = st.add_refusals_seen.max(Some(r.at));
+        let ours = p.rules.capacity.iter().any(|c| c.name() == r.choice);
+        let until = (r.at.min(p.now)).saturating_add(p.rules.capacity_cool_down_ms);
+        if !ours || until <= p.now {
+            continue;
+        }
+        let said = super::settle::skip(st, r.choice.clone(), &r.code, &r.message, until);
+        let msg = format!("dtctl add found {said}");
+        out.event(p, EventKind::CapacityUnavailable, None, None, msg);
+    }
+}
+
 /// Why a choice is skipped now; for one that is not, whether it is a Capacity Block.
 fn skipped(p: &Pass, st: &State, c: &Choice) -> Result<bool, String> {
     if let Some(u) = st.no_capacity.get(&c.name()) {
@@ -116,8 +135,8 @@ fn reserved(p: &Pass, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, Str
             rfc3339(end)
         ));
     }
-    if let Some(zone) = subnet_zone.filter(|z| *z != r.zone) {
-        return Err(format!("{id} is in {}, its subnet in {zone}", r.zone));
+    if let Some(why) = subnet_zone.and_then(|z| r.zone_conflict(z)) {
+        return Err(why);
     }
     match unmountable(p, &r.zone) {
         Some(why) => Err(format!("{id} is in {why}")),
@@ -126,10 +145,7 @@ fn reserved(p: &Pass, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, Str
 }
 
 fn subnet_zone<'p>(p: &Pass<'p>, subnet: &str) -> Option<&'p str> {
-    p.mount_targets?
-        .subnet_zones
-        .get(subnet)
-        .map(String::as_str)
+    p.subnet_zones.get(subnet).map(String::as_str)
 }
 
 /// `zone, where fs-... has no mount target` when the shared file system cannot serve it;

@@ -37,22 +37,32 @@ fn cool_down(rules: &Rules, state: &mut State, applied: &Applied, now: Millis) -
     let until = now.saturating_add(rules.capacity_cool_down_ms);
     let mut events = Vec::new();
     for (choice, code, message) in &applied.no_capacity {
-        let name = choice.name();
-        let message: String = message.chars().take(300).collect();
-        let text = format!(
-            "no capacity for {name}: {code} ({message}); skipped until {}, the next choice is tried",
-            rfc3339(until)
-        );
+        let text = skip(state, choice.name(), code, message, until);
         events.push(Event::new(now, EventKind::CapacityUnavailable, text));
-        let code = code.clone();
-        let u = Unavailable {
-            until,
-            code,
-            message,
-        };
-        state.no_capacity.insert(name, u);
     }
     events
+}
+
+/// Skips the choice named `name` until `until`; returns what the journal says of it.
+pub(super) fn skip(
+    state: &mut State,
+    name: String,
+    code: &str,
+    message: &str,
+    until: Millis,
+) -> String {
+    let message: String = message.chars().take(300).collect();
+    let text = format!(
+        "no capacity for {name}: {code} ({message}); skipped until {}, the next choice is tried",
+        rfc3339(until)
+    );
+    let u = Unavailable {
+        until,
+        code: code.to_string(),
+        message,
+    };
+    state.no_capacity.insert(name, u);
+    text
 }
 
 #[cfg(test)]

@@ -83,6 +83,16 @@ impl Reservation {
         text
     }
 
+    /// Why it cannot take a launch into a subnet of `subnet_zone`: it is in another zone.
+    pub fn zone_conflict(&self, subnet_zone: &str) -> Option<String> {
+        (self.zone != subnet_zone).then(|| {
+            format!(
+                "{} is in {}, its subnet in {subnet_zone}",
+                self.id, self.zone
+            )
+        })
+    }
+
     /// When EC2 starts terminating a Capacity Block's instances.
     pub fn terminates_at(&self) -> Option<Millis> {
         let end = self.end.filter(|_| self.capacity_block)?;

@@ -176,6 +176,10 @@ pub struct Snapshot {
     /// The zones where the shared file system has a mount target; `None` when `shared_fs_id` is
     /// not configured or the last read failed (unknown: nothing is concluded from it).
     pub mount_targets: Option<MountTargets>,
+    /// The zone of each subnet a `workers.capacity` choice names, as far as EC2 said.
+    pub subnet_zones: BTreeMap<String, String>,
+    /// The capacity choices EC2 refused to `dtctl add` (its file in the state directory).
+    pub capacity_refusals: Vec<crate::protocol::capacity_refusals::CapacityRefusal>,
     /// The job's progress file, read only with `job.stall` configured: `None` when it is not,
     /// or the job has written none; `Err(why)` when it cannot be read (nothing is concluded).
     pub progress: Option<Result<Progress, String>>,
@@ -190,8 +194,6 @@ pub struct Snapshot {
 pub struct MountTargets {
     pub fs_id: String,
     pub zones: BTreeSet<String>,
-    /// The zone of each subnet a `workers.capacity` choice names, as far as EC2 said.
-    pub subnet_zones: BTreeMap<String, String>,
 }
 
 /// The worker Auto Scaling group as DescribeAutoScalingGroups and DescribeLifecycleHooks see it.

@@ -112,6 +112,9 @@ pub struct State {
     /// The `dtctl resume` request already honoured.
     #[serde(default)]
     pub resumed_at: Option<Millis>,
+    /// The newest capacity refusal of `dtctl add` already heeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_refusals_seen: Option<Millis>,
     /// Instances already journaled as waiting in a zone without a mount target, so a pass (or
     /// a restarted dtd) does not journal them again.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]

@@ -191,7 +191,6 @@ impl MountTargetCache {
         self.known.as_ref().map(|zones| MountTargets {
             fs_id: self.fs_id.clone(),
             zones: zones.clone(),
-            ..MountTargets::default()
         })
     }
 

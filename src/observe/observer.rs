@@ -88,6 +88,7 @@ impl Observer {
             markers: MarkerScanner::new(&cfg.shared_dir),
             acks: AckReader::new(&ack.file, log, owner, known.clone()),
             resume: paths.resume(),
+            capacity_refusals: paths.capacity_refusals(),
             progress: reads_progress(cfg).then(|| ProgressReader::new(&cfg.job.progress, owner)),
         };
         let tags = &cfg.workers.tags;
@@ -105,10 +106,7 @@ impl Observer {
             launch_template_id: None,
             subnet_zones: BTreeMap::new(),
             subnets_asked: None,
-            subnets_unread: match cfg.shared_fs_id {
-                Some(_) => capacity_subnets(cfg),
-                None => Vec::new(),
-            },
+            subnets_unread: capacity_subnets(cfg),
             reservations: ReservationWatch::new(
                 clients.ec2.clone(),
                 reservations::ids(choices(cfg)),
@@ -154,7 +152,7 @@ impl Observer {
         };
         let markers = (shared.markers).map(|scan| self.judge(cfg, &scan, &instances, pins));
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
-        let mount_targets = self.with_subnet_zones(mount_targets).await;
+        let subnet_zones = self.subnet_zones().await;
         let snap = Snapshot {
             instances,
             notices: self.inbox.notices(&markers),
@@ -162,7 +160,9 @@ impl Observer {
             acks: shared.acks,
             group: self.group.clone(),
             resume_requested: shared.resume_requested,
+            capacity_refusals: shared.capacity_refusals,
             mount_targets,
+            subnet_zones,
             progress: shared.progress,
             reservations,
         };
@@ -226,7 +226,7 @@ impl Observer {
         let files = std::iter::once(ack.file.clone()).chain(ack.host_worker_log.clone());
         let watched = Watched {
             dir: cfg.shared_dir.clone(),
-            files: files.chain([paths.resume()]).collect(),
+            files: (files.chain([paths.resume(), paths.capacity_refusals()])).collect(),
         };
         match shared_changes::spawn(watched, cfg.shared_poll) {
             Ok(rx) => Some(rx),
@@ -265,10 +265,9 @@ impl Observer {
         (view, watch.cache().error().map(str::to_string))
     }
 
-    /// Reads the capacity choices' subnets' zones until it has them (a failure is tried again
-    /// a minute later), and lends them to the mount-target view.
-    async fn with_subnet_zones(&mut self, view: Option<MountTargets>) -> Option<MountTargets> {
-        let mut view = view?;
+    /// The capacity choices' subnets' zones, read until EC2 gave them (a failure is tried again
+    /// a minute later): a subnet never moves.
+    async fn subnet_zones(&mut self) -> BTreeMap<String, String> {
         let due = (self.subnets_asked).is_none_or(|at| at.elapsed() >= SUBNETS_RETRY);
         if !self.subnets_unread.is_empty() && due {
             self.subnets_asked = Some(Instant::now());
@@ -282,8 +281,7 @@ impl Observer {
                 Err(e) => tracing::warn!("capacity choices' zones unknown: {e}"),
             }
         }
-        view.subnet_zones = self.subnet_zones.clone();
-        Some(view)
+        self.subnet_zones.clone()
     }
 
     async fn resolve_launch_template(&mut self, cfg: &Config) -> Result<(), String> {

@@ -1,5 +1,5 @@
-//! The pass's reads of the shared directory: markers, acknowledgements, `dtctl resume` and the
-//! job's progress, all on one thread within the shared directory's deadline.
+//! The pass's reads of the shared directory: markers, acknowledgements, `dtctl resume`, the
+//! capacity `dtctl add` found refused, and the job's progress, all on one thread within the shared directory's deadline.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -9,6 +9,7 @@ use crate::model::*;
 use crate::observe::acks::AckReader;
 use crate::observe::markers::{MarkerScanner, Scan};
 use crate::observe::progress::ProgressReader;
+use crate::protocol::capacity_refusals::{self, CapacityRefusal, CapacityRefusals};
 use crate::untrusted;
 
 /// What the pass reads from the shared directory, all on one thread with one deadline.
@@ -16,6 +17,7 @@ pub struct SharedReaders {
     pub markers: MarkerScanner,
     pub acks: AckReader,
     pub resume: PathBuf,
+    pub capacity_refusals: PathBuf,
     /// With `job.stall` configured only.
     pub progress: Option<ProgressReader>,
 }
@@ -25,6 +27,7 @@ pub struct SharedView {
     pub markers: Result<Scan, String>,
     pub acks: Result<Acks, String>,
     pub resume_requested: Option<Millis>,
+    pub capacity_refusals: Vec<CapacityRefusal>,
     pub progress: Option<Result<Progress, String>>,
 }
 
@@ -41,6 +44,7 @@ impl SharedReaders {
             markers: self.markers.scan(),
             acks,
             resume_requested: resume_requested(&self.resume),
+            capacity_refusals: capacity_refusals(&self.capacity_refusals),
             progress,
         }
     }
@@ -50,6 +54,14 @@ impl SharedReaders {
 fn resume_requested(path: &std::path::Path) -> Option<Millis> {
     let bytes = untrusted::read(path, 32).ok()??;
     String::from_utf8_lossy(&bytes).trim().parse().ok()
+}
+
+/// What `dtctl add` wrote; anything unreadable is no refusal.
+fn capacity_refusals(path: &std::path::Path) -> Vec<CapacityRefusal> {
+    match untrusted::read(path, capacity_refusals::MAX_BYTES) {
+        Ok(Some(bytes)) => CapacityRefusals::parse(&bytes).refusals,
+        _ => Vec::new(),
+    }
 }
 
 /// Reads everything within `fs`'s deadline; a stall makes markers and acknowledgements fail,
@@ -75,6 +87,7 @@ pub async fn read(
             markers: Err(stalled.clone()),
             acks: Err(stalled),
             resume_requested: None,
+            capacity_refusals: Vec::new(),
         },
     }
 }

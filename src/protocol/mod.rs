@@ -15,9 +15,11 @@
 //! | `generation` | `dtd run`, after the host files | the job | [`generation`] |
 //! | `ack` | the job, or `dtctl ack G` | `dtd run` | [`generation`] |
 //! | `progress` | the job (optional) | `dtd run`, with `job.stall` | [`progress`] |
+//! | `capacity_refusals` (dtd's state directory) | `dtctl add` | `dtd run` | [`capacity_refusals`] |
 //!
 //! The host files themselves are rendered by [`crate::hostfile`]: only the master writes them.
 
+pub mod capacity_refusals;
 pub mod generation;
 pub mod health;
 pub mod host_worker_log;

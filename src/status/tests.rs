@@ -34,6 +34,8 @@ fn a_report_is_built_from_what_a_pass_saw_and_decided() {
         notices: Vec::new(),
         group: None,
         resume_requested: None,
+        subnet_zones: Default::default(),
+        capacity_refusals: Vec::new(),
         mount_targets: None,
         progress: None,
         reservations: None,
@@ -213,6 +215,8 @@ fn empty_snapshot() -> Snapshot {
         notices: Vec::new(),
         group: None,
         resume_requested: None,
+        subnet_zones: Default::default(),
+        capacity_refusals: Vec::new(),
         mount_targets: None,
         progress: None,
     }

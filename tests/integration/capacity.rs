@@ -366,3 +366,90 @@ fn a_replacement_is_launched_into_the_capacity_block_with_its_market_type() {
         .clone();
     assert_eq!(row["market"], "capacity-block", "{row}");
 }
+
+/// p5 from the Capacity Block (us-east-1a) in a subnet of us-east-1b, then p4d as the template
+/// has it; no `shared_fs_id`.
+fn cross_zone_cluster() -> (Cluster, Ec2CapacityStandIn, String) {
+    let mut c = Cluster::new();
+    let stand_in = Ec2CapacityStandIn::start(c.moto.port);
+    stand_in.reserve(BLOCK, "p5.48xlarge", 1, Duration::from_secs(3 * 3600), true);
+    let (_, subnets) = c.vpc_with_subnets("10.8.0.0/16", &[("10.8.1.0/24", "us-east-1b")]);
+    let subnet = subnets[0].clone();
+    stand_in.subnet_in(&subnet, "us-east-1b");
+    c.worker_extra = format!(
+        "  capacity:\n    choices:\n      - {{ instance_type: p5.48xlarge, gpus: 8, reservation: {BLOCK}, subnet: {subnet} }}\n      - {{ instance_type: p4d.24xlarge, gpus: 8 }}\n"
+    );
+    c.ec2_endpoint = Some(stand_in.endpoint());
+    (c, stand_in, subnet)
+}
+
+#[test]
+fn a_reservation_in_another_zone_than_its_subnet_is_skipped_by_dtctl_add_and_dtd_without_a_shared_file_system(
+) {
+    let (mut c, stand_in, subnet) = cross_zone_cluster();
+    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
+    let why = format!("{BLOCK} is in us-east-1a, its subnet in us-east-1b");
+    // No dtd yet: dtctl reads the reservation and the subnet itself.
+    let out = c.dtctl(&["add"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(&format!(
+            "skipping p5.48xlarge in {subnet} from {BLOCK}: {why}"
+        )) && text.contains("as p4d.24xlarge"),
+        "{text}"
+    );
+    assert_eq!(
+        stand_in.run_instances_types(),
+        ["p4d.24xlarge"],
+        "p5 not sent"
+    );
+
+    c.start_dtd();
+    let status = c.wait_status_text(&format!("skipped: {why}"));
+    assert!(status.contains("2. p4d.24xlarge"), "{status}");
+}
+
+#[test]
+fn a_choice_refused_to_dtctl_add_is_skipped_by_dtd_for_its_cool_down_and_journaled_once() {
+    let (mut c, stand_in, _) = cluster("");
+    c.write_config(&c.config(0, 4, &[], &log_ack_job(&c)));
+    c.start_dtd();
+    c.wait_status_text("Capacity:    1. p5.48xlarge");
+    let out = c.dtctl(&["add"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(&format!("no capacity for p5.48xlarge: {ICE}"))
+            && text.contains("dtd skips the refused choices for their cool-down too"),
+        "{text}"
+    );
+    let status = c.wait_status_text(&format!("skipped: {ICE} until "));
+    assert!(status.contains("1. p5.48xlarge"), "{status}");
+    let said = journal_of_kind(&c, "capacity_unavailable");
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(
+        said[0].starts_with(&format!(
+            "dtctl add found no capacity for p5.48xlarge: {ICE} ("
+        )),
+        "{said:#?}"
+    );
+
+    // The next add skips it, as dtd does, and nothing more is journaled.
+    let p5 = |s: &Ec2CapacityStandIn| {
+        (s.run_instances_types().iter())
+            .filter(|t| *t == "p5.48xlarge")
+            .count()
+    };
+    let before = p5(&stand_in);
+    let out = c.dtctl(&["add"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(&format!("skipping p5.48xlarge: {ICE} until ")),
+        "{text}"
+    );
+    assert_eq!(p5(&stand_in), before, "p5 not asked again");
+    c.wait_status_text("ok 2 instances with the worker tags");
+    assert_eq!(journal_of_kind(&c, "capacity_unavailable").len(), 1);
+}

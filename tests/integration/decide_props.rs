@@ -386,6 +386,8 @@ impl World {
             notices: self.notices.clone(),
             group: None,
             resume_requested: None,
+            subnet_zones: Default::default(),
+            capacity_refusals: Vec::new(),
             mount_targets: match step.mount_targets {
                 0 => None,
                 n => Some(MountTargets {
@@ -394,7 +396,6 @@ impl World {
                         .then(|| "us-east-1a".to_string())
                         .into_iter()
                         .collect(),
-                    ..MountTargets::default()
                 }),
             },
             progress: None,

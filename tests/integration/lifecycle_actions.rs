@@ -148,6 +148,8 @@ fn held_worker() -> Snapshot {
         notices: Vec::new(),
         group: Some(Ok(group)),
         resume_requested: None,
+        subnet_zones: Default::default(),
+        capacity_refusals: Vec::new(),
         mount_targets: None,
         progress: None,
     }

@@ -102,12 +102,12 @@ fn a_choice_whose_subnet_is_in_a_zone_without_a_mount_target_is_never_tried() {
     w.mount_targets = Some(MountTargets {
         fs_id: "fs-0123abcd".into(),
         zones: ["us-east-1b".to_string()].into(),
-        subnet_zones: [
-            ("subnet-0000000a".to_string(), "us-east-1a".to_string()),
-            ("subnet-0000000b".to_string(), "us-east-1b".to_string()),
-        ]
-        .into(),
     });
+    w.subnet_zones = [
+        ("subnet-0000000a".to_string(), "us-east-1a".to_string()),
+        ("subnet-0000000b".to_string(), "us-east-1b".to_string()),
+    ]
+    .into();
     w.health("i-1", false, true, "7 of 8 GPUs visible");
     let plan = pass(&r, &mut w, &state, 10_000);
     assert_eq!(
@@ -260,7 +260,6 @@ fn a_reservation_in_a_zone_without_a_mount_target_is_skipped() {
     w.mount_targets = Some(MountTargets {
         fs_id: "fs-0123abcd".into(),
         zones: ["us-east-1b".to_string()].into(),
-        ..MountTargets::default()
     });
     let plan = pass(&r, &mut w, &state, 10_000);
     assert_eq!(launched_as(&plan), [("p5.48xlarge".to_string(), false)]);
@@ -315,4 +314,81 @@ fn a_capacity_blocks_workers_drain_when_its_end_is_forty_minutes_away() {
     let again = pass(&r, &mut w, &plan.state, end - 39 * 60_000);
     assert_eq!(drains(&again), 1);
     assert!(again.outcome.heeded_notices.is_empty());
+}
+
+#[test]
+fn a_reservation_in_another_zone_than_its_subnet_is_skipped_without_a_shared_file_system() {
+    let (mut r, mut w, state) = reserved_setup();
+    r.capacity[0].subnet = Some("subnet-0000000b".into());
+    w.subnet_zones = [("subnet-0000000b".to_string(), "us-east-1b".to_string())].into();
+    assert!(w.mount_targets.is_none(), "no shared_fs_id");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(
+        plan.outcome.capacity[0].skipped.as_deref(),
+        Some(format!("{BLOCK} is in us-east-1a, its subnet in us-east-1b").as_str())
+    );
+    let tried: Vec<String> = launched_as(&plan)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        tried,
+        [format!("p5.48xlarge from {RESERVED}"), "p5.48xlarge".into()]
+    );
+}
+
+fn refusal(at: Millis, choice: &str) -> dt::protocol::capacity_refusals::CapacityRefusal {
+    dt::protocol::capacity_refusals::CapacityRefusal {
+        at,
+        choice: choice.into(),
+        code: "InsufficientInstanceCapacity".into(),
+        message: "We currently do not have sufficient capacity".into(),
+    }
+}
+
+#[test]
+fn a_refusal_dtctl_add_met_starts_the_cool_down_once_and_only_for_the_configs_choices() {
+    let (r, mut w, state) = setup();
+    let p5 = "p5.48xlarge in subnet-0000000a";
+    w.add_refusals = vec![
+        refusal(9_000, p5),
+        refusal(9_000, "m5.large in subnet-0000000z"),
+    ];
+    let plan = pass(&r, &mut w, &state, 10_000);
+    assert_eq!(
+        plan.outcome.capacity[0].skipped.as_deref(),
+        Some("InsufficientInstanceCapacity until 1970-01-01T00:10:09Z")
+    );
+    let said: Vec<&str> = (plan.outcome.events.iter())
+        .filter(|e| e.kind == EventKind::CapacityUnavailable)
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(
+        said,
+        [format!(
+            "dtctl add found no capacity for {p5}: InsufficientInstanceCapacity (We currently do \
+             not have sufficient capacity); skipped until 1970-01-01T00:10:09Z, the next choice \
+             is tried"
+        )]
+    );
+    assert!(!plan
+        .state
+        .no_capacity
+        .contains_key("m5.large in subnet-0000000z"));
+    // Read again on the next pass: heeded once.
+    let plan = pass(&r, &mut w, &plan.state, 11_000);
+    assert!(plan
+        .outcome
+        .events
+        .iter()
+        .all(|e| e.kind != EventKind::CapacityUnavailable));
+    // A refusal older than the cool-down is over already: nothing to skip.
+    w.add_refusals
+        .push(refusal(12_000, "p4d.24xlarge in subnet-0000000b"));
+    let plan = pass(&r, &mut w, &plan.state, 700_000);
+    assert!(
+        plan.outcome.capacity.iter().all(|c| c.skipped.is_none()),
+        "{:?}",
+        plan.outcome.capacity
+    );
 }

@@ -547,7 +547,6 @@ fn mount_targets_in(zones: &[&str]) -> Option<MountTargets> {
     Some(MountTargets {
         fs_id: FS.into(),
         zones: zones.iter().map(|z| z.to_string()).collect(),
-        ..MountTargets::default()
     })
 }
 

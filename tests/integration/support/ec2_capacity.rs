@@ -7,8 +7,8 @@
 //!   document with the code, e.g. `InsufficientInstanceCapacity`).
 //! - Capacity Reservations and Capacity Blocks, which moto has no API for: it answers
 //!   DescribeCapacityReservations for those it is given, refuses a RunInstances targeting one
-//!   that is full (`ReservationCapacityExceeded`), of another type, or a Capacity Block without
-//!   the `capacity-block` market type, and counts each launch into one. moto launches the
+//!   that is full (`ReservationCapacityExceeded`), of another type, in another zone than the
+//!   launch's subnet, or a Capacity Block without the `capacity-block` market type, and counts each launch into one. moto launches the
 //!   instance (without the market type, which it would take for Spot), and DescribeInstances
 //!   answers then carry the instance's `capacityReservationId` and, in a Capacity Block, its
 //!   `capacity-block` lifecycle, as EC2's do.
@@ -37,6 +37,8 @@ struct State {
     launched_into: BTreeMap<String, String>,
     /// Action -> how many more of its calls are throttled.
     throttled: BTreeMap<String, u32>,
+    /// Subnet -> its zone, as the test made it in moto.
+    subnet_zones: BTreeMap<String, String>,
 }
 
 /// A Capacity Reservation or Capacity Block as the stand-in keeps it.
@@ -97,6 +99,13 @@ impl Ec2CapacityStandIn {
             capacity_block: block,
         };
         self.server.lock().reservations.insert(id.into(), r);
+    }
+
+    /// A subnet the test made in moto is in `zone`: a launch into it targeting a reservation
+    /// of another zone is refused.
+    pub fn subnet_in(&self, subnet: &str, zone: &str) {
+        let mut s = self.server.lock();
+        s.subnet_zones.insert(subnet.into(), zone.into());
     }
 
     /// The reservation now ends `after` from now (time passing, in one call).
@@ -228,6 +237,11 @@ fn reservation_refuses(
     if fields.get("InstanceType") != Some(&r.instance_type) {
         let msg = format!("{cr} reserves {}", r.instance_type);
         return Some(error(400, "InvalidParameterValue", &msg));
+    }
+    let subnet_zone = (fields.get("SubnetId")).and_then(|id| s.subnet_zones.get(id));
+    if let Some(zone) = subnet_zone.filter(|z| **z != r.zone) {
+        let msg = format!("{cr} is in {}, the subnet in {zone}", r.zone);
+        return Some(error(400, "InvalidParameterCombination", &msg));
     }
     if block_market != r.capacity_block {
         let msg = "The market type must be capacity-block for a Capacity Block, and only then";

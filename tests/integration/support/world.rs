@@ -90,6 +90,8 @@ pub(crate) struct World {
     pub(crate) group: Option<Result<Group, String>>,
     pub(crate) resume: Option<Millis>,
     pub(crate) mount_targets: Option<MountTargets>,
+    pub(crate) subnet_zones: BTreeMap<String, String>,
+    pub(crate) add_refusals: Vec<dt::protocol::capacity_refusals::CapacityRefusal>,
     pub(crate) progress: Option<Result<Progress, String>>,
     pub(crate) reservations: Option<Result<BTreeMap<String, Reservation>, String>>,
 }
@@ -110,6 +112,8 @@ impl World {
             notices: self.notices.clone(),
             group: self.group.clone(),
             resume_requested: self.resume,
+            subnet_zones: self.subnet_zones.clone(),
+            capacity_refusals: self.add_refusals.clone(),
             mount_targets: self.mount_targets.clone(),
             progress: self.progress.clone(),
             reservations: self.reservations.clone(),
