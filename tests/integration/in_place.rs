@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::agent::process_gone;
 use crate::support::{self, free_port, signal, tree, wait_for, wait_until};
 use crate::torchrun::{
-    figure, single_run, Node, Script, Story, JOIN, LEAVE, ONE_STORY, PHASE, SPOT, VANISH,
+    figure, single_run, Node, Script, Story, JOIN, LEAVE, PHASE, SPOT, STORIES, VANISH,
 };
 
 const STEPS: u64 = 2400;
@@ -115,7 +115,7 @@ fn check_change(
 #[test]
 fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_keep_their_processes()
 {
-    let _one = ONE_STORY.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = STORIES.enter();
     let venv = support::torch_venv();
     let port = free_port();
     let _lighthouse = Lighthouse(format!("bind=127.0.0.1:{port}"));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{self, wait_until};
-use crate::torchrun::{Script, Story, ONE_STORY, PHASE};
+use crate::torchrun::{Script, Story, PHASE, STORIES};
 
 fn tutorial() -> Script {
     Script {
@@ -65,7 +65,7 @@ fn all_in(s: &Story, n: usize) -> bool {
 }
 
 fn run(strategy: &str) {
-    let _one = ONE_STORY.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = STORIES.enter();
     let (s, workdir) = story(strategy);
     let a = s.node("127.0.0.2", false);
     let b = s.node("127.0.0.3", false);

@@ -5,11 +5,14 @@ pub mod agents;
 pub mod autoscaling;
 pub mod ec2_capacity;
 pub mod fixtures;
+pub mod gate;
 pub mod imds;
 pub mod prometheus;
 pub mod server;
 pub mod webhook;
 pub mod world;
+
+pub use gate::Gate;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
