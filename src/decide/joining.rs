@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 
 use super::draft::Draft;
 use super::pass::Pass;
-use super::{group, health, launch, launcher, mount_targets, prepare_failed, trust, worker_count};
+use super::{
+    group, health, launch, launcher_reports, mount_targets, prepare_failed, trust, worker_count,
+};
 use crate::model::*;
 
 /// A cluster instance that is not a member and carries the elastic tag.
@@ -25,7 +27,7 @@ pub(super) fn candidate(
     // Unsigned (no agent): a failure marker any worker could have written is only shown.
     let failed = shown.filter(|_| p.rules.reports_signed);
     let sick = health::unhealthy(p, at).cloned();
-    let silent = launcher::silent(p, st, at);
+    let silent = launcher_reports::silent(p, st, at);
     if !group::serving(p, at) {
         let why = failed.map(|f| format!("prepare-data failed ({f})"));
         let why = why.or_else(|| {

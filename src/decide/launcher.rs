@@ -7,28 +7,10 @@
 //! instance EC2 lists at its IP, and for a generation dtd wrote.
 
 use super::draft::Draft;
+use super::launcher_reports::{report, silent};
 use super::pass::Pass;
 use crate::model::*;
 use crate::protocol::launcher::LauncherState;
-
-/// The report of the listed cluster worker at `at`, when it names that instance and a
-/// generation dtd wrote (or none).
-fn report<'a>(p: &Pass<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
-    let inst = &p.list[at];
-    let l = p.markers?.launchers.get(&inst.ip)?;
-    l.believable(&inst.id, st.generation).then_some(l)
-}
-
-/// How long the worker at `at` has been silent: its agent's last report says its launcher runs,
-/// and no newer report came for `silent_after`. The node stopped answering (SIGSTOPped, hung
-/// kernel, cut network), or someone keeps its report from being replaced: a silence is no one's
-/// word, so it takes a worker out of the job but never gets it terminated.
-pub(super) fn silent(p: &Pass, st: &State, at: usize) -> Option<Millis> {
-    let after = p.rules.launcher_silent_ms?;
-    let l = report(p, st, at)?;
-    let quiet = p.now.saturating_sub(l.heard_at);
-    (l.state.is_active() && quiet >= after).then_some(quiet)
-}
 
 /// A member gone silent leaves the job at once, so the others start a world without it instead
 /// of waiting out a collective's timeout (30 minutes on gloo). It stays running: nothing
@@ -59,42 +41,6 @@ pub(super) fn heed_silence(p: &Pass, st: &mut State, out: &mut Draft) {
         );
         let e = super::removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg);
         e.cause = Some(Cause::Silent);
-    }
-}
-
-/// Why a leaving worker, acknowledged, is not let go yet: its launcher still runs. Not asked of
-/// a worker that left for its silence: its report will not say anything new until it answers.
-pub(super) fn still_running(p: &Pass, st: &State, r: &Removal) -> Option<String> {
-    p.rules.launcher_silent_ms?;
-    if r.cause() == Some(Cause::Silent) {
-        return None;
-    }
-    let at = p.at(&r.id)?;
-    let l = report(p, st, at)?;
-    l.state
-        .is_active()
-        .then(|| format!("its launcher to stop ({}: {})", l.state.as_str(), l.reason))
-}
-
-/// `job.ack.by: launcher`: the current generation is applied once every member's own launcher
-/// report says it runs (or finished) in it; until then the last generation that was. A
-/// leaving worker's launcher must also have stopped before it is terminated (`still_running`).
-pub(super) fn acknowledged(markers: Option<&Markers>, prev: &State) -> Option<u64> {
-    let Some(m) = markers else {
-        return prev.launcher_acked;
-    };
-    let g = prev.generation;
-    let runs = |member: &Member| {
-        m.launchers.get(&member.ip).is_some_and(|l| {
-            l.believable(&member.id, g)
-                && l.generation == Some(g)
-                && matches!(l.state, LauncherState::Running | LauncherState::Finished)
-        })
-    };
-    if prev.members.iter().all(runs) {
-        Some(g)
-    } else {
-        prev.launcher_acked
     }
 }
 

@@ -12,6 +12,7 @@
 //! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
 //! `replacements` (launches owed, over the capacity choices), `report` (rows, tags, host files).
 
+mod ack;
 mod budget;
 mod classify;
 mod draft;
@@ -20,6 +21,7 @@ mod health;
 mod joining;
 mod launch;
 mod launcher;
+mod launcher_reports;
 mod leaving;
 mod mount_targets;
 mod notices;

@@ -57,10 +57,10 @@ impl<'a> Pass<'a> {
             }
         }
         let acks = snap.acks.as_ref().ok();
-        let (ack, ack_refused) = match ack_generation(prev, acks) {
+        let (ack, ack_refused) = match super::ack::from_file(prev, acks) {
             _ if rules.ack_by_launcher => {
                 let markers = snap.markers.as_ref().ok();
-                (super::launcher::acknowledged(markers, prev), None)
+                (super::ack::by_launcher(markers, prev), None)
             }
             Ok(g) => (g, None),
             Err(claimed) => (None, Some(claimed)),
@@ -141,15 +141,5 @@ fn drop_terminating(g: &Group, list: &[Instance], facts: &mut [Facts]) {
         ) {
             facts[at].cluster = false;
         }
-    }
-}
-
-/// The `ack` file's generation, if dtd wrote that generation: a job acknowledges only what it
-/// was given, so a higher number (`18446744073709551615`, or one a worker typed) is a lie that
-/// would count every later removal as acknowledged (`trust` journals the refusal).
-fn ack_generation(prev: &State, acks: Option<&Acks>) -> Result<Option<u64>, u64> {
-    match acks.and_then(|a| a.generation) {
-        Some(g) if g > prev.generation => Err(g),
-        g => Ok(g),
     }
 }

@@ -179,7 +179,7 @@ fn await_ack(p: &Pass, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
     let by_file = p.ack.is_some_and(|g| g >= r.generation);
     let by_log = (p.acks.and_then(|a| a.log_removed.get(&r.ip))).is_some_and(|l| *l > r.log_mark);
     let running = (by_file || by_log)
-        .then(|| super::launcher::still_running(p, st, r))
+        .then(|| super::launcher_reports::still_running(p, st, r))
         .flatten()
         .filter(|_| p.now < r.deadline);
     let (kind, msg) = if let Some(why) = running {

@@ -8,8 +8,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Millis;
-
 pub const FILE: &str = "capacity_refusals";
 
 /// Far more than [`KEPT`] refusals with EC2's messages cut to [`MAX_MESSAGE`].
@@ -29,8 +27,8 @@ pub struct CapacityRefusals {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapacityRefusal {
     /// When EC2 refused (dtctl's clock, milliseconds since the epoch).
-    pub at: Millis,
-    /// The choice's name ([`crate::model::Choice::name`]).
+    pub at: u64,
+    /// The choice's name (what `Choice::name` in `model` gives).
     pub choice: String,
     pub code: String,
     pub message: String,
@@ -66,7 +64,7 @@ impl CapacityRefusals {
 mod tests {
     use super::*;
 
-    fn refusal(at: Millis, message: &str) -> CapacityRefusal {
+    fn refusal(at: u64, message: &str) -> CapacityRefusal {
         CapacityRefusal {
             at,
             choice: "p5.48xlarge".into(),
