@@ -4,18 +4,29 @@
 //! the status and the alert senders. A test hands in a [`ManualClock`] and moves it, so a
 //! timeout or a retry a minute away is a call, not a minute of waiting.
 //!
-//! Durations that only schedule work (the next listing, a deadline on a file system) use
-//! `Instant`, which no one sets: they are never compared with a time from a file or from AWS.
+//! The loop sleeps on it too (until the next pass decide asked for, or `interval`), so a test's
+//! clock moved past a deadline wakes the loop as the time of day would.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use crate::model::Millis;
 
 pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch.
     fn now(&self) -> Millis;
+
+    /// Resolves once the clock reads `at` or later.
+    fn sleep_until(&self, at: Millis) -> Sleep<'_>;
 }
+
+/// A clock's sleep, as the loop's `select!` holds it.
+pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// The clock every stage shares.
 pub type SharedClock = Arc<dyn Clock>;
@@ -28,25 +39,50 @@ impl Clock for SystemClock {
     fn now(&self) -> Millis {
         now_millis()
     }
+
+    fn sleep_until(&self, at: Millis) -> Sleep<'_> {
+        let left = Duration::from_millis(at.saturating_sub(now_millis()));
+        Box::pin(tokio::time::sleep(left))
+    }
 }
 
-/// A clock that stands still until it is moved.
+/// A clock that stands still until it is moved; what sleeps on it wakes when it is moved past.
 #[derive(Debug, Default)]
-pub struct ManualClock(AtomicU64);
+pub struct ManualClock {
+    at: AtomicU64,
+    moved: Notify,
+}
 
 impl ManualClock {
     pub fn starting_at(at: Millis) -> Arc<ManualClock> {
-        Arc::new(ManualClock(AtomicU64::new(at)))
+        Arc::new(ManualClock {
+            at: AtomicU64::new(at),
+            moved: Notify::new(),
+        })
     }
 
     pub fn advance(&self, ms: Millis) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
+        self.at.fetch_add(ms, Ordering::SeqCst);
+        self.moved.notify_waiters();
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Millis {
-        self.0.load(Ordering::SeqCst)
+        self.at.load(Ordering::SeqCst)
+    }
+
+    fn sleep_until(&self, at: Millis) -> Sleep<'_> {
+        Box::pin(async move {
+            loop {
+                // Made before the time is read, so a move in between still wakes it.
+                let moved = self.moved.notified();
+                if self.now() >= at {
+                    return;
+                }
+                moved.await;
+            }
+        })
     }
 }
 
@@ -70,5 +106,25 @@ mod tests {
         assert_eq!(shared.now(), 1_000);
         clock.advance(60_000);
         assert_eq!(shared.now(), 61_000);
+    }
+
+    #[test]
+    fn a_sleep_on_a_manual_clock_ends_when_the_clock_is_moved_past_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let clock = ManualClock::starting_at(1_000);
+        let sleeper = clock.clone();
+        rt.block_on(async {
+            let woke = tokio::spawn(async move { sleeper.sleep_until(31_000).await });
+            tokio::task::yield_now().await;
+            clock.advance(20_000);
+            tokio::task::yield_now().await;
+            assert!(!woke.is_finished(), "woke at 21,000, before 31,000");
+            clock.advance(10_000);
+            let done = tokio::time::timeout(Duration::from_secs(5), woke).await;
+            assert!(done.is_ok(), "still asleep at 31,000");
+        });
     }
 }

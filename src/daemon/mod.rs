@@ -1,5 +1,6 @@
 //! `dtd run`: the control loop on the master node, observe -> decide -> act, on every change
-//! it hears of (an event, a marker, an acknowledgement, a finished listing) and at least every
+//! it hears of (an event, a marker, an acknowledgement, a finished listing), at the next
+//! deadline decide named (an ack timeout, a cool-down, a window opening), and at least every
 //! `interval`.
 
 mod error;
@@ -29,7 +30,7 @@ use crate::store::{load_state_resuming, Paths};
 pub use error::DaemonError;
 use ledger::Ledger;
 pub use lock::{lock_state_dir, Lock};
-use record::PassRun;
+use record::PassStats;
 
 pub struct Daemon {
     cfg: Config,
@@ -58,6 +59,11 @@ pub struct Daemon {
     metrics: Metrics,
     /// torchft's Lighthouse, supervised while `dtd run` runs (the in-place strategy).
     lighthouse: Option<lighthouse::Lighthouse>,
+    /// The part of the configuration decide reads, built once: again only when the worker
+    /// launch template's id is first resolved.
+    rules: Rules,
+    /// When the last plan's next deadline falls (decide's `next_pass_at`).
+    next_pass_at: Option<Millis>,
 }
 
 impl Daemon {
@@ -90,6 +96,7 @@ impl Daemon {
         };
         let observer = Observer::new(&cfg, clients, &paths, owner, clock.clone());
         observer.know(&state);
+        let rules = Rules::from_config(&cfg, observer.launch_template_id());
         Ok(Daemon {
             shared_fs: deadline("shared directory", &cfg.shared_dir),
             state_fs: deadline("state directory", &paths.dir),
@@ -107,6 +114,8 @@ impl Daemon {
             paths,
             cfg,
             lighthouse: None,
+            rules,
+            next_pass_at: None,
         })
     }
 
@@ -121,9 +130,10 @@ impl Daemon {
         let mut changes = Observer::watch_shared_dir(&self.cfg, &self.paths);
         loop {
             self.pass().await;
+            let wake_at = self.wake_at();
             let o = &mut self.observer;
             o.ec2.start_resync(Instant::now());
-            let sleep = tokio::time::sleep(self.cfg.interval);
+            let sleep = self.clock.sleep_until(wake_at);
             tokio::select! {
                 _ = sleep => {}
                 Some(update) = o.inbox.recv() => o.inbox.take(update),
@@ -141,6 +151,12 @@ impl Daemon {
         Ok(())
     }
 
+    /// The next pass without news: at the plan's next deadline, at `interval` at the latest.
+    fn wake_at(&self) -> Millis {
+        let every = self.clock.now() + self.cfg.interval.as_millis() as u64;
+        self.next_pass_at.map_or(every, |at| at.min(every))
+    }
+
     pub async fn pass(&mut self) {
         let started = Instant::now();
         self.ledger.begin_pass();
@@ -156,10 +172,11 @@ impl Daemon {
         } = observed;
         // The pass's one time: what decide works at, act stamps and the status shows.
         let now = self.clock.now();
+        self.refresh_rules();
         self.ledger.note(Source::MountTargets, mount_targets_error);
         let events = self.ledger.sources(&snap, now);
         self.record(&events);
-        let pass = PassRun {
+        let pass = PassStats {
             calls,
             started,
             now,
@@ -176,14 +193,10 @@ impl Daemon {
     async fn decide_and_act(
         &mut self,
         snap: &Snapshot,
-        pass: PassRun,
+        pass: PassStats,
     ) -> BTreeMap<WorkerStatus, Vec<String>> {
-        let mut plan = decide_from(
-            &self.rules(),
-            snap,
-            std::mem::take(&mut self.state),
-            pass.now,
-        );
+        let mut plan = decide_from(&self.rules, snap, std::mem::take(&mut self.state), pass.now);
+        self.next_pass_at = plan.next_pass_at;
         self.metrics
             .note_notices(plan.outcome.heeded_notices.iter());
         let decided = std::mem::take(&mut plan.outcome.events);
@@ -207,16 +220,19 @@ impl Daemon {
     async fn hold(
         &mut self,
         snap: &Snapshot,
-        pass: PassRun,
+        pass: PassStats,
     ) -> BTreeMap<WorkerStatus, Vec<String>> {
-        let plan = decide_from(&self.rules(), snap, self.state.clone(), pass.now);
+        let plan = decide_from(&self.rules, snap, self.state.clone(), pass.now);
         self.flush_journal().await;
         self.write_status(&plan.outcome, snap, pass).await;
         BTreeMap::new()
     }
 
-    fn rules(&self) -> Rules {
-        Rules::from_config(&self.cfg, self.observer.launch_template_id())
+    fn refresh_rules(&mut self) {
+        let resolved = self.observer.launch_template_id();
+        if self.rules.launch_template_id != resolved {
+            self.rules = Rules::from_config(&self.cfg, resolved);
+        }
     }
 
     /// Applies the outcome (see `act::apply`), then records what it did.
@@ -239,7 +255,7 @@ impl Daemon {
         let (a, shared_fs) = (&self.actuators, &mut self.shared_fs);
         let applied =
             act::apply::apply(a, outcome, generation, shared_fs, notify_failing, now).await;
-        let settled = crate::decide::settle(&self.rules(), &mut self.state, &applied, now);
+        let settled = crate::decide::settle(&self.rules, &mut self.state, &applied, now);
         let mut tagged = BTreeMap::new();
         for (step, err) in applied.results {
             if step == Step::StatusTags && err.is_none() {

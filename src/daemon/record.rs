@@ -87,9 +87,14 @@ impl Daemon {
         self.ledger.note(Step::StateFile, failed);
     }
 
-    pub(super) async fn write_status(&mut self, outcome: &Outcome, snap: &Snapshot, pass: PassRun) {
+    pub(super) async fn write_status(
+        &mut self,
+        outcome: &Outcome,
+        snap: &Snapshot,
+        pass: PassStats,
+    ) {
         self.flush_journal().await;
-        let PassRun {
+        let PassStats {
             calls,
             started,
             now,
@@ -132,7 +137,7 @@ impl Daemon {
 /// What the status of a pass tells beside its outcome: the EC2 calls its observation took, when
 /// it started (for how long it took) and its time.
 #[derive(Clone, Copy)]
-pub(super) struct PassRun {
+pub(super) struct PassStats {
     pub calls: u32,
     pub started: Instant,
     pub now: Millis,

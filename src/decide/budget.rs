@@ -7,39 +7,25 @@
 //! silent, which is out of the job on no one's word (a worker could fake the silence of others
 //! to use the budget up).
 
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use rustc_hash::FxHashSet;
 
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::worker_count;
 use crate::config::Budget;
 use crate::model::*;
 
 /// Why a voluntary leave waits now; `None`: it may start.
-pub(super) fn exhausted(p: &Pass, st: &State) -> Option<String> {
+pub(super) fn exhausted(p: &Inputs, st: &State) -> Option<String> {
     closed(p).or_else(|| spent(p, st))
 }
 
 /// Outside every disruption window: which they are and when the next opens. `None` within one,
 /// or without windows.
-fn closed(p: &Pass) -> Option<String> {
+fn closed(p: &Inputs) -> Option<String> {
     let windows = &p.rules.disruption_windows;
-    if windows.is_empty() {
+    if windows.is_empty() || open_now(p)? {
         return None;
-    }
-    let now = DateTime::from_timestamp_millis(i64::try_from(p.now).ok()?)?;
-    let mut next: Option<DateTime<Utc>> = None;
-    for w in windows {
-        let cron = &w.schedule.cron;
-        let length = chrono::Duration::from_std(w.duration).ok()?;
-        if let Ok(opened) = cron.find_previous_occurrence(&now, true) {
-            if now < opened + length {
-                return None;
-            }
-        }
-        if let Ok(at) = cron.find_next_occurrence(&now, false) {
-            next = Some(next.map_or(at, |n| n.min(at)));
-        }
     }
     let each: Vec<String> = (windows.iter())
         .map(|w| {
@@ -50,16 +36,38 @@ fn closed(p: &Pass) -> Option<String> {
             )
         })
         .collect();
-    let next = next.and_then(|t| u64::try_from(t.timestamp_millis()).ok());
     Some(format!(
         "the disruption windows ({}; UTC): the next opens at {}",
         each.join(", "),
-        next.map_or("no time".into(), |t| rfc3339(t).to_string())
+        next_window(p).map_or("no time".into(), |t| rfc3339(t).to_string())
     ))
 }
 
+/// Within one of the windows now (`None`: the time cannot be read as a date).
+fn open_now(p: &Inputs) -> Option<bool> {
+    let now = DateTime::from_timestamp_millis(i64::try_from(p.now).ok()?)?;
+    for w in &p.rules.disruption_windows {
+        let length = chrono::Duration::from_std(w.duration).ok()?;
+        if let Ok(opened) = w.schedule.cron.find_previous_occurrence(&now, true) {
+            if now < opened + length {
+                return Some(true);
+            }
+        }
+    }
+    Some(false)
+}
+
+/// When the next disruption window opens, if any is configured.
+pub(super) fn next_window(p: &Inputs) -> Option<Millis> {
+    let now = DateTime::from_timestamp_millis(i64::try_from(p.now).ok()?)?;
+    let next = (p.rules.disruption_windows.iter())
+        .filter_map(|w| w.schedule.cron.find_next_occurrence(&now, false).ok())
+        .min()?;
+    u64::try_from(next.timestamp_millis()).ok()
+}
+
 /// The budget spent: who is leaving. `None`: room, or no budget.
-fn spent(p: &Pass, st: &State) -> Option<String> {
+fn spent(p: &Inputs, st: &State) -> Option<String> {
     let budget = p.rules.disruption_budget;
     if budget == Budget::Unlimited {
         return None;
@@ -88,7 +96,7 @@ fn spent(p: &Pass, st: &State) -> Option<String> {
 
 /// What a share is of: the workers, those leaving included (a member leaving on this pass is
 /// both a member and a removal until the pass ends).
-fn workers(p: &Pass, st: &State, leaving: &[&Removal]) -> usize {
+fn workers(p: &Inputs, st: &State, leaving: &[&Removal]) -> usize {
     let ids: FxHashSet<&str> = leaving.iter().map(|r| r.id.as_str()).collect();
     let staying = (st.members.iter())
         .filter(|m| !ids.contains(m.id.as_str()))

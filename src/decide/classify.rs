@@ -2,13 +2,13 @@
 //! ready to join, one asked to leave.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::{joining, leaving};
 use crate::model::*;
 
 /// Finds each member's instance; members whose instance is no longer running leave at once,
 /// as there is nothing to drain. Returns, per listed instance, its position in `st.members`.
-pub(super) fn locate_members(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Option<usize>> {
+pub(super) fn locate_members(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Option<usize>> {
     let mut member_of = vec![None; p.list.len()];
     // Room for this pass's joins: growing a vector of 10,000 members copies all of them.
     let mut kept = Vec::with_capacity(st.members.len() + p.list.len().min(64));
@@ -34,7 +34,7 @@ pub(super) fn locate_members(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<O
 /// Members that stay get their view here; returns the instances ready to join and the members
 /// asked to leave, in launch order.
 pub(super) fn classify(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     member_of: &[Option<usize>],
@@ -87,7 +87,7 @@ pub(super) fn classify(
     (joins, leaves)
 }
 
-fn stay(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
+fn stay(p: &Inputs, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
     let id = &p.list[at].id;
     // Asked to stay after all: a later removal is journaled again. An unhealthy member whose
     // drain is held stays too, still held.
@@ -97,7 +97,7 @@ fn stay(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
     joining::member_view(p, st, out, pos, at);
 }
 
-fn protected(p: &Pass, st: &mut State, out: &mut Draft, at: usize, elastic: bool) {
+fn protected(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, elastic: bool) {
     let inst = &p.list[at];
     let what = if p.rules.master == Some(inst.ip) {
         "master"

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 
 /// What a pass says about one instance: its status (`None`: leave the tag) and what it waits for.
@@ -52,7 +52,7 @@ impl Draft {
     /// Journals an event; returns it for the fields only some events carry.
     pub fn event(
         &mut self,
-        p: &Pass,
+        p: &Inputs,
         kind: EventKind,
         who: Who,
         gen: Option<u64>,
@@ -74,7 +74,7 @@ impl Draft {
     }
 
     /// Only observed instances are shown.
-    pub fn view_id(&mut self, p: &Pass, id: &str, status: WorkerStatus, waiting: Option<String>) {
+    pub fn view_id(&mut self, p: &Inputs, id: &str, status: WorkerStatus, waiting: Option<String>) {
         if let Some(at) = p.at(id) {
             self.view(at, Some(status), waiting);
         }

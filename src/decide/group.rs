@@ -3,26 +3,26 @@
 //! scale-in, so the group shrinks through dtd, drained first.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::{budget, removal, worker_count};
 use crate::model::*;
 
-pub(super) fn lifecycle<'a>(p: &Pass<'a>, at: usize) -> Option<&'a GroupMember> {
+pub(super) fn lifecycle<'a>(p: &Inputs<'a>, at: usize) -> Option<&'a GroupMember> {
     let list: &'a [Instance] = p.list;
     p.group?.instances.get(&list[at].id)
 }
 
-pub(super) fn in_group(p: &Pass, at: usize) -> bool {
+pub(super) fn in_group(p: &Inputs, at: usize) -> bool {
     lifecycle(p, at).is_some()
 }
 
 /// May train: not in the group (a launch-template worker) or in service in it.
-pub(super) fn serving(p: &Pass, at: usize) -> bool {
+pub(super) fn serving(p: &Inputs, at: usize) -> bool {
     lifecycle(p, at).is_none_or(|m| m.lifecycle_state == LifecycleState::InService)
 }
 
 /// How a voluntarily removed worker ends: its group shrinks with it.
-pub(super) fn voluntary_end(p: &Pass, at: usize) -> Ending {
+pub(super) fn voluntary_end(p: &Inputs, at: usize) -> Ending {
     match in_group(p, at) {
         true => Ending::GroupTerminate { decrement: true },
         false => Ending::Terminate,
@@ -30,7 +30,7 @@ pub(super) fn voluntary_end(p: &Pass, at: usize) -> Ending {
 }
 
 /// Why a member leaves, and how it ends once the job has let it go.
-pub(super) fn departure(p: &Pass, at: usize) -> Removal {
+pub(super) fn departure(p: &Inputs, at: usize) -> Removal {
     let state = lifecycle(p, at).map(|m| &m.lifecycle_state);
     let hook = p.group.and_then(|g| g.terminating_hook.as_ref());
     let (cause, then, reason) = match (state, hook) {
@@ -55,7 +55,7 @@ pub(super) fn departure(p: &Pass, at: usize) -> Removal {
 
 /// The group's desired capacity is below its workers in service, and the ones left are
 /// protected members: drain the newest, then terminate them without replacement.
-pub(super) fn scale_in(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn scale_in(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(g) = p.group else { return };
     if !p.can_remove() {
         return;
@@ -76,7 +76,7 @@ pub(super) fn scale_in(p: &Pass, st: &mut State, out: &mut Draft) {
     }
 }
 
-fn drain_for_scale_in(p: &Pass, st: &mut State, out: &mut Draft, at: usize, desired: usize) {
+fn drain_for_scale_in(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, desired: usize) {
     let inst = &p.list[at];
     let held = match worker_count(p, st) <= p.rules.min {
         true => Some(format!(
@@ -100,7 +100,7 @@ fn drain_for_scale_in(p: &Pass, st: &mut State, out: &mut Draft, at: usize, desi
 }
 
 /// Group workers in the job, not yet protected from scale-in.
-pub(super) fn to_protect(p: &Pass, st: &State) -> Vec<String> {
+pub(super) fn to_protect(p: &Inputs, st: &State) -> Vec<String> {
     let Some(g) = p.group else {
         return Vec::new();
     };

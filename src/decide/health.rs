@@ -10,7 +10,7 @@
 //! enough are unhealthy.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::{budget, group, removal};
 use crate::config::HealthLeave;
 use crate::model::*;
@@ -19,7 +19,7 @@ use crate::model::*;
 /// with `agent.health` configured (without it no agent checks, and a `health_<ip>` file is
 /// anyone's); a report another instance left under this IP, and a base host's or the master's,
 /// are not.
-pub(super) fn unhealthy<'a>(p: &Pass<'a>, at: usize) -> Option<&'a Health> {
+pub(super) fn unhealthy<'a>(p: &Inputs<'a>, at: usize) -> Option<&'a Health> {
     let inst = &p.list[at];
     if !p.rules.health_checked || p.rules.is_protected(inst.ip) {
         return None;
@@ -27,7 +27,7 @@ pub(super) fn unhealthy<'a>(p: &Pass<'a>, at: usize) -> Option<&'a Health> {
     (p.markers?.health.get(&inst.ip)).filter(|h| !h.ok && h.instance_id == inst.id)
 }
 
-pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers.filter(|_| p.rules.health_checked) else {
         return;
     };
@@ -50,7 +50,7 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft) {
 }
 
 /// `unhealthy` once per instance; `healthy` when one journaled reports healthy again.
-fn journal(p: &Pass, st: &mut State, out: &mut Draft, bad: &[usize]) {
+fn journal(p: &Inputs, st: &mut State, out: &mut Draft, bad: &[usize]) {
     for &at in bad {
         let (id, ip) = p.who(at);
         if st.unhealthy.contains_key(id) {
@@ -94,14 +94,14 @@ fn journal(p: &Pass, st: &mut State, out: &mut Draft, bad: &[usize]) {
 }
 
 /// The workers a share of `max_unhealthy` is of: every listed cluster worker dtd may remove.
-fn workers(p: &Pass) -> usize {
+fn workers(p: &Inputs) -> usize {
     (0..p.list.len())
         .filter(|&at| p.facts[at].cluster && !p.rules.is_protected(p.list[at].ip))
         .count()
 }
 
 /// Stops (once) above the limit and resumes (once) at or under it. Returns whether to act.
-fn within_limit(p: &Pass, st: &mut State, out: &mut Draft, bad: usize) -> bool {
+fn within_limit(p: &Inputs, st: &mut State, out: &mut Draft, bad: usize) -> bool {
     let total = workers(p);
     let max = p.rules.max_unhealthy;
     let allowed = max.allowed(total);
@@ -140,7 +140,7 @@ pub(super) fn stopped(st: &State) -> bool {
     st.health_stopped.is_some()
 }
 
-fn act_on(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
+fn act_on(p: &Inputs, st: &mut State, out: &mut Draft, at: usize) {
     let id = p.list[at].id.as_str();
     if st.removals.iter().any(|r| r.id == id) || !p.can_remove() {
         // Already on its way out; or a partial view, on which nothing is removed.
@@ -155,7 +155,7 @@ fn act_on(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
 }
 
 /// A member leaves: at once when its GPUs are gone or `health.leave` says so, else it drains.
-fn leave(p: &Pass, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
+fn leave(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     let Some(h) = unhealthy(p, at) else {
         return;
     };
@@ -203,7 +203,7 @@ pub(super) fn take_out(st: &mut State, out: &mut Draft, pos: usize) {
 }
 
 /// Journaled once (`removal_held`); `show_kept` shows why it still trains.
-fn hold_drain(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
+fn hold_drain(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, why: &str) {
     let inst = &p.list[at];
     if !st.held.contains_key(&inst.id) {
         let msg = format!("removal of {} held: {why}", inst.ip);
@@ -221,7 +221,7 @@ fn hold_drain(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
 /// A worker not in the job never joins: it is replaced at once. One whose tag says it may be
 /// training (ADDED, REMOVAL_QUEUED: the state was lost) first waits for an acknowledgement given
 /// after this pass, as `leaving::retire_unjoined` does, unless its GPUs are gone.
-fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
+fn replace_unjoined(p: &Inputs, st: &mut State, out: &mut Draft, at: usize) {
     let Some(h) = unhealthy(p, at) else {
         return;
     };
@@ -248,7 +248,7 @@ fn replace_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
 
 /// A group worker is marked Unhealthy (its group replaces it); a launch-template worker is
 /// terminated.
-fn ending(p: &Pass, at: usize) -> Ending {
+fn ending(p: &Inputs, at: usize) -> Ending {
     match group::in_group(p, at) {
         true => Ending::MarkUnhealthy,
         false => Ending::Terminate,
@@ -257,7 +257,7 @@ fn ending(p: &Pass, at: usize) -> Ending {
 
 /// A terminated launch-template worker's replacement is owed from now when `replace_unhealthy`
 /// is set: the new worker prepares while this one goes (sent by `replacements::send`).
-fn owe_replacement(p: &Pass, st: &mut State, at: usize, end: &Ending) {
+fn owe_replacement(p: &Inputs, st: &mut State, at: usize, end: &Ending) {
     if *end != Ending::Terminate
         || !p.rules.replace_unhealthy
         || p.rules.launch_template_id.is_none()
@@ -288,7 +288,7 @@ fn then_text(end: &Ending) -> &'static str {
 }
 
 /// While stopped, an unhealthy member stays in the job: its row says why and what it waits for.
-pub(super) fn show_kept(p: &Pass, st: &State, out: &mut Draft) {
+pub(super) fn show_kept(p: &Inputs, st: &State, out: &mut Draft) {
     for (id, reason) in &st.unhealthy {
         let Some(at) = p.at(id) else { continue };
         let why = match (stopped(st), st.held.get(id)) {

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::{
     group, health, launch, launcher_reports, mount_targets, prepare_failed, trust, worker_count,
 };
@@ -12,7 +12,7 @@ use crate::model::*;
 
 /// A cluster instance that is not a member and carries the elastic tag.
 pub(super) fn candidate(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     at: usize,
@@ -72,7 +72,7 @@ pub(super) fn candidate(
     }
 }
 
-pub(super) fn join(p: &Pass, st: &mut State, out: &mut Draft, joins: Vec<usize>) {
+pub(super) fn join(p: &Inputs, st: &mut State, out: &mut Draft, joins: Vec<usize>) {
     if let Some(why) = batch_waits(p, st, &joins) {
         return hold(out, joins, &why);
     }
@@ -136,7 +136,7 @@ fn hold(out: &mut Draft, joins: Vec<usize>, why: &str) {
 /// With `join.batch`, why the ready workers wait: until the first of them has been ready for the
 /// batch, unless they already fill the room under `max` (more cannot come). `None`: they join.
 /// Remembers when each was first ready, and forgets a worker no longer waiting.
-fn batch_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String> {
+fn batch_waits(p: &Inputs, st: &mut State, joins: &[usize]) -> Option<String> {
     let batch = p.rules.join_batch_ms;
     if batch == 0 {
         st.ready_since.clear();
@@ -168,7 +168,7 @@ fn batch_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String> {
 /// With `join.at_checkpoint`, why the ready workers wait: until the job's `checkpoint_step`
 /// moves on from what it was when they began waiting, at most `join.max_wait`. A job with no
 /// worker has nothing to checkpoint: they join at once. `None`: they join.
-fn checkpoint_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String> {
+fn checkpoint_waits(p: &Inputs, st: &mut State, joins: &[usize]) -> Option<String> {
     if !p.rules.join_at_checkpoint || joins.is_empty() || worker_count(p, st) == 0 {
         st.checkpoint_wait = None;
         return None;
@@ -201,7 +201,7 @@ fn checkpoint_waits(p: &Pass, st: &mut State, joins: &[usize]) -> Option<String>
 
 /// With `join.sizes`, the ready workers that join: as many as bring the job to the largest
 /// allowed size within reach (and `max`). The rest wait as spares, ready and idle.
-fn spares(p: &Pass, st: &State, out: &mut Draft, mut joins: Vec<usize>) -> Vec<usize> {
+fn spares(p: &Inputs, st: &State, out: &mut Draft, mut joins: Vec<usize>) -> Vec<usize> {
     let sizes = &p.rules.join_sizes;
     if sizes.is_empty() {
         return joins;
@@ -226,7 +226,7 @@ fn spares(p: &Pass, st: &State, out: &mut Draft, mut joins: Vec<usize>) -> Vec<u
 
 /// A member is ADDED once the job acknowledged its join (ack file or `host_worker_log`),
 /// journaled once: from then on it trains.
-pub(super) fn member_view(p: &Pass, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
+pub(super) fn member_view(p: &Inputs, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
     let m = &mut st.members[pos];
     if let Some(a) = p.acks.filter(|_| !m.acked) {
         let by_file = p.ack.is_some_and(|g| g >= m.joined_generation);

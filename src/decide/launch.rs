@@ -4,14 +4,14 @@
 //! until `dtctl resume`.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::{group, mount_targets, prepare_failed, removal};
 use crate::model::*;
 
 /// A group instance not in service: never in the host files. A new one held by the launching
 /// hook waits for its prepare-data (see `held_at_launch`).
 pub(super) fn outside_service(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     at: usize,
@@ -38,7 +38,7 @@ pub(super) fn outside_service(
 /// enters the wait state ("How lifecycle hooks work", Amazon EC2 Auto Scaling User Guide),
 /// which can be long after launch (an instance from a warm pool, or attached to the group).
 fn held_at_launch(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     at: usize,
@@ -84,7 +84,7 @@ fn held_at_launch(
     }
 }
 
-fn never_reported_why(p: &Pass, at: usize) -> String {
+fn never_reported_why(p: &Inputs, at: usize) -> String {
     let limit = span_left(p.rules.prepare_timeout_ms);
     format!(
         "prepare-data never reported within {limit} (no marker from {})",
@@ -95,7 +95,7 @@ fn never_reported_why(p: &Pass, at: usize) -> String {
 /// Journaled once, then treated like a prepare-data failure: the user data died before the
 /// agent could write a marker, and would die the same way on every replacement.
 fn never_reported(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     at: usize,
@@ -129,7 +129,7 @@ fn never_reported(
 /// held (heartbeats go on) for a person, like any failed group worker. `marker`: it failed by
 /// its failure marker (journaled here), rather than by never reporting (journaled already).
 fn abandon_or_hold(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     at: usize,
@@ -168,7 +168,7 @@ const HELD: &str =
 
 /// What a failed worker waits for when it is not replaced now: a complete view, or a person
 /// once replacing has stopped. `None`: replace it.
-fn held_why(p: &Pass, st: &mut State, out: &mut Draft, why: &str) -> Option<String> {
+fn held_why(p: &Inputs, st: &mut State, out: &mut Draft, why: &str) -> Option<String> {
     if !p.can_remove() {
         return Some(format!("a complete view to replace it: {why}"));
     }
@@ -180,7 +180,7 @@ fn held_why(p: &Pass, st: &mut State, out: &mut Draft, why: &str) -> Option<Stri
 }
 
 /// Keeps a long prepare-data from running into the launching hook's timeout (ABANDON).
-fn heartbeat(p: &Pass, st: &mut State, out: &mut Draft, id: &str, hook: &Hook) {
+fn heartbeat(p: &Inputs, st: &mut State, out: &mut Draft, id: &str, hook: &Hook) {
     let since = *st.launch_heartbeats.entry(id.to_string()).or_insert(p.now);
     if p.now.saturating_sub(since) >= hook.heartbeat_timeout_ms / 2 {
         out.heartbeat(id, &hook.name);
@@ -189,7 +189,7 @@ fn heartbeat(p: &Pass, st: &mut State, out: &mut Draft, id: &str, hook: &Hook) {
 }
 
 /// Forgets heartbeat times and waits of instances no longer held by the launching hook.
-pub(super) fn prune(p: &Pass, st: &mut State) {
+pub(super) fn prune(p: &Inputs, st: &mut State) {
     let Some(g) = p.group else { return };
     let held = |id: &String| {
         (g.instances.get(id)).is_some_and(|m| m.lifecycle_state == LifecycleState::PendingWait)
@@ -199,7 +199,7 @@ pub(super) fn prune(p: &Pass, st: &mut State) {
 }
 
 /// Replacing stops after `max_prepare_failures` in a row, until `dtctl resume`.
-fn replacing(p: &Pass, st: &mut State, out: &mut Draft) -> bool {
+fn replacing(p: &Inputs, st: &mut State, out: &mut Draft) -> bool {
     if let Some(at) = p.resume.filter(|t| Some(*t) > st.resumed_at) {
         st.resumed_at = Some(at);
         if st.prepare_failures > 0 {
@@ -217,7 +217,7 @@ fn replacing(p: &Pass, st: &mut State, out: &mut Draft) -> bool {
 /// `why` is the whole reason, e.g. "prepare-data failed (exit 3)", shown by `dtctl status`
 /// once replacing stops. Reaching the limit is journaled once: the count only grows while
 /// replacing, and `dtctl resume` starts it again from zero.
-fn count_failure(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
+fn count_failure(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, why: &str) {
     st.prepare_failures += 1;
     let last = format!("{}: {why}", p.list[at].ip);
     if st.prepare_failures == p.rules.max_prepare_failures {
@@ -233,7 +233,7 @@ fn count_failure(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str
 
 /// A group worker whose prepare-data failed is terminated and the group replaces it,
 /// unless too many failed in a row: then it is left for a person.
-pub(super) fn replace_failed(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str) {
+pub(super) fn replace_failed(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, why: &str) {
     let failed = format!("prepare-data failed ({why})");
     if let Some(held) = held_why(p, st, out, &failed) {
         if p.can_remove() {

@@ -7,8 +7,8 @@
 //! instance EC2 lists at its IP, and for a generation dtd wrote.
 
 use super::draft::Draft;
+use super::inputs::Inputs;
 use super::launcher_reports::{report, silent};
-use super::pass::Pass;
 use crate::model::*;
 use crate::protocol::launcher::LauncherState;
 
@@ -17,7 +17,7 @@ use crate::protocol::launcher::LauncherState;
 /// confirms it is gone (a worker can keep another's report from being replaced), so it is not
 /// terminated or replaced, does not count against `disruption.budget`, and joins again like a
 /// new worker once its agent is heard. EC2 ends it if the instance really is gone.
-pub(super) fn heed_silence(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn heed_silence(p: &Inputs, st: &mut State, out: &mut Draft) {
     if p.rules.launcher_silent_ms.is_none() || !p.can_remove() {
         return;
     }
@@ -45,7 +45,7 @@ pub(super) fn heed_silence(p: &Pass, st: &mut State, out: &mut Draft) {
 }
 
 /// Journals each listed worker's launcher change once, and `job_finished` once per generation.
-pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
     st.launcher_acked = p.ack.filter(|_| p.rules.ack_by_launcher);
     let Some(m) = p.markers.filter(|_| p.rules.launcher_silent_ms.is_some()) else {
         return;
@@ -66,7 +66,7 @@ pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
     finished(p, st, out);
 }
 
-fn journal(p: &Pass, st: &mut State, out: &mut Draft, at: usize, l: &Launcher) {
+fn journal(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, l: &Launcher) {
     let (id, ip) = p.who(at);
     let now = (l.state, l.generation);
     if st.launchers.get(id) == Some(&now) {
@@ -90,7 +90,7 @@ fn journal(p: &Pass, st: &mut State, out: &mut Draft, at: usize, l: &Launcher) {
 }
 
 /// Every member's launcher exited 0 in the current generation: the job is done.
-fn finished(p: &Pass, st: &mut State, out: &mut Draft) {
+fn finished(p: &Inputs, st: &mut State, out: &mut Draft) {
     if st.members.is_empty() || st.finished == Some(st.generation) {
         return;
     }

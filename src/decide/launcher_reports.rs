@@ -2,12 +2,12 @@
 //! silence, a leaver's launcher still running. Only reads: the rules that act on them are
 //! `launcher`, `joining` and `removal`.
 
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 
 /// The report of the listed cluster worker at `at`, when it names that instance and a
 /// generation dtd wrote (or none).
-pub(super) fn report<'a>(p: &Pass<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
+pub(super) fn report<'a>(p: &Inputs<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
     let inst = &p.list[at];
     let l = p.markers?.launchers.get(&inst.ip)?;
     l.believable(&inst.id, st.generation).then_some(l)
@@ -17,7 +17,7 @@ pub(super) fn report<'a>(p: &Pass<'a>, st: &State, at: usize) -> Option<&'a Laun
 /// and no newer report came for `silent_after`. The node stopped answering (SIGSTOPped, hung
 /// kernel, cut network), or someone keeps its report from being replaced: a silence is no one's
 /// word, so it takes a worker out of the job but never gets it terminated.
-pub(super) fn silent(p: &Pass, st: &State, at: usize) -> Option<Millis> {
+pub(super) fn silent(p: &Inputs, st: &State, at: usize) -> Option<Millis> {
     let after = p.rules.launcher_silent_ms?;
     let l = report(p, st, at)?;
     let quiet = p.now.saturating_sub(l.heard_at);
@@ -26,7 +26,7 @@ pub(super) fn silent(p: &Pass, st: &State, at: usize) -> Option<Millis> {
 
 /// Why a leaving worker, acknowledged, is not let go yet: its launcher still runs. Not asked of
 /// a worker that left for its silence: its report will not say anything new until it answers.
-pub(super) fn still_running(p: &Pass, st: &State, r: &Removal) -> Option<String> {
+pub(super) fn still_running(p: &Inputs, st: &State, r: &Removal) -> Option<String> {
     p.rules.launcher_silent_ms?;
     if r.cause() == Some(Cause::Silent) {
         return None;

@@ -3,11 +3,11 @@
 //! go once the job acknowledges (see `removal`). A deleted elastic tag put back in time cancels.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::{budget, group, joining, removal, worker_count};
 use crate::model::*;
 
-pub(super) fn leave(p: &Pass, st: &mut State, out: &mut Draft, leaves: Vec<usize>) {
+pub(super) fn leave(p: &Inputs, st: &mut State, out: &mut Draft, leaves: Vec<usize>) {
     let mut gone = rustc_hash::FxHashSet::default();
     for at in leaves {
         if !p.can_remove() {
@@ -41,7 +41,7 @@ pub(super) fn leave(p: &Pass, st: &mut State, out: &mut Draft, leaves: Vec<usize
 
 /// The member stays in the job, its removal journaled once as held (`held_by`) and shown as
 /// waiting for `why`.
-fn hold(p: &Pass, st: &mut State, out: &mut Draft, at: usize, held_by: &str, why: String) {
+fn hold(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, held_by: &str, why: String) {
     let inst = &p.list[at];
     if !st.held.contains_key(&inst.id) {
         let msg = format!("removal of {} held: {held_by}", inst.ip);
@@ -58,7 +58,7 @@ fn hold(p: &Pass, st: &mut State, out: &mut Draft, at: usize, held_by: &str, why
 }
 
 /// A managed instance that lost its elastic tag before or without joining: nothing to drain.
-pub(super) fn retire_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usize) {
+pub(super) fn retire_unjoined(p: &Inputs, st: &mut State, out: &mut Draft, at: usize) {
     let Some(tag) = p.facts[at].status else {
         out.view(at, None, Some("no elastic tag: not managed".into()));
         return;
@@ -89,7 +89,7 @@ pub(super) fn retire_unjoined(p: &Pass, st: &mut State, out: &mut Draft, at: usi
 /// An instance already leaving stays on its way out, unless its elastic tag came back before
 /// anything irreversible happened. Returns true when the instance is handled.
 pub(super) fn reconsider(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     at: usize,

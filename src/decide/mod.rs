@@ -3,7 +3,7 @@
 //! No I/O, no clock, no randomness. Everything that can terminate or remove an instance is here,
 //! so that the safety rules of ARCHITECTURE.md can be tested exhaustively (see the property tests).
 //!
-//! A pass reads a [`pass::Pass`] (the rules, the time, the snapshot and its indexes: never
+//! A pass reads its [`inputs::Inputs`] (the rules, the time, the snapshot and its indexes: never
 //! changed), changes the [`State`], and writes a [`draft::Draft`] of the [`Outcome`]. Each rule
 //! family is a file of free functions over those three: `notices`, `classify` (who stays, who
 //! joins, who leaves), `joining`, `leaving`, `group` and `launch` (the worker group and its
@@ -18,6 +18,7 @@ mod classify;
 mod draft;
 mod group;
 mod health;
+mod inputs;
 mod joining;
 mod launch;
 mod launcher;
@@ -25,7 +26,6 @@ mod launcher_reports;
 mod leaving;
 mod mount_targets;
 mod notices;
-mod pass;
 mod prepare_failed;
 mod quorum;
 mod removal;
@@ -35,6 +35,7 @@ mod rules;
 mod settle;
 mod stall;
 mod trust;
+mod wake;
 
 use crate::model::*;
 
@@ -49,7 +50,7 @@ pub fn decide(rules: &Rules, snap: &Snapshot, prev: &State, now: Millis) -> Plan
 }
 
 pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> Plan {
-    let p = pass::Pass::new(rules, snap, &prev, now);
+    let p = inputs::Inputs::new(rules, snap, &prev, now);
     let mut st = prev;
     let mut out = draft::Draft::new(snap, p.list.len());
     trust::pin_keys(&p, &mut st, &mut out);
@@ -84,6 +85,6 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
 }
 
 /// Base hosts and members: what `min` and `max` count.
-fn worker_count(p: &pass::Pass, st: &State) -> usize {
+fn worker_count(p: &inputs::Inputs, st: &State) -> usize {
     p.rules.base_hosts.len() + st.members.len()
 }

@@ -3,13 +3,13 @@
 //! silently. This only explains a wait; nothing is removed, terminated or held because of it.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 
 /// What a worker without a marker waits for when its zone has no mount target, journaled once
 /// per instance. `None` when the zones are unknown (not configured, or the last read failed)
 /// or its zone has one.
-pub(super) fn missing(p: &Pass, st: &mut State, out: &mut Draft, at: usize) -> Option<String> {
+pub(super) fn missing(p: &Inputs, st: &mut State, out: &mut Draft, at: usize) -> Option<String> {
     let mt = p.mount_targets?;
     let inst = &p.list[at];
     // Names are compared within one account: EC2 and EFS both answer with this account's

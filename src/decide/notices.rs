@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::{budget, removal, trust};
 use crate::config::Rebalance;
 use crate::model::*;
@@ -19,7 +19,7 @@ struct Target {
     ip: IpAddr,
 }
 
-pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]) {
+pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft, notices: &[Notice]) {
     let now = p.now;
     (st.noticed).retain(|_, at| now.saturating_sub(*at) < NOTICE_MEMORY_MS);
     // What takes a worker whatever min says goes first, so that a rebalance drain in the same
@@ -87,7 +87,7 @@ pub(super) fn heed(p: &Pass, st: &mut State, out: &mut Draft, notices: &[Notice]
 /// notices: their workers drain when AWS's own warning would come, from the end date EC2 lists,
 /// whether or not that warning reaches the event queue (one id per block and end, so each is
 /// heeded once).
-pub(super) fn capacity_block_ends(p: &Pass) -> Vec<Notice> {
+pub(super) fn capacity_block_ends(p: &Inputs) -> Vec<Notice> {
     let Some(Ok(read)) = p.reservations else {
         return Vec::new();
     };
@@ -105,7 +105,7 @@ pub(super) fn capacity_block_ends(p: &Pass) -> Vec<Notice> {
 
 /// Why a voluntary drain (a rebalance recommendation, a scheduled change) of a member waits for
 /// the disruption budget; `None` for anything else.
-fn held_by_budget(p: &Pass, st: &State, n: &Notice, targets: &[Target]) -> Option<String> {
+fn held_by_budget(p: &Inputs, st: &State, n: &Notice, targets: &[Target]) -> Option<String> {
     let voluntary = match n.kind {
         NoticeKind::Rebalance => p.rules.rebalance == Rebalance::Drain,
         NoticeKind::ScheduledChange => true,
@@ -122,7 +122,7 @@ fn held_by_budget(p: &Pass, st: &State, n: &Notice, targets: &[Target]) -> Optio
 /// (else refused), and only an interruption: a drain terminates the worker once the job lets it
 /// go, which a worker's word alone never decides (AWS's own event, from the queue, does).
 fn believe_agent(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     n: &Notice,
@@ -164,7 +164,7 @@ fn believe_agent(
 }
 
 /// When a scheduled change's worker starts to drain: `scheduled_change_lead` before it starts.
-fn drains_from(p: &Pass, n: &Notice) -> Option<Millis> {
+fn drains_from(p: &Inputs, n: &Notice) -> Option<Millis> {
     match (n.kind, n.deadline) {
         (NoticeKind::ScheduledChange, Some(at)) => {
             Some(at.saturating_sub(p.rules.scheduled_change_lead_ms))
@@ -173,7 +173,7 @@ fn drains_from(p: &Pass, n: &Notice) -> Option<Millis> {
     }
 }
 
-fn heed_one(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
+fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
     if p.rules.is_protected(t.ip) {
         let msg = format!(
             "{} from the {}: {} is a base host, never removed by dtd; the job will lose it",
@@ -213,7 +213,7 @@ fn heed_one(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
 
 /// The instance is being taken away: out of the host files now, no acknowledgement awaited,
 /// never terminated by us (AWS does it).
-fn interrupt(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
+fn interrupt(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
     let reason = format!("{} from the {}", describe(n.kind), n.source);
     let unconfirmed = trust::unconfirmed_until(p, n);
     if unconfirmed.is_some() {
@@ -225,7 +225,7 @@ fn interrupt(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target) {
 /// Leaves gracefully, like a deleted elastic tag: terminated once the job acknowledges.
 /// A rebalance recommendation respects `min`; a Capacity Block's end and a scheduled change
 /// do not, as the capacity goes away whatever we do.
-fn drain(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target, cause: Cause) {
+fn drain(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target, cause: Cause) {
     let mut reason = format!("{} from the {}", describe(n.kind), n.source);
     if let (NoticeKind::ScheduledChange, Some(at)) = (n.kind, n.deadline) {
         // People need the start time to judge it; the journal has no other field for it.
@@ -261,7 +261,7 @@ fn drain(p: &Pass, st: &mut State, out: &mut Draft, n: &Notice, t: Target, cause
     removal::queue(p, st, out, r);
 }
 
-fn targets(p: &Pass, st: &State, target: &NoticeTarget) -> Vec<Target> {
+fn targets(p: &Inputs, st: &State, target: &NoticeTarget) -> Vec<Target> {
     let listed = |at: usize| Target {
         id: p.list[at].id.clone(),
         ip: p.list[at].ip,
@@ -298,7 +298,7 @@ fn remembered(st: &State, matches: impl Fn(&str, IpAddr) -> bool) -> Vec<Target>
 }
 
 /// The group waits on our terminating hook for this instance: the hook path drains it.
-fn held_by_hook(p: &Pass, id: &str) -> bool {
+fn held_by_hook(p: &Inputs, id: &str) -> bool {
     p.group
         .is_some_and(|g| g.terminating_hook.is_some() && g.instances.contains_key(id))
 }

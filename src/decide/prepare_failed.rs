@@ -3,12 +3,19 @@
 //! every pass, and a restarted dtd must not alert about it again.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 
 /// Journals `why` (e.g. "prepare-data failed (exit 3: ...)") and `then` for the instance at
 /// `at`, unless it was journaled before.
-pub(super) fn journal(p: &Pass, st: &mut State, out: &mut Draft, at: usize, why: &str, then: &str) {
+pub(super) fn journal(
+    p: &Inputs,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    why: &str,
+    then: &str,
+) {
     let (id, ip) = p.who(at);
     if st.prepare_failed.contains(id) {
         return;

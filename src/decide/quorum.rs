@@ -4,11 +4,11 @@
 //! node joined or left. The job's word: shown and counted, never acted on.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 use crate::protocol::progress::QuorumChangeLine;
 
-pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(Ok(quorum)) = p.progress.map(|r| r.as_ref().map(|p| p.quorum.as_ref())) else {
         return;
     };
@@ -23,7 +23,7 @@ pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
     }
 }
 
-fn journal(p: &Pass, out: &mut Draft, c: &QuorumChangeLine) {
+fn journal(p: &Inputs, out: &mut Draft, c: &QuorumChangeLine) {
     let moved: Vec<_> = c.joined.iter().chain(&c.left).collect();
     let who = match moved.as_slice() {
         [ip] => p.at_ip(**ip).map(|at| p.who(at)),

@@ -15,12 +15,12 @@
 use std::net::IpAddr;
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 
 /// A removal of a listed instance waiting for the job's acknowledgement of the next generation.
 pub(super) fn new(
-    p: &Pass,
+    p: &Inputs,
     inst: &Instance,
     cause: Cause,
     then: Option<Ending>,
@@ -30,7 +30,7 @@ pub(super) fn new(
 }
 
 pub(super) fn new_for(
-    p: &Pass,
+    p: &Inputs,
     id: &str,
     ip: IpAddr,
     cause: Cause,
@@ -55,7 +55,12 @@ pub(super) fn new_for(
 
 /// Remembers a new removal and journals it, with its cause while it has one; returns the event
 /// for a caller whose removal ends at once to say why.
-pub(super) fn queue<'d>(p: &Pass, st: &mut State, out: &'d mut Draft, r: Removal) -> &'d mut Event {
+pub(super) fn queue<'d>(
+    p: &Inputs,
+    st: &mut State,
+    out: &'d mut Draft,
+    r: Removal,
+) -> &'d mut Event {
     let (ip, generation, reason) = (r.ip, r.generation, &r.reason);
     let (kind, msg) = match r.stage {
         Stage::Reclaiming { .. } => (
@@ -76,7 +81,7 @@ pub(super) fn queue<'d>(p: &Pass, st: &mut State, out: &'d mut Draft, r: Removal
 
 /// [`queue`] with the event's kind and message chosen by the caller.
 pub(super) fn queue_as<'d>(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &'d mut Draft,
     r: Removal,
@@ -98,7 +103,7 @@ pub(super) fn cancellable(r: &Removal) -> bool {
 /// AWS takes the instance away: a member leaves the job at once; a worker already leaving
 /// stops waiting for an acknowledgement it may not live to see. Never terminated by us.
 pub(super) fn interrupt(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     id: &str,
@@ -123,7 +128,7 @@ pub(super) fn interrupt(
     queue(p, st, out, r);
 }
 
-pub(super) fn advance_all(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn advance_all(p: &Inputs, st: &mut State, out: &mut Draft) {
     let removals = std::mem::take(&mut st.removals);
     for mut r in removals {
         if advance(p, st, out, &mut r) {
@@ -133,7 +138,7 @@ pub(super) fn advance_all(p: &Pass, st: &mut State, out: &mut Draft) {
 }
 
 /// Moves one removal forward; returns false when it is finished and can be forgotten.
-fn advance(p: &Pass, st: &mut State, out: &mut Draft, r: &mut Removal) -> bool {
+fn advance(p: &Inputs, st: &mut State, out: &mut Draft, r: &mut Removal) -> bool {
     if p.rules.is_protected(r.ip) {
         // Made a base host (or the master) since it was queued: never terminated.
         return false;
@@ -175,7 +180,7 @@ fn advance(p: &Pass, st: &mut State, out: &mut Draft, r: &mut Removal) -> bool {
 /// Returns false when the removal is finished and can be forgotten. With a launcher, an
 /// acknowledged worker also waits (within the ack timeout) for its launcher to stop, so it is
 /// terminated only once its processes are gone.
-fn await_ack(p: &Pass, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
+fn await_ack(p: &Inputs, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
     let by_file = p.ack.is_some_and(|g| g >= r.generation);
     let by_log = (p.acks.and_then(|a| a.log_removed.get(&r.ip))).is_some_and(|l| *l > r.log_mark);
     let running = (by_file || by_log)
@@ -227,7 +232,7 @@ fn await_ack(p: &Pass, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
 /// Which deadline passed: the ack timeout, or the sooner one of the notice that drained the
 /// worker (a Capacity Block's end, a scheduled change's start), which people must not mistake
 /// for a job that never acknowledges.
-fn timed_out(p: &Pass, r: &Removal) -> String {
+fn timed_out(p: &Inputs, r: &Removal) -> String {
     let timeout = p.rules.ack_timeout_ms;
     if r.deadline >= r.queued_at.saturating_add(timeout) {
         let took = humantime::format_duration(std::time::Duration::from_millis(timeout));
@@ -266,7 +271,7 @@ fn send(out: &mut Draft, id: &str, end: &Ending) {
 }
 
 /// Keeps the terminating hook from timing out while the job finishes with the worker.
-fn heartbeat(p: &Pass, out: &mut Draft, r: &mut Removal) {
+fn heartbeat(p: &Inputs, out: &mut Draft, r: &mut Removal) {
     let Stage::AwaitingAck {
         then: Some(Ending::Hook { name }),
         heartbeat_at,
@@ -287,7 +292,7 @@ fn heartbeat(p: &Pass, out: &mut Draft, r: &mut Removal) {
 
 /// Interrupted workers stay shown as INTERRUPTED until AWS has taken them. Forgotten once a
 /// complete view no longer shows it: like every removal, it is not dropped on a partial one.
-fn await_reclaim(p: &Pass, st: &mut State, out: &mut Draft, r: &Removal) -> bool {
+fn await_reclaim(p: &Inputs, st: &mut State, out: &mut Draft, r: &Removal) -> bool {
     if p.can_remove() && !p.is_running(&r.id) {
         return false;
     }

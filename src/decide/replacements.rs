@@ -5,10 +5,10 @@
 //! choice refused.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 
-pub(super) fn send(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
     heed_add_refusals(p, st, out);
     st.no_capacity.retain(|_, u| u.until > p.now);
     show(p, st, out);
@@ -46,7 +46,7 @@ pub(super) fn send(p: &Pass, st: &mut State, out: &mut Draft) {
 }
 
 /// The choices a launch may try now, in order (empty: the template as it is), or why none.
-fn usable(p: &Pass, st: &State) -> Result<Vec<LaunchChoice>, String> {
+fn usable(p: &Inputs, st: &State) -> Result<Vec<LaunchChoice>, String> {
     let all = &p.rules.capacity;
     if all.is_empty() {
         return Ok(Vec::new());
@@ -75,7 +75,7 @@ fn usable(p: &Pass, st: &State) -> Result<Vec<LaunchChoice>, String> {
 
 /// A choice EC2 refused to `dtctl add` is skipped as if dtd's own launch had been refused:
 /// for the cool-down from the refusal, journaled once. Only the config's own choices count.
-fn heed_add_refusals(p: &Pass, st: &mut State, out: &mut Draft) {
+fn heed_add_refusals(p: &Inputs, st: &mut State, out: &mut Draft) {
     let seen = st.add_refusals_seen;
     let new = (p.add_refusals.iter()).filter(|r| Some(r.at) > seen);
     for r in new {
@@ -92,7 +92,7 @@ fn heed_add_refusals(p: &Pass, st: &mut State, out: &mut Draft) {
 }
 
 /// Why a choice is skipped now; for one that is not, whether it is a Capacity Block.
-fn skipped(p: &Pass, st: &State, c: &Choice) -> Result<bool, String> {
+fn skipped(p: &Inputs, st: &State, c: &Choice) -> Result<bool, String> {
     if let Some(u) = st.no_capacity.get(&c.name()) {
         return Err(format!("{} until {}", u.code, rfc3339(u.until)));
     }
@@ -110,7 +110,7 @@ fn skipped(p: &Pass, st: &State, c: &Choice) -> Result<bool, String> {
 /// Capacity Block). A resource group is EC2's to match within, and a choice naming none is
 /// always `Ok(false)`. What was not read is not launched into: a Capacity Block needs its
 /// market type.
-fn reserved(p: &Pass, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, String> {
+fn reserved(p: &Inputs, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, String> {
     let Some(id) = c.reservation_id() else {
         return Ok(false);
     };
@@ -144,20 +144,20 @@ fn reserved(p: &Pass, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, Str
     }
 }
 
-fn subnet_zone<'p>(p: &Pass<'p>, subnet: &str) -> Option<&'p str> {
+fn subnet_zone<'p>(p: &Inputs<'p>, subnet: &str) -> Option<&'p str> {
     p.subnet_zones.get(subnet).map(String::as_str)
 }
 
 /// `zone, where fs-... has no mount target` when the shared file system cannot serve it;
 /// `None` when it can, or when that is unknown (nothing is concluded from what was not read).
-fn unmountable(p: &Pass, zone: &str) -> Option<String> {
+fn unmountable(p: &Inputs, zone: &str) -> Option<String> {
     let mt = p.mount_targets?;
     (!mt.zones.contains(zone)).then(|| format!("{zone}, where {} has no mount target", mt.fs_id))
 }
 
 /// Every choice in order, why it is skipped now, and its reservation as last read, for
 /// `dtctl status`.
-fn show(p: &Pass, st: &State, out: &mut Draft) {
+fn show(p: &Inputs, st: &State, out: &mut Draft) {
     let read = p.reservations.and_then(|r| r.as_ref().ok());
     for c in &p.rules.capacity {
         let reservation = (c.reservation_id()).and_then(|id| read?.get(id));

@@ -6,11 +6,11 @@ use std::net::IpAddr;
 
 use super::draft::Draft;
 use super::group;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::hostfile::Host;
 use crate::model::*;
 
-pub(super) fn finish(p: &Pass, mut st: State, mut out: Draft) -> Plan {
+pub(super) fn finish(p: &Inputs, mut st: State, mut out: Draft) -> Plan {
     if !out.added.is_empty() || !out.removed.is_empty() {
         bump_generation(p, &mut st, &mut out);
     }
@@ -33,11 +33,16 @@ pub(super) fn finish(p: &Pass, mut st: State, mut out: Draft) -> Plan {
         rows,
         ..out.outcome
     };
-    Plan { state: st, outcome }
+    let next_pass_at = super::wake::next(p, &st);
+    Plan {
+        state: st,
+        outcome,
+        next_pass_at,
+    }
 }
 
 /// Folds this pass's changes into any notification the job has not received yet.
-fn bump_generation(p: &Pass, st: &mut State, out: &mut Draft) {
+fn bump_generation(p: &Inputs, st: &mut State, out: &mut Draft) {
     if p.next_gen <= st.generation {
         // Only a state file edited by hand gets here: a wrapped number would be acknowledged.
         let why = format!("the generation counter is at its limit ({}): no new generation can be numbered; move state.json aside", st.generation);
@@ -69,7 +74,7 @@ fn bump_generation(p: &Pass, st: &mut State, out: &mut Draft) {
     st.pending_notification = Some(n);
 }
 
-fn hosts(p: &Pass, st: &State) -> Vec<Host> {
+fn hosts(p: &Inputs, st: &State) -> Vec<Host> {
     let slots = &p.rules.slots;
     let base = (p.rules.base_hosts.iter()).map(|ip| Host {
         ip: *ip,
@@ -85,7 +90,7 @@ fn hosts(p: &Pass, st: &State) -> Vec<Host> {
 }
 
 /// Status tags to write: every viewed instance whose tag differs, in list order.
-fn tags(p: &Pass, out: &Draft) -> BTreeMap<WorkerStatus, Vec<String>> {
+fn tags(p: &Inputs, out: &Draft) -> BTreeMap<WorkerStatus, Vec<String>> {
     let mut tags: BTreeMap<WorkerStatus, Vec<String>> = BTreeMap::new();
     for ((inst, view), facts) in p.list.iter().zip(&out.views).zip(&p.facts) {
         let Some((Some(status), _)) = view else {
@@ -100,7 +105,7 @@ fn tags(p: &Pass, out: &Draft) -> BTreeMap<WorkerStatus, Vec<String>> {
 }
 
 /// The rows of `dtctl status` in IP order, remembering when each status began.
-fn rows(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Row> {
+fn rows(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Row> {
     if !p.ec2_ok {
         let members = st.members.iter().enumerate();
         return members.map(|(i, m)| unseen_member(i, m)).collect();
@@ -160,14 +165,14 @@ fn rows(p: &Pass, st: &mut State, out: &mut Draft) -> Vec<Row> {
 
 /// Seen with a managed status for the first time: no status tag yet, and no status remembered
 /// for this instance (a tag write that failed leaves the tag empty, but the memory says it).
-fn is_new(p: &Pass, st: &State, at: usize) -> bool {
+fn is_new(p: &Inputs, st: &State, at: usize) -> bool {
     let inst = &p.list[at];
     p.facts[at].status.is_none() && st.since.get(&inst.ip).is_none_or(|s| s.id != inst.id)
 }
 
 /// The beginning of a worker's story: `preparing`, or `ready` when it is ready at once but
 /// held from joining (a member, one that joined at once, began with `joined` instead).
-fn first_seen(p: &Pass, at: usize, status: WorkerStatus, why: Option<&str>) -> Option<Event> {
+fn first_seen(p: &Inputs, at: usize, status: WorkerStatus, why: Option<&str>) -> Option<Event> {
     let inst = &p.list[at];
     let launched = rfc3339(inst.launched_at);
     let seen = format!(

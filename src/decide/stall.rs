@@ -9,10 +9,10 @@
 //! its step standing still is no stall: the clock starts again when it has some.
 
 use super::draft::Draft;
-use super::pass::Pass;
+use super::inputs::Inputs;
 use crate::model::*;
 
-pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(after) = p.rules.stall_after_ms else {
         // Stall detection was turned off: nothing to time, nothing to clear.
         st.progress = None;
@@ -30,7 +30,7 @@ pub(super) fn watch(p: &Pass, st: &mut State, out: &mut Draft) {
 }
 
 /// Base hosts or members: a job to train.
-fn has_workers(p: &Pass, st: &State) -> bool {
+fn has_workers(p: &Inputs, st: &State) -> bool {
     !p.rules.base_hosts.is_empty() || !st.members.is_empty()
 }
 
@@ -43,7 +43,7 @@ fn fresh(step: u64, now: Millis) -> JobProgress {
 }
 
 /// The step read this pass, against the one remembered.
-fn time(p: &Pass, st: &mut State, out: &mut Draft, step: u64, after: Millis) {
+fn time(p: &Inputs, st: &mut State, out: &mut Draft, step: u64, after: Millis) {
     let Some(known) = st.progress.as_mut() else {
         st.progress = Some(fresh(step, p.now));
         return;
@@ -77,13 +77,13 @@ fn time(p: &Pass, st: &mut State, out: &mut Draft, step: u64, after: Millis) {
 }
 
 /// Nothing to time any more; a stall shown is cleared with `why`.
-fn forget(p: &Pass, st: &mut State, out: &mut Draft, why: &str) {
+fn forget(p: &Inputs, st: &mut State, out: &mut Draft, why: &str) {
     if let Some(was) = st.progress.take().filter(|k| k.stalled) {
         clear(p, out, &was, was.step, why);
     }
 }
 
-fn clear(p: &Pass, out: &mut Draft, was: &JobProgress, step: u64, why: &str) {
+fn clear(p: &Inputs, out: &mut Draft, was: &JobProgress, step: u64, why: &str) {
     let stood = span(p.now.saturating_sub(was.advanced_at));
     let msg = format!(
         "{why}; it was stalled at step {} for {stood}: stall cleared",

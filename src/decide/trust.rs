@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 use super::draft::{Draft, Who};
-use super::pass::Pass;
+use super::inputs::Inputs;
 use super::rules::GROUP_TAG;
 use crate::model::*;
 
@@ -25,7 +25,7 @@ const RECLAIM_GRACE_MS: Millis = 2 * 60_000;
 
 /// Shows a refusal in status every pass it is seen, journals it the first time (by `key`).
 pub(super) fn refuse(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     key: String,
@@ -42,7 +42,7 @@ pub(super) fn refuse(
 
 /// Forgets refusals no longer seen, so one that comes back is journaled again. Only on a pass
 /// that read every source: a partial view did not look for them.
-pub(super) fn forget_stale(p: &Pass, st: &mut State, out: &Draft) {
+pub(super) fn forget_stale(p: &Inputs, st: &mut State, out: &Draft) {
     if p.can_remove() {
         st.refused.retain(|k| out.refused_keys.contains(k));
     }
@@ -52,7 +52,7 @@ pub(super) fn forget_stale(p: &Pass, st: &mut State, out: &Draft) {
 /// Each worker's agent key, as the `dt:agent-key` tag first showed it, is kept: whoever can tag
 /// the instance later (its own user code, with the instance role) cannot change whose word its
 /// reports are. A changed tag is refused, journaled once.
-pub(super) fn pin_keys(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn pin_keys(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers else { return };
     for (id, key) in &m.key_tags {
         let Some(pinned) = st.agent_keys.get(id) else {
@@ -79,7 +79,7 @@ pub(super) fn pin_keys(p: &Pass, st: &mut State, out: &mut Draft) {
 
 /// Reports about listed workers that are not believed (see `observe::markers::book`): shown,
 /// and journaled once per file and kind of lie.
-pub(super) fn refuse_reports(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn refuse_reports(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers else { return };
     for r in &m.refused {
         let who = p.at(&r.instance).map(|at| p.who(at));
@@ -98,14 +98,14 @@ pub(super) fn refuse_reports(p: &Pass, st: &mut State, out: &mut Draft) {
 
 /// The job's files someone other than the job's user owns (a worker created them first): not
 /// read at all by observe; journaled once and shown here.
-pub(super) fn refuse_files(p: &Pass, st: &mut State, out: &mut Draft) {
+pub(super) fn refuse_files(p: &Inputs, st: &mut State, out: &mut Draft) {
     for why in p.acks.map(|a| a.refused.as_slice()).unwrap_or_default() {
         let key = format!("file:{why}");
         refuse(p, st, out, key, EventKind::FileRefused, None, why.clone());
     }
 }
 
-pub(super) fn refuse_ack(p: &Pass, st: &mut State, out: &mut Draft, claimed: u64) {
+pub(super) fn refuse_ack(p: &Inputs, st: &mut State, out: &mut Draft, claimed: u64) {
     let msg = format!(
         "the ack file holds generation {claimed}, but dtd has written only up to {}: ignored \
          (leaving workers wait for an acknowledgement dtd wrote, or the ack timeout)",
@@ -119,7 +119,7 @@ pub(super) fn refuse_ack(p: &Pass, st: &mut State, out: &mut Draft, claimed: u64
 /// when EC2 lists that instance at that IP (or, when EC2 could not be read, the state remembers
 /// it there), and only for what EC2 says the instance is. `Ok(None)`: not this cluster's.
 pub(super) fn agent_target(
-    p: &Pass,
+    p: &Inputs,
     st: &State,
     n: &Notice,
     claimed: &str,
@@ -164,7 +164,7 @@ pub(super) fn agent_target(
 /// What EC2 says of the instance must fit the notice: a Spot warning is for a Spot instance (or
 /// one in a Capacity Reservation, whose interruptible kind warns the same way), a group's
 /// termination for one of the group's instances.
-fn kind_fits(p: &Pass, kind: NoticeKind, inst: &Instance) -> Result<(), String> {
+fn kind_fits(p: &Inputs, kind: NoticeKind, inst: &Instance) -> Result<(), String> {
     match kind {
         NoticeKind::Interruption
             if inst.market != "spot" && inst.capacity_reservation.is_none() =>
@@ -192,13 +192,13 @@ fn already_reclaimed(st: &State, id: &str) -> bool {
 }
 
 /// An agent's notice that took a worker out: the next one from that IP waits an hour.
-pub(super) fn heeded_from_agent(p: &Pass, st: &mut State, ip: IpAddr) {
+pub(super) fn heeded_from_agent(p: &Inputs, st: &mut State, ip: IpAddr) {
     st.agent_notices.insert(ip, p.now + AGENT_NOTICE_EVERY_MS);
 }
 
 /// Until when an interruption only an agent reported may leave its instance running before the
 /// notice is judged false: the notice's time, at most two minutes away, plus a grace.
-pub(super) fn unconfirmed_until(p: &Pass, n: &Notice) -> Option<Millis> {
+pub(super) fn unconfirmed_until(p: &Inputs, n: &Notice) -> Option<Millis> {
     if n.source != "agent" {
         return None;
     }
@@ -210,7 +210,7 @@ pub(super) fn unconfirmed_until(p: &Pass, n: &Notice) -> Option<Millis> {
 /// An interruption only a worker's agent reported, and its instance still runs past the time
 /// AWS would have taken it: the notice was false. The worker may join again; its IP's agent is
 /// not believed for a day.
-pub(super) fn release_unconfirmed(p: &Pass, st: &mut State, out: &mut Draft, r: &Removal) {
+pub(super) fn release_unconfirmed(p: &Inputs, st: &mut State, out: &mut Draft, r: &Removal) {
     let msg = format!(
         "{} ({}) is still running after its agent's interruption notice ({}): EC2 never took \
          it; it may join again, and agent notices from {} are not believed until {}",
@@ -230,7 +230,7 @@ pub(super) fn release_unconfirmed(p: &Pass, st: &mut State, out: &mut Draft, r: 
 /// its IP: written for an earlier owner of the IP, or by another worker. `None`: believed (it
 /// names this instance, or none, as a 2018 marker does).
 pub(super) fn foreign_marker(
-    p: &Pass,
+    p: &Inputs,
     st: &mut State,
     out: &mut Draft,
     at: usize,

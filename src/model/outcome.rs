@@ -9,11 +9,14 @@ use super::{
 };
 use crate::hostfile::Host;
 
-/// What decide returns: the state to remember, and the outcome to apply.
+/// What decide returns: the state to remember, the outcome to apply, and when it next needs a
+/// pass if nothing new is heard before.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub state: State,
     pub outcome: Outcome,
+    /// The earliest deadline the state holds (an ack timeout, a cool-down, a window opening...).
+    pub next_pass_at: Option<Millis>,
 }
 
 /// Everything a pass wants done, plus what it says about it.

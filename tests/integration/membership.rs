@@ -108,6 +108,23 @@ fn workers_ready_within_the_join_batch_join_in_one_generation() {
     assert_eq!(c.written_generation().trim(), "1", "one new generation");
 }
 
+/// The loop wakes at the deadline decide names (here the join batch's end), not at its
+/// `interval`: with `interval: 60s`, a worker whose marker appears joins two seconds later
+/// (`wait_hosts` gives up after 30).
+#[test]
+fn a_join_batch_ends_on_time_however_long_the_interval() {
+    let mut c = Cluster::new();
+    c.extra = "join: { batch: 2s }\n".into();
+    let config = c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }");
+    c.write_config(&config.replace("interval: 300ms", "interval: 60s"));
+    let launched = c.launch(1);
+    c.start_dtd();
+    c.wait_status("a first pass", |_| true);
+    c.marker(&launched[0].1);
+    c.wait_status_text("the join batch: 1 ready worker(s) join together");
+    c.wait_hosts("the worker to join when the batch ends", |h| h.len() == 1);
+}
+
 /// The generations the workers' `joined` lines name.
 fn joined_generations(
     c: &Cluster,

@@ -12,3 +12,4 @@ mod partial_views;
 mod quorum;
 mod second_thoughts;
 mod stall;
+mod wake;

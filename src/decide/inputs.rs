@@ -9,7 +9,7 @@ use crate::model::*;
 
 /// Works on positions in the snapshot's instance list: ids are hashed once per pass, because
 /// comparing and hashing them dominated a pass over 10,000 workers.
-pub(super) struct Pass<'a> {
+pub(super) struct Inputs<'a> {
     pub rules: &'a Rules,
     pub now: Millis,
     pub list: &'a [Instance],
@@ -40,7 +40,7 @@ pub(super) struct Pass<'a> {
     pub next_gen: u64,
 }
 
-impl<'a> Pass<'a> {
+impl<'a> Inputs<'a> {
     pub fn new(rules: &'a Rules, snap: &'a Snapshot, prev: &State, now: Millis) -> Self {
         let group = snap.group.as_ref().and_then(|g| g.as_ref().ok());
         let list: &[Instance] = snap.instances.as_deref().unwrap_or_default();
@@ -65,7 +65,7 @@ impl<'a> Pass<'a> {
             Ok(g) => (g, None),
             Err(claimed) => (None, Some(claimed)),
         };
-        Pass {
+        Inputs {
             rules,
             now,
             list,
