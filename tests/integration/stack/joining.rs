@@ -171,6 +171,7 @@ fn start_agent(moto: &Moto, config: &Path, dir: &Path, id: &str, ip: &str) -> Ag
     let script = install("prepare-data/synthetic.py", &prepare, 0o755);
     std::fs::rename(&script, prepare.join("prepare-data.py")).unwrap();
     install("prepare-data/dtprepare.py", &prepare, 0o644);
+    install("prepare-data/dt_atomic.py", &prepare, 0o644);
     // The release's GPU check, over the STAND-IN nvidia-smi of tests/standins/bin describing one
     // GPU, as on the template's g5.xlarge.
     let check = install("templates/health/gpu_health.py", dir, 0o755);
