@@ -4,7 +4,8 @@
 Linear regression by mini-batch SGD, the data sharded across the host file's workers and their
 gradients averaged as an allreduce would. On SIGUSR1 it re-reads the host file at the next step
 boundary, reshards, and acknowledges (2018 `host_worker_log` or `ack` file). It reports its step in
-the `progress` file, for dtd's stall detection (`job.stall`). Standard library only.
+the `progress` file, for dtd's stall detection (`job.stall`). Standard library and dt_atomic.py
+only: keep that beside this script (in the repository it is in prepare-data/).
 """
 import argparse
 import contextlib
@@ -17,8 +18,13 @@ import random
 import signal
 import stat
 import sys
-import tempfile
 import time
+
+try:
+    from dt_atomic import atomic_write, fsync_dir
+except ImportError:  # in the repository: prepare-data/ beside examples/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "prepare-data"))
+    from dt_atomic import atomic_write, fsync_dir
 
 PREFIX = "[elastic_job]"
 BATCH = 32
@@ -35,36 +41,6 @@ def say(msg):
 
 def warn(msg):
     print(f"{PREFIX} warning: {msg}", file=sys.stderr, flush=True)
-
-
-def atomic_write(path, text, durable=True):
-    """Temp file in the same directory + rename: readers never see a partial file. `durable`
-    fsyncs the file and the directory too, so the new content survives a crash of the machine."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from a daemon's user
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        fsync_dir(directory)
-
-
-def fsync_dir(directory):
-    # Makes a rename or a newly created file survive a crash of the machine.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def parse_ip(text):
@@ -220,7 +196,7 @@ class Trainer:
         state = {"weights": self.w, "bias": self.b, "epoch": self.epoch,
                  "step_in_epoch": self.step_in_epoch, "global_step": self.global_step,
                  "loss": self.loss(), "workers": self.workers}
-        atomic_write(path, json.dumps(state, indent=1) + "\n")
+        atomic_write(path, (json.dumps(state, indent=1) + "\n").encode())
         return state["loss"]
 
     def load(self, path):
@@ -277,7 +253,7 @@ class Progress:
         if self.checkpoint_step is not None:
             line["checkpoint_step"] = self.checkpoint_step
         try:
-            atomic_write(self.path, json.dumps(line) + "\n", durable=False)
+            atomic_write(self.path, (json.dumps(line) + "\n").encode(), durable=False)
         except OSError as e:
             if not self.failing:
                 warn(f"progress not written to {self.path}: {e}")
@@ -305,7 +281,7 @@ def acknowledge(args, generation, added, removed):
             changes = [("ADDED", ip) for ip in added] + [("REMOVED", ip) for ip in removed]
             append_log(args.log, changes)
         elif args.ack == "file" and generation is not None:
-            atomic_write(args.ack_file, f"{generation}\n")
+            atomic_write(args.ack_file, f"{generation}\n".encode())
     except OSError as e:
         warn(f"acknowledgement not written: {e}")
 
@@ -524,7 +500,7 @@ def main(argv=None):
     try:
         trainer = Trainer(args)
         trainer.load(args.checkpoint)
-        atomic_write(args.pidfile, f"{os.getpid()}\n")
+        atomic_write(args.pidfile, f"{os.getpid()}\n".encode())
         if start_membership(args, flags, trainer):
             train(args, flags, trainer)
             trainer.save(args.checkpoint)

@@ -22,8 +22,9 @@ import torch
 
 try:
     import dt_torch
-except ImportError:  # in the repository: templates/job/ beside examples/
+except ImportError:  # in the repository: templates/job/ and prepare-data/ (dt_atomic) beside examples/
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "templates", "job"))
+    sys.path.insert(1, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "prepare-data"))
     import dt_torch
 
 PREFIX = "[in_place_job]"

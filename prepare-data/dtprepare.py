@@ -1,12 +1,13 @@
 """What the example prepare-data scripts in this directory share: their prefixed output and its
-tail, the readiness markers the daemon looks for, the --ip and DT_AGENT handling, and the end of
-main(). Standard library only.
+tail, the readiness markers the daemon looks for (written with dt_atomic.py), the --ip and
+DT_AGENT handling, and the end of main(). Standard library and dt_atomic.py only.
 
-The scripts import it as `import dtprepare`. That works because they are run directly (`python3
-prepare-data/cifar10.py ...`, or as an executable by `dtd agent`), and Python then puts the
-script's own directory first on sys.path: keep this file next to the script you run, e.g.
-/myEFSvolume/prepare/dtprepare.py beside /myEFSvolume/prepare/prepare-data.py (a directory only
-root writes: anyone who could add a module there would run code as root).
+The scripts import it as `import dtprepare`, and it imports `dt_atomic`. That works because they
+are run directly (`python3 prepare-data/cifar10.py ...`, or as an executable by `dtd agent`), and
+Python then puts the script's own directory first on sys.path: keep this file and dt_atomic.py
+next to the script you run, e.g. /myEFSvolume/prepare/dtprepare.py and dt_atomic.py beside
+/myEFSvolume/prepare/prepare-data.py (a directory only root writes: anyone who could add a module
+there would run code as root).
 """
 import argparse
 import collections
@@ -15,8 +16,9 @@ import ipaddress
 import json
 import os
 import sys
-import tempfile
 import time
+
+from dt_atomic import atomic_write
 
 TAIL_LINES = 20
 
@@ -51,33 +53,6 @@ class Output:
 def under_agent():
     """Run by `dtd agent`, which writes the markers itself from the exit status."""
     return os.environ.get("DT_AGENT") == "1"
-
-
-def atomic_write(path, data):
-    """Temp file in the same directory + fsync + rename: the daemon never sees a partial file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from the daemon's user
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(directory)
-
-
-def fsync_dir(directory):
-    # Without it a crash right after the rename can lose the marker the daemon was told about.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_marker(shared_dir, ip, ok, body):

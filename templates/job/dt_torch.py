@@ -1,5 +1,6 @@
 """dt_torch: what a PyTorch script started by `dtd agent`'s launcher (torchrun) needs from
-dynamic-training. Standard library and torch only; shipped in the release next to `dtd`.
+dynamic-training. Standard library, torch and dt_atomic.py (which writes its files) only; shipped
+in the release next to `dtd`, with dt_atomic.py beside it (in the repository: prepare-data/).
 
     import dt_torch
     session = dt_torch.Session()             # reads the agent's DT_* variables, traps the stop signal
@@ -49,13 +50,14 @@ import ipaddress
 import json
 import os
 import signal
-import tempfile
 import threading
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from dt_atomic import atomic_write
 
 __all__ = ["Session", "InPlace"]
 
@@ -154,7 +156,7 @@ class Session:
             return False
         if dist.get_world_size() != self.expected_world_size():
             return False
-        _write_atomic(self.ack_file, f"{self.generation}\n")
+        atomic_write(self.ack_file, f"{self.generation}\n".encode())
         return True
 
     def progress(self, step, force=False, **extra):
@@ -177,7 +179,7 @@ class Session:
         if self._checkpoint_step is not None:
             body["checkpoint_step"] = self._checkpoint_step
         body.update(extra)
-        _write_atomic(self.progress_file, json.dumps(body) + "\n", durable=False)
+        atomic_write(self.progress_file, (json.dumps(body) + "\n").encode(), durable=False)
 
     def checkpointed(self, step):
         """Rank 0, after a checkpoint was saved at `step`: says so in the progress file at once,
@@ -413,7 +415,7 @@ class InPlace:
         plan = self._plan.read()
         if plan is None or plan[0] == self._acked or sorted(plan[1]) != self._members:
             return
-        _write_atomic(self.session.ack_file, f"{plan[0]}\n")
+        atomic_write(self.session.ack_file, f"{plan[0]}\n".encode())
         self._acked = plan[0]
 
     def _save(self):
@@ -516,22 +518,3 @@ def _ddp(torchft, manager, model):
         _comm_hook = staticmethod(hook)
 
     return DDP(manager, model)
-
-
-def _write_atomic(path, text, durable=True):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

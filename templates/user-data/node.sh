@@ -48,15 +48,17 @@ getent group ${WorkerGid} >/dev/null || groupadd -r -g ${WorkerGid} dt-job
 getent passwd ${WorkerUid} >/dev/null ||
     useradd -r -u ${WorkerUid} -g ${WorkerGid} -md /var/lib/dt-job -s /sbin/nologin dt-job
 
-# dtd, dtctl, the default health check, the torchrun helper, dtd's unit, the man pages and
-# dtctl's bash completion from the release archive, checked against the stack's SHA-256 before
-# use. The unit (templates/systemd/) is sandboxed; widen it with a drop-in (systemctl edit dtd).
+# dtd, dtctl, the default health check, the torchrun helper (and dt_atomic.py, which it imports),
+# dtd's unit, the man pages and dtctl's bash completion from the release archive, checked against
+# the stack's SHA-256 before use. The unit (templates/systemd/) is sandboxed; widen it with a
+# drop-in (systemctl edit dtd).
 workdir=$(mktemp -d)
 retry curl -fsSL --proto '=https' -o "$workdir/dt.tar.gz" "${DtdReleaseUrl}"
 echo "${DtdReleaseSha256}  $workdir/dt.tar.gz" | sha256sum -c -
 tar -xzf "$workdir/dt.tar.gz" -C "$workdir"
 install -m 0755 "$workdir/dtd" "$workdir/dtctl" "$workdir/gpu_health.py" /usr/local/bin/
 install -D -m 0644 "$workdir/dt_torch.py" /usr/local/lib/dt/dt_torch.py
+install -D -m 0644 "$workdir/dt_atomic.py" /usr/local/lib/dt/dt_atomic.py
 install -D -m 0644 -t /usr/local/share/man/man1 "$workdir"/man/*.1
 install -D -m 0644 "$workdir/completions/dtctl.bash" /etc/bash_completion.d/dtctl
 sed -e 's/@ROLE@/${DtdRole}/' -e 's/@REGION@/${AWS::Region}/' "$workdir/dtd.service" \

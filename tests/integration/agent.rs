@@ -610,9 +610,10 @@ fn a_bad_instance_id_override_is_refused() {
 #[test]
 fn the_example_prepare_data_script_runs_under_the_agent() {
     let mut w = Worker::new("");
-    // Beside the module it imports, as docs/torchrun.md installs them.
+    // Beside the modules it imports, as docs/torchrun.md installs them.
     let script = crate::support::install("prepare-data/synthetic.py", w.dir.path(), 0o755);
     crate::support::install("prepare-data/dtprepare.py", w.dir.path(), 0o644);
+    crate::support::install("prepare-data/dt_atomic.py", w.dir.path(), 0o644);
     w.configure("prepare_data", &script.display().to_string());
     w.configure("args", "[--samples, '10']");
     w.start(&[]);

@@ -115,6 +115,7 @@ impl Story {
             support::install(file, &job, 0o644);
         }
         support::install("templates/job/dt_torch.py", &job, 0o644);
+        support::install("prepare-data/dt_atomic.py", &job, 0o644);
         let subnet = c.loopback_subnet();
         let prepare = c.dir.path().join("prepare.sh");
         std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();

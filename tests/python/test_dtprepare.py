@@ -131,10 +131,11 @@ class RunTest(TempDirTest):
 
 class DeployedTest(TempDirTest):
     def test_a_script_runs_as_prepare_data_py_with_dtprepare_beside_it(self):
-        # What the README has a user do: both files on the shared directory, the script executable.
+        # What the README has a user do: the files on the shared directory, the script executable.
         program = self.dir / "prepare-data.py"
         shutil.copy(PREPARE_DATA / "synthetic.py", program)
         shutil.copy(PREPARE_DATA / "dtprepare.py", self.dir)
+        shutil.copy(PREPARE_DATA / "dt_atomic.py", self.dir)
         program.chmod(0o755)
         env = {**os.environ, "DT_AGENT": "1", "DT_IP": IP, "DT_SHARED_DIR": str(self.dir)}
         r = subprocess.run([str(program), "--samples", "3"], cwd="/", env=env,

@@ -47,7 +47,7 @@ def render(text, role):
 
 def written_files(script, role):
     """{path: content} of the units and programs a bootstrap script writes with cat here-documents
-    or printf (not dtd's configuration: tests/stack.rs checks that one)."""
+    or printf (not dtd's configuration: tests/integration/stack/ checks that one)."""
     text = (USER_DATA / script).read_text()
     files = {m["path"]: render(m["body"], role) for m in HEREDOC.finditer(text)}
     for m in PRINTF.finditer(text):

@@ -4,6 +4,7 @@ Rust tests check dtd's side against (tests/fixtures/protocol/). Runs with PyTorc
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -13,6 +14,8 @@ import torch.distributed as dist
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "protocol"
+# dt_torch imports dt_atomic, which ships beside it; in the repository it is in prepare-data/.
+sys.path.insert(0, str(ROOT / "prepare-data"))
 
 
 def load_dt_torch():
