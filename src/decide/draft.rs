@@ -25,16 +25,17 @@ pub(super) struct Draft {
 impl Draft {
     pub fn new(snap: &Snapshot, listed: usize) -> Draft {
         let mut holds = Vec::new();
-        let mut note = |source: Source, r: Result<(), &String>| {
-            if let Err(e) = r {
+        let mut note = |source: Source, unread: Option<String>| {
+            if let Some(e) = unread {
                 holds.push(format!("{source}: {e}"));
             }
         };
-        note(Source::Instances, snap.instances.as_ref().map(|_| ()));
-        note(Source::Markers, snap.markers.as_ref().map(|_| ()));
-        note(Source::Acks, snap.acks.as_ref().map(|_| ()));
+        let why = |e: &_| ToString::to_string(e);
+        note(Source::Instances, snap.instances.as_ref().err().map(why));
+        note(Source::Markers, snap.markers.as_ref().err().map(why));
+        note(Source::Acks, snap.acks.as_ref().err().map(why));
         if let Some(g) = &snap.group {
-            note(Source::Group, g.as_ref().map(|_| ()));
+            note(Source::Group, g.as_ref().err().map(why));
         }
         Draft {
             outcome: Outcome {

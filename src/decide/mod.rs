@@ -16,8 +16,10 @@ mod ack;
 mod budget;
 mod classify;
 mod draft;
+mod generation;
 mod group;
 mod health;
+mod host_list;
 mod inputs;
 mod joining;
 mod launch;
@@ -31,15 +33,17 @@ mod quorum;
 mod removal;
 mod replacements;
 mod report;
+mod rows;
 mod rules;
 mod settle;
 mod stall;
+mod status_tags;
 mod trust;
 mod wake;
 
 use crate::model::*;
 
-pub use report::{join_ips, worker_views};
+pub use rows::{join_ips, worker_views};
 pub use rules::{Rules, GROUP_TAG, TEMPLATE_TAG};
 pub use settle::{settle, LAUNCH_RETRY_MS};
 

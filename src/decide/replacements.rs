@@ -45,8 +45,46 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
     }
 }
 
+/// Why a replacement launch waits: no capacity choice is usable.
+#[derive(Debug, thiserror::Error)]
+enum NoChoice {
+    #[error("no capacity choice is usable; the first back is tried at {}", rfc3339(*.0))]
+    BackAt(Millis),
+    #[error("no capacity choice is usable now (dtctl status says why of each)")]
+    None,
+}
+
+/// Why a capacity choice is skipped now, as `dtctl status` shows it beside the choice.
+#[derive(Debug, thiserror::Error)]
+enum Skip {
+    #[error("{code} until {}", rfc3339(*.until))]
+    Refused { code: String, until: Millis },
+    /// `place`: the zone, and that the shared file system has no mount target there.
+    #[error("{subnet} is in {place}")]
+    Unmountable { subnet: String, place: String },
+    #[error("EC2 does not list {0}")]
+    NotListed(String),
+    #[error("{id} not read: {why}")]
+    NotRead { id: String, why: String },
+    #[error("{0} not read yet")]
+    NotReadYet(String),
+    #[error("{id} is {state}, not active")]
+    NotActive { id: String, state: String },
+    #[error("{id} reserves {instance_type}")]
+    OtherType { id: String, instance_type: String },
+    #[error("{0} has no instance left")]
+    Full(String),
+    #[error("{id} ends at {}: no launch into its last 40 minutes", rfc3339(*.end))]
+    Ending { id: String, end: Millis },
+    /// The reservation's own words (`Reservation::zone_conflict`).
+    #[error("{0}")]
+    ZoneConflict(String),
+    #[error("{id} is in {place}")]
+    ReservationUnmountable { id: String, place: String },
+}
+
 /// The choices a launch may try now, in order (empty: the template as it is), or why none.
-fn usable(p: &Inputs, st: &State) -> Result<Vec<LaunchChoice>, String> {
+fn usable(p: &Inputs, st: &State) -> Result<Vec<LaunchChoice>, NoChoice> {
     let all = &p.rules.capacity;
     if all.is_empty() {
         return Ok(Vec::new());
@@ -64,13 +102,7 @@ fn usable(p: &Inputs, st: &State) -> Result<Vec<LaunchChoice>, String> {
         return Ok(usable);
     }
     let back = st.no_capacity.values().map(|u| u.until).min();
-    Err(match back {
-        Some(at) => format!(
-            "no capacity choice is usable; the first back is tried at {}",
-            rfc3339(at)
-        ),
-        None => "no capacity choice is usable now (dtctl status says why of each)".into(),
-    })
+    Err(back.map_or(NoChoice::None, NoChoice::BackAt))
 }
 
 /// A choice EC2 refused to `dtctl add` is skipped as if dtd's own launch had been refused:
@@ -92,16 +124,15 @@ fn heed_add_refusals(p: &Inputs, st: &mut State, out: &mut Draft) {
 }
 
 /// Why a choice is skipped now; for one that is not, whether it is a Capacity Block.
-fn skipped(p: &Inputs, st: &State, c: &Choice) -> Result<bool, String> {
+fn skipped(p: &Inputs, st: &State, c: &Choice) -> Result<bool, Skip> {
     if let Some(u) = st.no_capacity.get(&c.name()) {
-        return Err(format!("{} until {}", u.code, rfc3339(u.until)));
+        let (code, until) = (u.code.clone(), u.until);
+        return Err(Skip::Refused { code, until });
     }
     let zone = c.subnet.as_ref().and_then(|s| subnet_zone(p, s));
-    if let Some(why) = zone.and_then(|z| unmountable(p, z)) {
-        return Err(format!(
-            "{} is in {why}",
-            c.subnet.as_deref().unwrap_or_default()
-        ));
+    if let Some(place) = zone.and_then(|z| unmountable(p, z)) {
+        let subnet = c.subnet.clone().unwrap_or_default();
+        return Err(Skip::Unmountable { subnet, place });
     }
     reserved(p, c, zone)
 }
@@ -110,36 +141,41 @@ fn skipped(p: &Inputs, st: &State, c: &Choice) -> Result<bool, String> {
 /// Capacity Block). A resource group is EC2's to match within, and a choice naming none is
 /// always `Ok(false)`. What was not read is not launched into: a Capacity Block needs its
 /// market type.
-fn reserved(p: &Inputs, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, String> {
+fn reserved(p: &Inputs, c: &Choice, subnet_zone: Option<&str>) -> Result<bool, Skip> {
     let Some(id) = c.reservation_id() else {
         return Ok(false);
     };
+    let id = id.to_string();
     let r = match p.reservations {
-        Some(Ok(read)) => read.get(id).ok_or(format!("EC2 does not list {id}"))?,
-        Some(Err(e)) => return Err(format!("{id} not read: {e}")),
-        None => return Err(format!("{id} not read yet")),
+        Some(Ok(read)) => read.get(&id).ok_or_else(|| Skip::NotListed(id.clone()))?,
+        Some(Err(e)) => {
+            return Err(Skip::NotRead {
+                id,
+                why: e.to_string(),
+            })
+        }
+        None => return Err(Skip::NotReadYet(id)),
     };
     if r.state != "active" {
-        return Err(format!("{id} is {}, not active", r.state));
+        let state = r.state.clone();
+        return Err(Skip::NotActive { id, state });
     }
     if r.instance_type != c.instance_type {
-        return Err(format!("{id} reserves {}", r.instance_type));
+        let instance_type = r.instance_type.clone();
+        return Err(Skip::OtherType { id, instance_type });
     }
     if r.available == 0 {
-        return Err(format!("{id} has no instance left"));
+        return Err(Skip::Full(id));
     }
     if let Some(at) = r.drains_at().filter(|at| p.now >= *at) {
         let end = r.end.unwrap_or(at);
-        return Err(format!(
-            "{id} ends at {}: no launch into its last 40 minutes",
-            rfc3339(end)
-        ));
+        return Err(Skip::Ending { id, end });
     }
     if let Some(why) = subnet_zone.and_then(|z| r.zone_conflict(z)) {
-        return Err(why);
+        return Err(Skip::ZoneConflict(why));
     }
     match unmountable(p, &r.zone) {
-        Some(why) => Err(format!("{id} is in {why}")),
+        Some(place) => Err(Skip::ReservationUnmountable { id, place }),
         None => Ok(r.capacity_block),
     }
 }
@@ -163,7 +199,7 @@ fn show(p: &Inputs, st: &State, out: &mut Draft) {
         let reservation = (c.reservation_id()).and_then(|id| read?.get(id));
         out.outcome.capacity.push(CapacityStatus {
             choice: c.name(),
-            skipped: skipped(p, st, c).err(),
+            skipped: skipped(p, st, c).err().map(|e| e.to_string()),
             reservation: reservation.map(Reservation::summary),
         });
     }

@@ -115,6 +115,31 @@ pub(super) fn refuse_ack(p: &Inputs, st: &mut State, out: &mut Draft, claimed: u
     refuse(p, st, out, key, EventKind::AckRefused, None, msg);
 }
 
+/// Why an agent's interruption notice is not believed, as the refusal shows it.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NoticeRefusal {
+    #[error("names {0:?}, which is not an instance id")]
+    NotAnInstanceId(String),
+    #[error("names {claimed}, which EC2 lists at {listed}")]
+    ListedElsewhere { claimed: String, listed: IpAddr },
+    #[error("names {claimed}, but EC2 lists {holder} at {ip}")]
+    AnotherAtIp {
+        claimed: String,
+        holder: String,
+        ip: IpAddr,
+    },
+    #[error("names {claimed}, which is at {known}")]
+    RememberedElsewhere { claimed: String, known: IpAddr },
+    #[error("comes too soon after the last notice from {ip}'s agent (next believed from {})", rfc3339(*.until))]
+    TooSoon { ip: IpAddr, until: Millis },
+    #[error("is a Spot interruption warning, but EC2 says {id} is {market}")]
+    NotSpot { id: String, market: String },
+    #[error(
+        "says its Auto Scaling group is terminating it, but EC2 says {0} is in no worker group"
+    )]
+    NotInGroup(String),
+}
+
 /// An agent's notice names an instance and comes from the marker of an IP. It is believed only
 /// when EC2 lists that instance at that IP (or, when EC2 could not be read, the state remembers
 /// it there), and only for what EC2 says the instance is. `Ok(None)`: not this cluster's.
@@ -124,27 +149,39 @@ pub(super) fn agent_target(
     n: &Notice,
     claimed: &str,
     ip: IpAddr,
-) -> Result<Option<(String, IpAddr)>, String> {
+) -> Result<Option<(String, IpAddr)>, NoticeRefusal> {
+    use NoticeRefusal::*;
     if !is_ec2_instance_id(claimed) {
-        let shown: String = claimed.chars().take(40).collect();
-        return Err(format!("names {shown:?}, which is not an instance id"));
+        return Err(NotAnInstanceId(claimed.chars().take(40).collect()));
     }
+    let claimed_id = || claimed.to_string();
     if let Some(at) = p.at(claimed) {
         let inst = &p.list[at];
         if inst.ip != ip {
-            return Err(format!("names {claimed}, which EC2 lists at {}", inst.ip));
+            let listed = inst.ip;
+            return Err(ListedElsewhere {
+                claimed: claimed_id(),
+                listed,
+            });
         }
         kind_fits(p, n.kind, inst)?;
     } else if let Some(at) = p.at_ip(ip) {
-        let holder = &p.list[at].id;
-        return Err(format!("names {claimed}, but EC2 lists {holder} at {ip}"));
+        let holder = p.list[at].id.clone();
+        return Err(AnotherAtIp {
+            claimed: claimed_id(),
+            holder,
+            ip,
+        });
     } else {
         let remembered = (st.members.iter().map(|m| (&m.id, m.ip)))
             .chain(st.removals.iter().map(|r| (&r.id, r.ip)))
             .find(|(id, _)| *id == claimed);
         match remembered {
             Some((_, known)) if known != ip => {
-                return Err(format!("names {claimed}, which is at {known}"));
+                return Err(RememberedElsewhere {
+                    claimed: claimed_id(),
+                    known,
+                });
             }
             Some(_) => {}
             None => return Ok(None),
@@ -152,10 +189,7 @@ pub(super) fn agent_target(
     }
     if let Some(until) = st.agent_notices.get(&ip).filter(|u| p.now < **u) {
         if !already_reclaimed(st, claimed) {
-            return Err(format!(
-                "comes too soon after the last notice from {ip}'s agent (next believed from {})",
-                rfc3339(*until)
-            ));
+            return Err(TooSoon { ip, until: *until });
         }
     }
     Ok(Some((claimed.to_string(), ip)))
@@ -164,24 +198,19 @@ pub(super) fn agent_target(
 /// What EC2 says of the instance must fit the notice: a Spot warning is for a Spot instance (or
 /// one in a Capacity Reservation, whose interruptible kind warns the same way), a group's
 /// termination for one of the group's instances.
-fn kind_fits(p: &Inputs, kind: NoticeKind, inst: &Instance) -> Result<(), String> {
+fn kind_fits(p: &Inputs, kind: NoticeKind, inst: &Instance) -> Result<(), NoticeRefusal> {
     match kind {
         NoticeKind::Interruption
             if inst.market != "spot" && inst.capacity_reservation.is_none() =>
         {
-            Err(format!(
-                "is a Spot interruption warning, but EC2 says {} is {}",
-                inst.id, inst.market
-            ))
+            let (id, market) = (inst.id.clone(), inst.market.clone());
+            Err(NoticeRefusal::NotSpot { id, market })
         }
         NoticeKind::GroupTerminating
             if p.rules.auto_scaling_group.is_none()
                 || inst.tags.get(GROUP_TAG) != p.rules.auto_scaling_group.as_deref() =>
         {
-            Err(format!(
-                "says its Auto Scaling group is terminating it, but EC2 says {} is in no worker group",
-                inst.id
-            ))
+            Err(NoticeRefusal::NotInGroup(inst.id.clone()))
         }
         _ => Ok(()),
     }
