@@ -2,7 +2,6 @@
 
 mod capacity;
 mod event;
-pub mod fleet;
 mod observed;
 mod outcome;
 mod part;

@@ -9,7 +9,7 @@ use aws_sdk_ec2::types::{Filter, Instance as Ec2Instance};
 use aws_sdk_ec2::Client;
 
 use crate::aws::describe_error;
-use crate::model::fleet::Targets;
+use crate::observe::fleet::Targets;
 use crate::model::Instance;
 
 const MAX_FILTER_VALUES: usize = 100;

@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::lookups::{Lookups, Wanted};
 use crate::clock::SharedClock;
-use crate::model::fleet::{Fleet, ReadSeq, Targets};
+use crate::observe::fleet::{Fleet, ReadSeq, Targets};
 use crate::model::{Instance, Millis, WorkerStatus, STATUS_TAG};
 use crate::observe::ec2::{Ec2Observer, Listing};
 use crate::protocol::signed::{AgentKey, KEY_TAG};

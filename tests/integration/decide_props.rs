@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use dt::decide::{decide, Rules};
-use dt::model::fleet::{Fleet, Targets};
 use dt::model::*;
+use dt::observe::fleet::{Fleet, Targets};
 
 use crate::support::world::ELASTIC;
 
