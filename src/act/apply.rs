@@ -262,7 +262,7 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done
                 .launches
                 .push((token, Err("RunInstances launched nothing".into()))),
             Err(e) => {
-                let again = crate::model::span(crate::decide::LAUNCH_RETRY_MS);
+                let again = span(LAUNCH_RETRY_MS);
                 error = Some(format!("{e} (retried in {again})"));
                 done.launches.push((token, Err(e)));
             }

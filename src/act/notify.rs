@@ -9,9 +9,8 @@ use nix::unistd::Pid;
 use super::hook;
 use super::job_pid::job_pid;
 use crate::config::Notify;
-use crate::decide::join_ips;
 use crate::fsutil::write_atomic;
-use crate::model::{rfc3339, Notification};
+use crate::model::{join_ips, rfc3339, Notification};
 
 /// `DT_EVENT` of a membership notification, so a hook that also gets stalls tells them apart.
 pub const MEMBERSHIP_EVENT: &str = "membership";

@@ -36,9 +36,9 @@ mod trust;
 
 use crate::model::*;
 
-pub use report::{join_ips, worker_views};
+pub use report::worker_views;
 pub use rules::{Rules, GROUP_TAG, TEMPLATE_TAG};
-pub use settle::{settle, LAUNCH_RETRY_MS};
+pub use settle::settle;
 
 /// Decides from a borrowed state (tests, tools); the daemon hands its state over with
 /// [`decide_from`] and saves the copy.

@@ -208,13 +208,6 @@ fn toggle(from: &mut Vec<IpAddr>, to: &mut Vec<IpAddr>, ip: IpAddr) {
     }
 }
 
-pub fn join_ips(ips: &[IpAddr]) -> String {
-    ips.iter()
-        .map(|ip| ip.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn unseen_member(index: usize, m: &Member) -> Row {
     let status = if m.acked {
         WorkerStatus::Added
