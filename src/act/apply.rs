@@ -8,6 +8,7 @@ use crate::config::{Config, HostfileSpec, Notify, TemplateRef};
 use crate::deadline::Deadline;
 use crate::model::*;
 
+use super::queue::EventQueue;
 use super::{asg, capacity, ec2, hostfiles, notify};
 
 /// What applying an outcome acts on.
@@ -29,16 +30,21 @@ pub struct Actuators {
     pub stall_command: Option<Vec<String>>,
     /// The job's uid (`Job::owner_uid`): only a pidfile and a process of this user are signalled.
     pub job_owner: Option<u32>,
+    /// The event queue heeded messages are deleted from, when the config names one.
+    pub queue: Option<EventQueue>,
 }
 
 impl Actuators {
-    /// The group is acted on only when the config names one and a client for it is given.
+    /// The group and the queue are acted on only when the config names them and a client for
+    /// them is given.
     pub fn new(
         cfg: &Config,
         ec2: aws_sdk_ec2::Client,
         autoscaling: Option<aws_sdk_autoscaling::Client>,
+        sqs: Option<aws_sdk_sqs::Client>,
         job_owner: Option<u32>,
     ) -> Actuators {
+        let queue = sqs.zip(cfg.events.queue_url.clone());
         Actuators {
             ec2,
             group: autoscaling.zip(cfg.workers.auto_scaling_group.clone()),
@@ -51,6 +57,7 @@ impl Actuators {
             launch_template: cfg.workers.launch_template.clone(),
             stall_command: cfg.job.stall_command().map(<[String]>::to_vec),
             job_owner,
+            queue: queue.map(|(client, url)| EventQueue::new(client, url)),
         }
     }
 }
