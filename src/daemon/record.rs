@@ -38,7 +38,8 @@ impl Daemon {
         }
         let (path, events) = (self.paths.journal(), self.unjournaled.clone());
         let limits = self.cfg.journal;
-        let append = move || act::journal::append(&path, &events, limits);
+        let append =
+            move || act::journal::append(&path, &events, limits).map_err(|e| e.to_string());
         let r = self
             .state_fs
             .try_run("appending to the journal", append)
