@@ -157,6 +157,7 @@ impl Daemon {
         } = observed;
         // The pass's one time: what decide works at, act stamps and the status shows.
         let now = self.clock.now();
+        let mount_targets_error = mount_targets_error.map(|e| e.to_string());
         self.ledger.note(Source::MountTargets, mount_targets_error);
         let events = self.ledger.sources(&snap, now);
         self.record(&events);
@@ -201,7 +202,7 @@ impl Daemon {
         if deleted.is_err() {
             self.observer.inbox.undeleted(heeded);
         }
-        let read = self.observer.inbox.error().map(str::to_string);
+        let read = self.observer.inbox.error().map(|e| e.to_string());
         self.ledger.note(Source::EventQueue, read);
         self.ledger
             .note(Step::QueueDeletes, deleted.err().map(|e| e.to_string()));

@@ -9,13 +9,13 @@ use tokio::sync::mpsc;
 
 use crate::model::*;
 use crate::observe::eventbridge::Parsed;
-use crate::observe::queue::{self, QueueUpdate, Received};
+use crate::observe::queue::{self, QueueUpdate, ReceiveError, Received};
 
 #[derive(Default)]
 pub struct Inbox {
     updates: Option<mpsc::Receiver<QueueUpdate>>,
     kept: Vec<Received>,
-    error: Option<String>,
+    error: Option<ReceiveError>,
     /// Messages arrived since `take_fresh` was last asked.
     fresh: bool,
 }
@@ -66,8 +66,9 @@ impl Inbox {
         std::mem::take(&mut self.fresh)
     }
 
-    pub fn error(&self) -> Option<&str> {
-        self.error.as_deref()
+    /// Why the queue could not be read, while it cannot.
+    pub fn error(&self) -> Option<&ReceiveError> {
+        self.error.as_ref()
     }
 
     /// The instances this pass's events name, to be read again before it decides.
