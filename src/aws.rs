@@ -53,6 +53,18 @@ pub fn describe_error<E: ProvideErrorMetadata + std::error::Error>(e: &E) -> Str
     }
 }
 
+/// A failed AWS call as [`describe_error`] words it, carried in the stages' error types: the
+/// SDK's error holds the raw response and is neither `Clone` nor cheap to keep.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AwsError(String);
+
+impl AwsError {
+    pub fn of<E: ProvideErrorMetadata + std::error::Error>(e: &E) -> AwsError {
+        AwsError(describe_error(e))
+    }
+}
+
 /// Every client the daemon uses; the queue, group and file-system clients only when the config
 /// names them. Each counts its calls in `calls`.
 #[derive(Clone)]

@@ -8,6 +8,9 @@ use crate::config::{Config, HostfileSpec, Notify, TemplateRef};
 use crate::deadline::Deadline;
 use crate::model::*;
 
+use super::hostfiles::HostfileError;
+use super::notify::NotifyError;
+use super::queue::EventQueue;
 use super::{asg, capacity, ec2, hostfiles, notify};
 
 /// What applying an outcome acts on.
@@ -29,16 +32,21 @@ pub struct Actuators {
     pub stall_command: Option<Vec<String>>,
     /// The job's uid (`Job::owner_uid`): only a pidfile and a process of this user are signalled.
     pub job_owner: Option<u32>,
+    /// The event queue heeded messages are deleted from, when the config names one.
+    pub queue: Option<EventQueue>,
 }
 
 impl Actuators {
-    /// The group is acted on only when the config names one and a client for it is given.
+    /// The group and the queue are acted on only when the config names them and a client for
+    /// them is given.
     pub fn new(
         cfg: &Config,
         ec2: aws_sdk_ec2::Client,
         autoscaling: Option<aws_sdk_autoscaling::Client>,
+        sqs: Option<aws_sdk_sqs::Client>,
         job_owner: Option<u32>,
     ) -> Actuators {
+        let queue = sqs.zip(cfg.events.queue_url.clone());
         Actuators {
             ec2,
             group: autoscaling.zip(cfg.workers.auto_scaling_group.clone()),
@@ -51,6 +59,7 @@ impl Actuators {
             launch_template: cfg.workers.launch_template.clone(),
             stall_command: cfg.job.stall_command().map(<[String]>::to_vec),
             job_owner,
+            queue: queue.map(|(client, url)| EventQueue::new(client, url)),
         }
     }
 }
@@ -70,7 +79,7 @@ pub async fn apply(
     let mut done = Applied::default();
     let written = write_hostfiles(a, outcome, generation, shared_fs).await;
     let ok = written.is_ok();
-    done.results.push((Step::HostFiles, written.err()));
+    done.results.push((Step::HostFiles, words(written.err())));
     if let (true, Some(n)) = (ok, &outcome.notify) {
         deliver(a, n, shared_fs, notify_failing, now, &mut done).await;
     }
@@ -78,7 +87,7 @@ pub async fn apply(
         tell_stall(a, change, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
-    done.results.push((Step::StatusTags, tagged.err()));
+    done.results.push((Step::StatusTags, words(tagged.err())));
     launch_replacements(a, outcome, now, &mut done).await;
     let ids = outcome.terminate();
     if !ids.is_empty() {
@@ -88,12 +97,17 @@ pub async fn apply(
         }
         let call = "TerminateInstances accepted for";
         done.ended.extend(ended.into_iter().map(|id| (id, call)));
-        done.results.push((Step::Terminations, err));
+        done.results.push((Step::Terminations, words(err)));
     }
     if let Some((client, group)) = &a.group {
         apply_group(client, group, outcome, &mut done).await;
     }
     done
+}
+
+/// A step's failure as [`Applied`] reports it: in words.
+fn words<E: ToString>(failure: Option<E>) -> Option<String> {
+    failure.map(|e| e.to_string())
 }
 
 /// The host files, the launch plan, then the generation file.
@@ -102,7 +116,7 @@ async fn write_hostfiles(
     outcome: &Outcome,
     generation: u64,
     shared_fs: &mut Deadline,
-) -> Result<(), String> {
+) -> Result<(), HostfileError> {
     let (specs, hosts) = (a.hostfiles.clone(), outcome.hosts.clone());
     let (gen_file, plan) = (a.generation_file.clone(), a.launch_plan.clone());
     let write = move || {
@@ -111,9 +125,11 @@ async fn write_hostfiles(
             hostfiles::write_launch_plan(&plan, generation, &hosts)?;
         }
         hostfiles::write_generation(&gen_file, generation)?;
-        Ok::<bool, String>(written)
+        Ok::<bool, HostfileError>(written)
     };
-    let written = shared_fs.try_run("writing host files", write).await?;
+    let written = (shared_fs.run("writing host files", write).await)
+        .map_err(HostfileError::Stalled)
+        .and_then(|written| written)?;
     if written {
         let workers = outcome.hosts.len();
         tracing::info!(generation, workers, "host files rewritten");
@@ -143,11 +159,11 @@ async fn deliver(
         } => {
             let (notices, file, owner) = (n.clone(), a.notices_file.clone(), a.job_owner);
             let send = move || {
-                notify::write_notices(&file, &notices).map_err(notify::NotifyError::Failed)?;
+                notify::write_notices(&file, &notices)?;
                 notify::signal_job(signal, &pidfile, expect.as_deref(), owner)
             };
             let sent = shared_fs.run("signalling the job", send).await;
-            sent.unwrap_or_else(|e| Err(notify::NotifyError::Failed(e)))
+            sent.unwrap_or_else(|e| Err(NotifyError::Stalled(e)))
         }
         how => notify::send(&how, n, &hostfile).await,
     };
@@ -164,7 +180,7 @@ async fn deliver(
         Err(e) => {
             let message = format!("{e} (retried next pass)");
             let changed = failing != Some(message.as_str());
-            if changed && matches!(e, notify::NotifyError::Refused(_)) {
+            if changed && matches!(e, NotifyError::Refused(_)) {
                 let e = Event::new(now, EventKind::NotifyRefused, message.clone());
                 done.events.push(Event { generation, ..e });
             }
@@ -201,7 +217,7 @@ async fn apply_group(
     let protect = outcome.protect();
     if !protect.is_empty() {
         let r = asg::protect(client, group, &protect).await;
-        done.results.push((Step::ScaleInProtection, r.err()));
+        done.results.push((Step::ScaleInProtection, words(r.err())));
     }
     let (mut ended, mut errors) = (Vec::new(), Vec::new());
     for (id, decrement) in outcome.group_terminate() {
@@ -222,8 +238,8 @@ async fn apply_group(
     errors.extend(failed);
     let call = "Auto Scaling group accepted the end of";
     done.ended.extend(ended.into_iter().map(|id| (id, call)));
-    done.results
-        .push((Step::GroupActions, errors.into_iter().next()));
+    let first = errors.into_iter().next();
+    done.results.push((Step::GroupActions, words(first)));
 }
 
 /// Replacements of unhealthy launch-template workers, before any termination: the new worker
@@ -262,9 +278,9 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done
                 .launches
                 .push((token, Err("RunInstances launched nothing".into()))),
             Err(e) => {
-                let again = crate::model::span(crate::decide::LAUNCH_RETRY_MS);
+                let again = span(LAUNCH_RETRY_MS);
                 error = Some(format!("{e} (retried in {again})"));
-                done.launches.push((token, Err(e)));
+                done.launches.push((token, Err(e.to_string())));
             }
         }
     }

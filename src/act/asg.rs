@@ -3,13 +3,32 @@
 
 use aws_sdk_autoscaling::Client;
 
-use crate::aws::describe_error;
-use crate::model::HookAction;
+use crate::aws::AwsError;
+use crate::model::{HookAction, HookResult};
 
 /// SetInstanceProtection takes at most 50 instances per call.
 const PROTECT_BATCH: usize = 50;
 
-pub async fn protect(client: &Client, group: &str, ids: &[String]) -> Result<(), String> {
+/// Which call to the group failed, for which instance, and AWS's answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupActionError {
+    #[error("SetInstanceProtection: {0}")]
+    Protect(AwsError),
+    #[error("TerminateInstanceInAutoScalingGroup {id}: {why}")]
+    Terminate { id: String, why: AwsError },
+    #[error("SetInstanceHealth {id} Unhealthy: {why}")]
+    SetUnhealthy { id: String, why: AwsError },
+    #[error("CompleteLifecycleAction {id} {result}: {why}")]
+    Complete {
+        id: String,
+        result: HookResult,
+        why: AwsError,
+    },
+    #[error("RecordLifecycleActionHeartbeat {id}: {why}")]
+    Heartbeat { id: String, why: AwsError },
+}
+
+pub async fn protect(client: &Client, group: &str, ids: &[String]) -> Result<(), GroupActionError> {
     for chunk in ids.chunks(PROTECT_BATCH) {
         client
             .set_instance_protection()
@@ -18,12 +37,12 @@ pub async fn protect(client: &Client, group: &str, ids: &[String]) -> Result<(),
             .protected_from_scale_in(true)
             .send()
             .await
-            .map_err(|e| format!("SetInstanceProtection: {}", describe_error(&e)))?;
+            .map_err(|e| GroupActionError::Protect(AwsError::of(&e)))?;
     }
     Ok(())
 }
 
-pub async fn terminate(client: &Client, id: &str, decrement: bool) -> Result<(), String> {
+pub async fn terminate(client: &Client, id: &str, decrement: bool) -> Result<(), GroupActionError> {
     client
         .terminate_instance_in_auto_scaling_group()
         .instance_id(id)
@@ -31,18 +50,16 @@ pub async fn terminate(client: &Client, id: &str, decrement: bool) -> Result<(),
         .send()
         .await
         .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "TerminateInstanceInAutoScalingGroup {id}: {}",
-                describe_error(&e)
-            )
+        .map_err(|e| GroupActionError::Terminate {
+            id: id.to_string(),
+            why: AwsError::of(&e),
         })
 }
 
 /// SetInstanceHealth Unhealthy, without the health check grace period: the group terminates
 /// the instance and launches a replacement ("Set the health status of an instance", Amazon EC2
 /// Auto Scaling User Guide).
-pub async fn set_unhealthy(client: &Client, id: &str) -> Result<(), String> {
+pub async fn set_unhealthy(client: &Client, id: &str) -> Result<(), GroupActionError> {
     client
         .set_instance_health()
         .instance_id(id)
@@ -51,10 +68,17 @@ pub async fn set_unhealthy(client: &Client, id: &str) -> Result<(), String> {
         .send()
         .await
         .map(|_| ())
-        .map_err(|e| format!("SetInstanceHealth {id} Unhealthy: {}", describe_error(&e)))
+        .map_err(|e| GroupActionError::SetUnhealthy {
+            id: id.to_string(),
+            why: AwsError::of(&e),
+        })
 }
 
-pub async fn complete(client: &Client, group: &str, a: &HookAction) -> Result<(), String> {
+pub async fn complete(
+    client: &Client,
+    group: &str,
+    a: &HookAction,
+) -> Result<(), GroupActionError> {
     client
         .complete_lifecycle_action()
         .auto_scaling_group_name(group)
@@ -64,13 +88,19 @@ pub async fn complete(client: &Client, group: &str, a: &HookAction) -> Result<()
         .send()
         .await
         .map(|_| ())
-        .map_err(|e| {
-            let why = describe_error(&e);
-            format!("CompleteLifecycleAction {} {}: {why}", a.instance, a.result)
+        .map_err(|e| GroupActionError::Complete {
+            id: a.instance.clone(),
+            result: a.result,
+            why: AwsError::of(&e),
         })
 }
 
-pub async fn heartbeat(client: &Client, group: &str, id: &str, hook: &str) -> Result<(), String> {
+pub async fn heartbeat(
+    client: &Client,
+    group: &str,
+    id: &str,
+    hook: &str,
+) -> Result<(), GroupActionError> {
     client
         .record_lifecycle_action_heartbeat()
         .auto_scaling_group_name(group)
@@ -79,11 +109,9 @@ pub async fn heartbeat(client: &Client, group: &str, id: &str, hook: &str) -> Re
         .send()
         .await
         .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "RecordLifecycleActionHeartbeat {id}: {}",
-                describe_error(&e)
-            )
+        .map_err(|e| GroupActionError::Heartbeat {
+            id: id.to_string(),
+            why: AwsError::of(&e),
         })
 }
 
@@ -94,7 +122,7 @@ pub async fn apply_hooks(
     group: &str,
     complete_hooks: &[HookAction],
     heartbeats: &[(String, String)],
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<String>, Vec<GroupActionError>) {
     let (mut done, mut errors) = (Vec::new(), Vec::new());
     for a in complete_hooks {
         match complete(client, group, a).await {

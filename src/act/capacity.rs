@@ -13,7 +13,7 @@ use aws_sdk_ec2::types::{
 use aws_sdk_ec2::Client;
 
 use super::ec2::template_spec;
-use crate::aws::describe_error;
+use crate::aws::{describe_error, AwsError};
 use crate::config::TemplateRef;
 use crate::digest::Sha256;
 use crate::model::{Choice, LaunchChoice, NO_CAPACITY};
@@ -31,8 +31,32 @@ pub struct Launched {
 /// (the choice, the error code, EC2's message), in the order tried.
 #[derive(Debug)]
 pub struct Tried {
-    pub launched: Result<Vec<Launched>, String>,
+    pub launched: Result<Vec<Launched>, LaunchError>,
     pub no_capacity: Vec<(Choice, String, String)>,
+}
+
+/// Why a launch launched nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchError {
+    /// No capacity for this choice: its code in [`NO_CAPACITY`], and EC2's message (all that
+    /// is shown of it when there were no choices to go on to).
+    #[error("{message}")]
+    NoCapacity { code: String, message: String },
+    /// Any other refusal, whole: what it was, as whom, and why.
+    #[error("RunInstances from {template}{}: {why}", as_choice(.choice))]
+    Refused {
+        template: String,
+        choice: Option<String>,
+        why: AwsError,
+    },
+    #[error("no capacity for any choice ({})", .0.join(", "))]
+    NoChoiceLeft(Vec<String>),
+}
+
+fn as_choice(choice: &Option<String>) -> String {
+    choice
+        .as_ref()
+        .map_or(String::new(), |c| format!(" as {c}"))
 }
 
 /// Launches `count` workers as the first choice that has capacity (`choices` empty: the
@@ -50,7 +74,7 @@ pub async fn launch(
     if choices.is_empty() {
         let launched = run(client, template, None, token, count).await;
         return Tried {
-            launched: launched.map_err(Refusal::into_text),
+            launched,
             no_capacity,
         };
     }
@@ -63,10 +87,10 @@ pub async fn launch(
                     no_capacity,
                 }
             }
-            Err(Refusal::NoCapacity { code, message }) => {
+            Err(LaunchError::NoCapacity { code, message }) => {
                 no_capacity.push((choice.choice.clone(), code, message));
             }
-            Err(Refusal::Other(e)) => {
+            Err(e) => {
                 return Tried {
                     launched: Err(e),
                     no_capacity,
@@ -76,7 +100,7 @@ pub async fn launch(
     }
     let tried: Vec<String> = choices.iter().map(|c| c.choice.name()).collect();
     Tried {
-        launched: Err(format!("no capacity for any choice ({})", tried.join(", "))),
+        launched: Err(LaunchError::NoChoiceLeft(tried)),
         no_capacity,
     }
 }
@@ -89,23 +113,6 @@ fn choice_token(token: &str, choice: &Choice) -> String {
     format!("{base}-{}", &digest[..12])
 }
 
-/// Why EC2 refused one RunInstances.
-enum Refusal {
-    /// No capacity for this choice (its code in [`NO_CAPACITY`], and EC2's message).
-    NoCapacity { code: String, message: String },
-    /// Anything else, whole: what it was, as whom, and why.
-    Other(String),
-}
-
-impl Refusal {
-    fn into_text(self) -> String {
-        match self {
-            Refusal::NoCapacity { message, .. } => message,
-            Refusal::Other(text) => text,
-        }
-    }
-}
-
 /// One RunInstances.
 async fn run(
     client: &Client,
@@ -113,7 +120,7 @@ async fn run(
     choice: Option<&LaunchChoice>,
     token: Option<&str>,
     count: i32,
-) -> Result<Vec<Launched>, Refusal> {
+) -> Result<Vec<Launched>, LaunchError> {
     let mut call = (client.run_instances())
         .launch_template(template_spec(template))
         .min_count(count)
@@ -122,7 +129,6 @@ async fn run(
     if let Some(c) = choice {
         call = overrides(call, c);
     }
-    let as_what = choice.map_or(String::new(), |c| format!(" as {}", c.choice.name()));
     // With choices, the next choice is the retry: the SDK's own retries of a capacity error
     // (an HTTP 500) would only delay it by seconds.
     let sent = match choice {
@@ -142,14 +148,15 @@ async fn run(
             .and_then(|s| s.message())
             .map(str::to_string);
         match code {
-            Some(code) if NO_CAPACITY.contains(&code.as_str()) => Refusal::NoCapacity {
+            Some(code) if NO_CAPACITY.contains(&code.as_str()) => LaunchError::NoCapacity {
                 code,
                 message: said.unwrap_or_else(|| describe_error(&e)),
             },
-            _ => Refusal::Other(format!(
-                "RunInstances from {template}{as_what}: {}",
-                describe_error(&e)
-            )),
+            _ => LaunchError::Refused {
+                template: template.to_string(),
+                choice: choice.map(|c| c.choice.name()),
+                why: AwsError::of(&e),
+            },
         }
     })?;
     Ok((out.instances().iter())

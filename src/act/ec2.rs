@@ -7,16 +7,25 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types::{LaunchTemplateSpecification, Tag};
 use aws_sdk_ec2::Client;
 
-use crate::aws::describe_error;
+use crate::aws::AwsError;
 use crate::model::{WorkerStatus, STATUS_TAG};
 
 /// Well under the API's limits on resource ids per request.
 const BATCH: usize = 500;
 
+/// Which EC2 call failed, and AWS's answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Ec2ActionError {
+    #[error("CreateTags {tag}: {why}")]
+    Tag { tag: &'static str, why: AwsError },
+    #[error("TerminateInstances: {0}")]
+    Terminate(AwsError),
+}
+
 pub async fn set_status_tags(
     client: &Client,
     tags: &BTreeMap<WorkerStatus, Vec<String>>,
-) -> Result<(), String> {
+) -> Result<(), Ec2ActionError> {
     for (status, ids) in tags {
         for chunk in ids.chunks(BATCH) {
             let tag = Tag::builder()
@@ -29,7 +38,10 @@ pub async fn set_status_tags(
                 .tags(tag)
                 .send()
                 .await
-                .map_err(|e| format!("CreateTags {}: {}", status.as_tag(), describe_error(&e)))?;
+                .map_err(|e| Ec2ActionError::Tag {
+                    tag: status.as_tag(),
+                    why: AwsError::of(&e),
+                })?;
         }
     }
     Ok(())
@@ -45,7 +57,7 @@ pub fn template_spec(template: &TemplateRef) -> LaunchTemplateSpecification {
 }
 
 /// Returns the ids whose termination AWS accepted, and the error that stopped the rest.
-pub async fn terminate(client: &Client, ids: &[String]) -> (Vec<String>, Option<String>) {
+pub async fn terminate(client: &Client, ids: &[String]) -> (Vec<String>, Option<Ec2ActionError>) {
     let mut done = Vec::new();
     for chunk in ids.chunks(BATCH) {
         let result = client
@@ -55,12 +67,7 @@ pub async fn terminate(client: &Client, ids: &[String]) -> (Vec<String>, Option<
             .await;
         match result {
             Ok(_) => done.extend_from_slice(chunk),
-            Err(e) => {
-                return (
-                    done,
-                    Some(format!("TerminateInstances: {}", describe_error(&e))),
-                )
-            }
+            Err(e) => return (done, Some(Ec2ActionError::Terminate(AwsError::of(&e)))),
         }
     }
     (done, None)

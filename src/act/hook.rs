@@ -7,23 +7,49 @@ use std::time::Duration;
 /// A hook that runs longer than this is killed (a membership notification is retried next pass).
 pub const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Why a hook did not run to a successful end.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("empty hook command")]
+    Empty,
+    #[error("starting hook {program}: {why}")]
+    Start {
+        program: String,
+        why: std::io::Error,
+    },
+    #[error("hook {0} did not finish within {limit:?}", limit = HOOK_TIMEOUT)]
+    TimedOut(String),
+    #[error("waiting for hook {program}: {why}")]
+    Wait {
+        program: String,
+        why: std::io::Error,
+    },
+    #[error("hook {program} failed: {status}")]
+    Failed {
+        program: String,
+        status: std::process::ExitStatus,
+    },
+}
+
 /// Runs `argv` with `env` added to dtd's environment; `Ok` with what ran when it exits 0.
-pub async fn run(argv: &[String], env: &[(&str, String)]) -> Result<String, String> {
-    let (program, args) = argv.split_first().ok_or("empty hook command")?;
+pub async fn run(argv: &[String], env: &[(&str, String)]) -> Result<String, HookError> {
+    let (program, args) = argv.split_first().ok_or(HookError::Empty)?;
     let mut child = tokio::process::Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("starting hook {program}: {e}"))?;
+        .map_err(|why| HookError::Start {
+            program: program.clone(),
+            why,
+        })?;
+    let program = program.clone();
     match tokio::time::timeout(HOOK_TIMEOUT, child.wait()).await {
-        Err(_) => Err(format!(
-            "hook {program} did not finish within {HOOK_TIMEOUT:?}"
-        )),
-        Ok(Err(e)) => Err(format!("waiting for hook {program}: {e}")),
+        Err(_) => Err(HookError::TimedOut(program)),
+        Ok(Err(why)) => Err(HookError::Wait { program, why }),
         Ok(Ok(status)) if status.success() => Ok(format!("hook {program} ran")),
-        Ok(Ok(status)) => Err(format!("hook {program} failed: {status}")),
+        Ok(Ok(status)) => Err(HookError::Failed { program, status }),
     }
 }
 
@@ -42,13 +68,17 @@ mod tests {
         let script = format!("printf %s \"$DT_EVENT\" > {}", out.display());
         let env = [("DT_EVENT", "stalled".to_string())];
         let ran = run(&argv(&["/bin/sh", "-c", &script]), &env).await;
-        assert_eq!(ran, Ok("hook /bin/sh ran".into()));
+        assert_eq!(
+            ran.map_err(|e| e.to_string()),
+            Ok("hook /bin/sh ran".into())
+        );
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "stalled");
         let failed = run(&argv(&["/bin/sh", "-c", "exit 3"]), &[]).await;
-        assert!(failed.unwrap_err().contains("exit status: 3"));
+        assert!(failed.unwrap_err().to_string().contains("exit status: 3"));
         let missing = run(&argv(&["/nonexistent/hook"]), &[]).await;
         assert!(missing
             .unwrap_err()
+            .to_string()
             .starts_with("starting hook /nonexistent/hook"));
     }
 }

@@ -2,10 +2,11 @@
 //! which every worker can write, so it may name `dtd` itself, its parents, `sshd`, or a process
 //! that took over the PID of a job that died.
 
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::untrusted;
+use crate::untrusted::{self, ReadError};
 
 /// A PID and its newline; anything longer is not a pidfile.
 const PIDFILE_LIMIT: u64 = 32;
@@ -18,86 +19,140 @@ const START_SLACK: Duration = Duration::from_secs(2);
 /// A command line is read only this far.
 const CMDLINE_LIMIT: u64 = 64 * 1024;
 
+/// Why the pidfile's PID is not known to be the job's: nothing is signalled.
+#[derive(Debug, thiserror::Error)]
+pub enum PidError {
+    #[error("pidfile {} does not exist", .0.display())]
+    NoPidfile(PathBuf),
+    #[error("pidfile {} {why}", path.display())]
+    PidfileRefused { path: PathBuf, why: ReadError },
+    #[error("pidfile {} holds {size} bytes, not a PID", path.display())]
+    PidfileTooLarge { path: PathBuf, size: u64 },
+    #[error("cannot read pidfile {}: {why}", path.display())]
+    PidfileUnreadable { path: PathBuf, why: io::Error },
+    #[error("pidfile {} does not hold a PID", .0.display())]
+    NotAPid(PathBuf),
+    #[error("pidfile {}: no modification time: {why}", path.display())]
+    NoModified { path: PathBuf, why: io::Error },
+    #[error("PID {0} is not a job (process groups and init are never signalled)")]
+    Special(i32),
+    #[error("PID {0} is dtd itself")]
+    Dtd(i32),
+    #[error("PID {pid} is an ancestor of dtd (PID {me})")]
+    Ancestor { pid: i32, me: i32 },
+    #[error("PID {pid} from {}: {why}", pidfile.display())]
+    Process {
+        pid: i32,
+        pidfile: PathBuf,
+        why: ProcError,
+    },
+    #[error("PID {pid} runs as uid {uid}, not the job's user (uid {owner})")]
+    NotOwner { pid: i32, uid: u32, owner: u32 },
+    // No durations in the words: they are logged and journaled once while they stay the same.
+    #[error("PID {pid} started after {} was last written: the pidfile is stale and its PID reused", pidfile.display())]
+    Stale { pid: i32, pidfile: PathBuf },
+    #[error("PID {pid}'s command line `{cmdline}` does not contain job.notify.expect `{want}`")]
+    NotExpected {
+        pid: i32,
+        cmdline: String,
+        want: String,
+    },
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+}
+
+/// What `/proc` would not tell.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    #[error("no such process")]
+    Gone,
+    #[error("cannot read {}: {why}", path.display())]
+    Unreadable { path: PathBuf, why: io::Error },
+    /// The process's directory could not be looked at.
+    #[error("{0}")]
+    Metadata(io::Error),
+    #[error("cannot read the process's start time from /proc")]
+    NoStartTime,
+    #[error("cannot read /proc/uptime")]
+    NoUptime,
+}
+
 /// The PID the pidfile names, checked to be the job's: `Err` says why it is not. With `owner`
 /// (the job's uid) the pidfile must be the job user's, and so must the process.
-pub fn job_pid(pidfile: &Path, expect: Option<&str>, owner: Option<u32>) -> Result<i32, String> {
+pub fn job_pid(pidfile: &Path, expect: Option<&str>, owner: Option<u32>) -> Result<i32, PidError> {
     let (pid, written) = read_pidfile(pidfile, owner)?;
     refuse_special(pid)?;
     let proc_dir = format!("/proc/{pid}");
+    let of_pid = |why| PidError::Process {
+        pid,
+        pidfile: pidfile.to_path_buf(),
+        why,
+    };
     if let Some(owner) = owner {
         let uid = std::fs::metadata(&proc_dir)
             .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-            .map_err(|e| format!("PID {pid} from {}: {e}", pidfile.display()))?;
+            .map_err(|e| of_pid(ProcError::Metadata(e)))?;
         if uid != owner {
-            return Err(format!(
-                "PID {pid} runs as uid {uid}, not the job's user (uid {owner})"
-            ));
+            return Err(PidError::NotOwner { pid, uid, owner });
         }
     }
-    let stat = read_proc(&proc_dir, "stat", 4096)
-        .map_err(|e| format!("PID {pid} from {}: {e}", pidfile.display()))?;
+    let stat = read_proc(&proc_dir, "stat", 4096).map_err(of_pid)?;
     let started = started_at(&stat)?;
     if started > written + START_SLACK {
-        // No durations in the words: they are logged and journaled once while they stay the same.
-        return Err(format!(
-            "PID {pid} started after {} was last written: the pidfile is stale and its PID reused",
-            pidfile.display()
-        ));
+        let pidfile = pidfile.to_path_buf();
+        return Err(PidError::Stale { pid, pidfile });
     }
     if let Some(want) = expect {
         let cmdline = read_proc(&proc_dir, "cmdline", CMDLINE_LIMIT)?.replace('\0', " ");
         if !cmdline.contains(want) {
-            return Err(format!(
-                "PID {pid}'s command line `{}` does not contain job.notify.expect `{want}`",
-                cmdline.trim()
-            ));
+            return Err(PidError::NotExpected {
+                pid,
+                cmdline: cmdline.trim().to_string(),
+                want: want.to_string(),
+            });
         }
     }
     Ok(pid)
 }
 
 /// The PID, and when the pidfile was last written.
-fn read_pidfile(pidfile: &Path, owner: Option<u32>) -> Result<(i32, SystemTime), String> {
+fn read_pidfile(pidfile: &Path, owner: Option<u32>) -> Result<(i32, SystemTime), PidError> {
+    let path = || pidfile.to_path_buf();
     let (file, meta) = match untrusted::open_owned(pidfile, owner) {
         Ok(Some(opened)) => opened,
-        Ok(None) => return Err(format!("pidfile {} does not exist", pidfile.display())),
-        Err(e) => return Err(format!("pidfile {} {e}", pidfile.display())),
+        Ok(None) => return Err(PidError::NoPidfile(path())),
+        Err(why) => return Err(PidError::PidfileRefused { path: path(), why }),
     };
     if meta.len() > PIDFILE_LIMIT {
-        return Err(format!(
-            "pidfile {} holds {} bytes, not a PID",
-            pidfile.display(),
-            meta.len()
-        ));
+        let size = meta.len();
+        return Err(PidError::PidfileTooLarge { path: path(), size });
     }
     let bytes = untrusted::read_at_most(file, PIDFILE_LIMIT)
-        .map_err(|e| format!("cannot read pidfile {}: {e}", pidfile.display()))?;
+        .map_err(|why| PidError::PidfileUnreadable { path: path(), why })?;
     let pid = String::from_utf8_lossy(&bytes)
         .trim()
         .parse()
-        .map_err(|_| format!("pidfile {} does not hold a PID", pidfile.display()))?;
+        .map_err(|_| PidError::NotAPid(path()))?;
     let written = meta
         .modified()
-        .map_err(|e| format!("pidfile {}: no modification time: {e}", pidfile.display()))?;
+        .map_err(|why| PidError::NoModified { path: path(), why })?;
     Ok((pid, written))
 }
 
 /// 0, 1 and negative numbers address process groups or init; `dtd` and its ancestors are never
 /// the job (a signal would stop `dtd` or the service manager that runs it).
-fn refuse_special(pid: i32) -> Result<(), String> {
+fn refuse_special(pid: i32) -> Result<(), PidError> {
     if pid <= 1 {
-        return Err(format!(
-            "PID {pid} is not a job (process groups and init are never signalled)"
-        ));
+        return Err(PidError::Special(pid));
     }
     let me = std::process::id() as i32;
     if pid == me {
-        return Err(format!("PID {pid} is dtd itself"));
+        return Err(PidError::Dtd(pid));
     }
     let mut ancestor = nix::unistd::getppid().as_raw();
     while ancestor > 1 {
         if ancestor == pid {
-            return Err(format!("PID {pid} is an ancestor of dtd (PID {me})"));
+            return Err(PidError::Ancestor { pid, me });
         }
         ancestor = match parent_of(ancestor) {
             Some(p) => p,
@@ -120,27 +175,27 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
 }
 
 /// When the process started, from its start tick (field 22) and the boot-based uptime.
-fn started_at(stat: &str) -> Result<SystemTime, String> {
+fn started_at(stat: &str) -> Result<SystemTime, ProcError> {
     let ticks: f64 = stat_fields(stat)
         .and_then(|f| f.get(19)?.parse().ok())
-        .ok_or("cannot read the process's start time from /proc")?;
+        .ok_or(ProcError::NoStartTime)?;
     let uptime = read_proc("/proc", "uptime", 256)?;
     let up: f64 = uptime
         .split_whitespace()
         .next()
         .and_then(|u| u.parse().ok())
-        .ok_or("cannot read /proc/uptime")?;
+        .ok_or(ProcError::NoUptime)?;
     let age = Duration::from_secs_f64((up - ticks / TICKS_PER_SECOND).max(0.0));
     Ok(SystemTime::now() - age)
 }
 
-fn read_proc(dir: &str, name: &str, limit: u64) -> Result<String, String> {
+fn read_proc(dir: &str, name: &str, limit: u64) -> Result<String, ProcError> {
     let path = Path::new(dir).join(name);
     let bytes = std::fs::File::open(&path)
         .and_then(|f| untrusted::read_at_most(f, limit))
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "no such process".to_string(),
-            _ => format!("cannot read {}: {e}", path.display()),
+        .map_err(|why| match why.kind() {
+            io::ErrorKind::NotFound => ProcError::Gone,
+            _ => ProcError::Unreadable { path, why },
         })?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
@@ -160,13 +215,19 @@ mod tests {
     fn dtd_itself_its_parent_and_init_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id();
-        let e = job_pid(&pidfile(dir.path(), me), None, None).unwrap_err();
+        let e = job_pid(&pidfile(dir.path(), me), None, None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("dtd itself"), "{e}");
         let parent = nix::unistd::getppid();
-        let e = job_pid(&pidfile(dir.path(), parent), None, None).unwrap_err();
+        let e = job_pid(&pidfile(dir.path(), parent), None, None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("ancestor"), "{e}");
         for pid in ["1", "0", "-1"] {
-            let e = job_pid(&pidfile(dir.path(), pid), None, None).unwrap_err();
+            let e = job_pid(&pidfile(dir.path(), pid), None, None)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("not a job"), "{e}");
         }
     }
@@ -183,7 +244,7 @@ mod tests {
         let p = pidfile(dir.path(), child.id());
         assert_eq!(job_pid(&p, None, None).unwrap(), child.id() as i32);
         assert_eq!(job_pid(&p, Some("sleep"), None).unwrap(), child.id() as i32);
-        let e = job_pid(&p, Some("train.py"), None).unwrap_err();
+        let e = job_pid(&p, Some("train.py"), None).unwrap_err().to_string();
         assert!(e.contains("does not contain"), "{e}");
         let old = SystemTime::now() - Duration::from_secs(600);
         std::fs::File::options()
@@ -192,7 +253,7 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        let e = job_pid(&p, None, None).unwrap_err();
+        let e = job_pid(&p, None, None).unwrap_err().to_string();
         assert!(e.contains("stale"), "{e}");
         child.kill().unwrap();
         child.wait().unwrap();

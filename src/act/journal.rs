@@ -13,8 +13,19 @@ use crate::fsutil::{append_synced, parent_dir, sync_dir};
 use crate::model::{Event, EVENT_LINE_LIMIT};
 use crate::untrusted;
 
+/// Why events could not be appended: they stay for the next write.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("reading {}: {why}", path.display())]
+    Stat { path: PathBuf, why: std::io::Error },
+    #[error("rotating {}: {why}", path.display())]
+    Rotate { path: PathBuf, why: std::io::Error },
+    #[error("appending to {}: {why}", path.display())]
+    Append { path: PathBuf, why: std::io::Error },
+}
+
 /// Appends the events; returns whether the journal was rotated first.
-pub fn append(path: &Path, events: &[Event], limits: JournalConfig) -> Result<bool, String> {
+pub fn append(path: &Path, events: &[Event], limits: JournalConfig) -> Result<bool, JournalError> {
     if events.is_empty() {
         return Ok(false);
     }
@@ -26,13 +37,21 @@ pub fn append(path: &Path, events: &[Event], limits: JournalConfig) -> Result<bo
     let rotate = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta.len() > 0 && meta.len().saturating_add(buf.len() as u64) > limits.max_size,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        Err(why) => {
+            let path = path.to_path_buf();
+            return Err(JournalError::Stat { path, why });
+        }
     };
     if rotate {
-        self::rotate(path, limits.keep).map_err(|e| format!("rotating {}: {e}", path.display()))?;
+        self::rotate(path, limits.keep).map_err(|why| JournalError::Rotate {
+            path: path.to_path_buf(),
+            why,
+        })?;
     }
-    append_synced(path, buf.as_bytes())
-        .map_err(|e| format!("appending to {}: {e}", path.display()))?;
+    append_synced(path, buf.as_bytes()).map_err(|why| JournalError::Append {
+        path: path.to_path_buf(),
+        why,
+    })?;
     Ok(rotate)
 }
 

@@ -1,28 +1,38 @@
 //! Telling the job about a new membership: a signal to the PID in a pidfile, or a hook command
 //! run as an argv (never through a shell) with the change in its environment.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::hook;
-use super::job_pid::job_pid;
+use super::hook::{self, HookError};
+use super::job_pid::{job_pid, PidError};
 use crate::config::Notify;
-use crate::decide::join_ips;
 use crate::fsutil::write_atomic;
-use crate::model::{rfc3339, Notification};
+use crate::model::{join_ips, rfc3339, Notification};
 
 /// `DT_EVENT` of a membership notification, so a hook that also gets stalls tells them apart.
 pub const MEMBERSHIP_EVENT: &str = "membership";
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
     /// The pidfile does not name the job: nothing was signalled.
     #[error("refused to signal: {0}")]
-    Refused(String),
+    Refused(PidError),
+    #[error("sending {signal} to PID {pid}: {why}")]
+    Signal {
+        signal: Signal,
+        pid: i32,
+        why: nix::errno::Errno,
+    },
+    #[error("writing {}: {why}", path.display())]
+    Notices { path: PathBuf, why: std::io::Error },
+    #[error(transparent)]
+    Hook(#[from] HookError),
+    /// The shared directory did not answer in time (the deadline's words).
     #[error("{0}")]
-    Failed(String),
+    Stalled(String),
 }
 
 pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<String, NotifyError> {
@@ -33,9 +43,7 @@ pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<Str
             pidfile,
             expect,
         } => signal_job(*signal, pidfile, expect.as_deref(), None),
-        Notify::Command(argv) => run_hook(argv, n, hostfile)
-            .await
-            .map_err(NotifyError::Failed),
+        Notify::Command(argv) => Ok(run_hook(argv, n, hostfile).await?),
     }
 }
 
@@ -47,16 +55,18 @@ pub fn signal_job(
     owner: Option<u32>,
 ) -> Result<String, NotifyError> {
     let pid = job_pid(pidfile, expect, owner).map_err(NotifyError::Refused)?;
-    kill(Pid::from_raw(pid), signal)
-        .map_err(|e| NotifyError::Failed(format!("sending {signal} to PID {pid}: {e}")))?;
+    kill(Pid::from_raw(pid), signal).map_err(|why| NotifyError::Signal { signal, pid, why })?;
     Ok(format!("sent {signal} to PID {pid}"))
 }
 
 /// The `notices` file: this generation's notices, replaced at every signal so that the job
 /// never reads an earlier generation's as its own.
-pub fn write_notices(path: &Path, n: &Notification) -> Result<(), String> {
+pub fn write_notices(path: &Path, n: &Notification) -> Result<(), NotifyError> {
     let body = n.job_notices().render();
-    write_atomic(path, &body).map_err(|e| format!("writing {}: {e}", path.display()))
+    write_atomic(path, &body).map_err(|why| NotifyError::Notices {
+        path: path.to_path_buf(),
+        why,
+    })
 }
 
 /// `DT_REASON` (the most urgent notice's kind), `DT_DEADLINE` (its deadline, RFC 3339, when it
@@ -83,7 +93,7 @@ fn notice_env(n: &Notification) -> Vec<(&'static str, String)> {
 
 /// The membership hook: `DT_EVENT=membership` (the stall command may be the same program, see
 /// `act::stall`), the change, the host file and any notices.
-async fn run_hook(argv: &[String], n: &Notification, hostfile: &Path) -> Result<String, String> {
+async fn run_hook(argv: &[String], n: &Notification, hostfile: &Path) -> Result<String, HookError> {
     let mut env = vec![
         ("DT_EVENT", MEMBERSHIP_EVENT.to_string()),
         ("DT_GENERATION", n.generation.to_string()),

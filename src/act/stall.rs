@@ -5,7 +5,7 @@
 //! Run once per change, when it is journaled: a failure is logged and shown in the status, not
 //! retried (the journal line and its alerts already say it; a page sent twice helps nobody).
 
-use super::hook;
+use super::hook::{self, HookError};
 use crate::model::{rfc3339, StallChange};
 
 /// The command's environment for `change`.
@@ -18,7 +18,7 @@ pub fn env(change: &StallChange) -> Vec<(&'static str, String)> {
 }
 
 /// Runs `argv` for `change`; `Ok` says what ran.
-pub async fn run(argv: &[String], change: &StallChange) -> Result<String, String> {
+pub async fn run(argv: &[String], change: &StallChange) -> Result<String, HookError> {
     let ran = hook::run(argv, &env(change)).await?;
     Ok(format!("{} ({}, step {})", ran, change.kind(), change.step))
 }

@@ -89,6 +89,7 @@ impl Daemon {
             &cfg,
             clients.ec2.clone(),
             clients.autoscaling.clone(),
+            clients.sqs.clone(),
             owner,
         );
         let deadline = |what: &str, dir: &std::path::Path| {
@@ -173,6 +174,7 @@ impl Daemon {
         // The pass's one time: what decide works at, act stamps and the status shows.
         let now = self.clock.now();
         self.refresh_rules();
+        let mount_targets_error = mount_targets_error.map(|e| e.to_string());
         self.ledger.note(Source::MountTargets, mount_targets_error);
         let events = self.ledger.sources(&snap, now);
         self.record(&events);
@@ -207,10 +209,16 @@ impl Daemon {
         self.save_state().await;
         let tagged = self.apply(&plan.outcome, pass.now).await;
         self.save_state().await;
-        let deferred = &plan.outcome.deferred_notices;
-        let (read, deleted) = self.observer.inbox.settle(deferred).await;
+        // Deleted now that what they said is journaled and settled in the state.
+        let heeded = (self.observer.inbox).heeded(&plan.outcome.deferred_notices);
+        let deleted = act::queue::delete(self.actuators.queue.as_ref(), &heeded.receipts()).await;
+        if deleted.is_err() {
+            self.observer.inbox.undeleted(heeded);
+        }
+        let read = self.observer.inbox.error().map(|e| e.to_string());
         self.ledger.note(Source::EventQueue, read);
-        self.ledger.note(Step::QueueDeletes, deleted);
+        self.ledger
+            .note(Step::QueueDeletes, deleted.err().map(|e| e.to_string()));
         self.write_status(&plan.outcome, snap, pass).await;
         tagged
     }

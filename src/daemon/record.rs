@@ -38,7 +38,8 @@ impl Daemon {
         }
         let (path, events) = (self.paths.journal(), self.unjournaled.clone());
         let limits = self.cfg.journal;
-        let append = move || act::journal::append(&path, &events, limits);
+        let append =
+            move || act::journal::append(&path, &events, limits).map_err(|e| e.to_string());
         let r = self
             .state_fs
             .try_run("appending to the journal", append)
@@ -104,12 +105,14 @@ impl Daemon {
         let fleet = (snap.instances.as_ref().ok())
             .map(|list| FleetNow::count(list, snap.markers.as_ref().ok(), &self.state, slots));
         self.metrics.count_gpu_time(now, fleet);
+        let queue_error = self.observer.inbox.error().map(|e| e.to_string());
         let facts = PassFacts {
             outcome,
             snap,
             state: &self.state,
-            queue_error: self.observer.inbox.error(),
-            mount_targets: self.observer.mount_targets_summary(),
+            queue_error: queue_error.as_deref(),
+            mount_targets: (self.observer.mount_targets_summary())
+                .map(|zones| zones.map_err(|e| e.to_string())),
             ec2_calls: calls,
             listed_at: self.observer.ec2.listed_at(),
             pass_ms: took.as_millis() as u64,

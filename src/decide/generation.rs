@@ -5,7 +5,6 @@ use std::net::IpAddr;
 
 use super::draft::Draft;
 use super::inputs::Inputs;
-use super::rows::join_ips;
 use crate::model::*;
 
 /// Folds this pass's changes into any notification the job has not received yet.

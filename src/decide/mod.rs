@@ -43,9 +43,9 @@ mod wake;
 
 use crate::model::*;
 
-pub use rows::{join_ips, worker_views};
+pub use rows::worker_views;
 pub use rules::{Rules, GROUP_TAG, TEMPLATE_TAG};
-pub use settle::{settle, LAUNCH_RETRY_MS};
+pub use settle::settle;
 
 /// Decides from a borrowed state (tests, tools); the daemon hands its state over with
 /// [`decide_from`] and saves the copy.

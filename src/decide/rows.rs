@@ -107,13 +107,6 @@ fn first_seen(p: &Inputs, at: usize, status: WorkerStatus, why: Option<&str>) ->
     })
 }
 
-pub fn join_ips(ips: &[IpAddr]) -> String {
-    ips.iter()
-        .map(|ip| ip.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn unseen_member(index: usize, m: &Member) -> Row {
     let status = if m.acked {
         WorkerStatus::Added

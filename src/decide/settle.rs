@@ -6,9 +6,6 @@
 use super::{removal, Rules};
 use crate::model::*;
 
-/// How long a refused replacement launch waits before it is sent again.
-pub const LAUNCH_RETRY_MS: Millis = 60_000;
-
 /// Returns the events the settling makes (`terminated`, `capacity_unavailable`).
 pub fn settle(rules: &Rules, state: &mut State, applied: &Applied, now: Millis) -> Vec<Event> {
     if applied.delivered.is_some() && state.pending_notification == applied.delivered {

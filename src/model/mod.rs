@@ -2,7 +2,6 @@
 
 mod capacity;
 mod event;
-pub mod fleet;
 mod observed;
 mod outcome;
 mod part;
@@ -18,7 +17,9 @@ pub use capacity::{
 };
 pub use event::{Event, EventKind, QuorumCost, EVENT_LINE_LIMIT};
 pub use observed::*;
-pub use outcome::{Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange};
+pub use outcome::{
+    Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange, LAUNCH_RETRY_MS,
+};
 pub use part::{Part, Source, Step};
 pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;

@@ -211,6 +211,10 @@ impl Outcome {
     }
 }
 
+/// How long a refused replacement launch waits before it is sent again (decide sets it, act
+/// says it).
+pub const LAUNCH_RETRY_MS: Millis = 60_000;
+
 /// What acting on an outcome did. Act changes no state: decide settles this report in it
 /// (`decide::settle`), owning every transition and retry time.
 #[derive(Debug, Default)]

@@ -65,6 +65,15 @@ impl Notification {
     }
 }
 
+/// A notification's added or removed IPs as the job (`DT_ADDED`, `DT_REMOVED`) and the journal
+/// read them: `10.0.0.5,10.0.0.6`.
+pub fn join_ips(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(|ip| ip.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// What the daemon remembers across restarts: only what AWS and EFS cannot tell it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {

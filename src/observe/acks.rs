@@ -25,6 +25,15 @@ const LOG_CHUNK: u64 = 256 * 1024;
 /// the reader's memory grow. Locked only to copy or replace it, never across a read.
 pub type KnownIps = Arc<Mutex<HashSet<IpAddr>>>;
 
+/// Why the acknowledgements could not be read: a file the job owns failed to read (one a
+/// worker put in the way is refused and shown instead).
+#[derive(Debug, thiserror::Error)]
+#[error("reading {}: {why}", path.display())]
+pub struct AckError {
+    path: PathBuf,
+    why: std::io::Error,
+}
+
 pub struct AckReader {
     ack_file: PathBuf,
     /// The job's uid (`job.owner`): a file someone else owns is not the job's word.
@@ -67,7 +76,7 @@ impl AckReader {
         }
     }
 
-    pub fn read(&mut self) -> Result<Acks, String> {
+    pub fn read(&mut self) -> Result<Acks, AckError> {
         self.acks.refused.clear();
         self.acks.generation = self.read_ack_file()?;
         let known = (self.known.lock()).map_or_else(|p| p.into_inner().clone(), |k| k.clone());
@@ -76,7 +85,11 @@ impl AckReader {
         if let Some(log) = self.log.as_mut() {
             match log.read_new(&mut self.acks, self.owner, &known) {
                 Ok(()) => self.refused.clear(&log.path),
-                Err(e) if e.is_refused() => {
+                Err(ReadError::Io(why)) => {
+                    let path = log.path.clone();
+                    return Err(AckError { path, why });
+                }
+                Err(e) => {
                     self.refused.warn(
                         &log.path,
                         &e.to_string(),
@@ -85,18 +98,18 @@ impl AckReader {
                     let line = untrusted::not_owned_line(&log.path, &e);
                     self.acks.refused.extend(line);
                 }
-                Err(e) => return Err(format!("reading {}: {e}", log.path.display())),
             }
         }
         Ok(self.acks.clone())
     }
 
-    fn read_ack_file(&mut self) -> Result<Option<u64>, String> {
+    fn read_ack_file(&mut self) -> Result<Option<u64>, AckError> {
         let bytes = match untrusted::read_owned(&self.ack_file, generation::MAX_BYTES, self.owner) {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(None),
-            Err(ReadError::Io(e)) => {
-                return Err(format!("reading {}: {e}", self.ack_file.display()))
+            Err(ReadError::Io(why)) => {
+                let path = self.ack_file.clone();
+                return Err(AckError { path, why });
             }
             Err(refused) => {
                 // Only delays terminations until the ack timeout, as a missing ack would.

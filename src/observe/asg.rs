@@ -3,7 +3,7 @@
 
 use aws_sdk_autoscaling::Client;
 
-use crate::aws::describe_error;
+use crate::aws::AwsError;
 use crate::model::{Group, GroupMember, Hook, LifecycleState};
 
 const LAUNCHING: &str = "autoscaling:EC2_INSTANCE_LAUNCHING";
@@ -11,15 +11,29 @@ const TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
 /// AWS's default when a hook does not say.
 const DEFAULT_HEARTBEAT_S: i32 = 3600;
 
-pub async fn read_group(client: &Client, name: &str) -> Result<Group, String> {
+/// Why the worker group could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    #[error("DescribeAutoScalingGroups {name}: {why}")]
+    Describe { name: String, why: AwsError },
+    #[error("Auto Scaling group {0} not found")]
+    NotFound(String),
+    #[error("DescribeLifecycleHooks {name}: {why}")]
+    Hooks { name: String, why: AwsError },
+}
+
+pub async fn read_group(client: &Client, name: &str) -> Result<Group, GroupError> {
     let out = client
         .describe_auto_scaling_groups()
         .auto_scaling_group_names(name)
         .send()
         .await
-        .map_err(|e| format!("DescribeAutoScalingGroups {name}: {}", describe_error(&e)))?;
+        .map_err(|e| GroupError::Describe {
+            name: name.to_string(),
+            why: AwsError::of(&e),
+        })?;
     let g = (out.auto_scaling_groups().first())
-        .ok_or_else(|| format!("Auto Scaling group {name} not found"))?;
+        .ok_or_else(|| GroupError::NotFound(name.to_string()))?;
     let size = |n: Option<i32>| n.unwrap_or(0).max(0) as usize;
     let mut group = Group {
         name: name.to_string(),
@@ -43,18 +57,15 @@ pub async fn read_group(client: &Client, name: &str) -> Result<Group, String> {
     Ok(group)
 }
 
-async fn read_hooks(client: &Client, group: &mut Group) -> Result<(), String> {
+async fn read_hooks(client: &Client, group: &mut Group) -> Result<(), GroupError> {
     let out = client
         .describe_lifecycle_hooks()
         .auto_scaling_group_name(&group.name)
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "DescribeLifecycleHooks {}: {}",
-                group.name,
-                describe_error(&e)
-            )
+        .map_err(|e| GroupError::Hooks {
+            name: group.name.clone(),
+            why: AwsError::of(&e),
         })?;
     for h in out.lifecycle_hooks() {
         let Some(name) = h.lifecycle_hook_name() else {

@@ -8,11 +8,34 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types::{Filter, Instance as Ec2Instance};
 use aws_sdk_ec2::Client;
 
-use crate::aws::describe_error;
-use crate::model::fleet::Targets;
+use crate::aws::AwsError;
 use crate::model::Instance;
+use crate::observe::fleet::Targets;
 
 const MAX_FILTER_VALUES: usize = 100;
+
+/// Why EC2's view of the workers, or what it is read with, could not be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Ec2Error {
+    /// A page of a listing or of a targeted read; the view is not complete without it.
+    #[error("{what} page {page} failed: {why}")]
+    Page {
+        what: &'static str,
+        page: u32,
+        why: AwsError,
+    },
+    #[error("looking up launch template {name}: {why}")]
+    LaunchTemplate { name: String, why: AwsError },
+    #[error("launch template {0} not found")]
+    NoLaunchTemplate(String),
+    #[error("DescribeSubnets: {0}")]
+    Subnets(AwsError),
+    /// The background listing's task ended without an answer.
+    #[error("the listing task failed: {0}")]
+    ListingTask(String),
+    #[error("no complete listing yet")]
+    NotListed,
+}
 
 #[derive(Clone)]
 pub struct Ec2Observer {
@@ -52,7 +75,7 @@ impl Ec2Observer {
     }
 
     /// Every page or an error: a listing that stopped half-way is never returned as complete.
-    pub async fn list(&self) -> Result<Listing, String> {
+    pub async fn list(&self) -> Result<Listing, Ec2Error> {
         self.describe(self.filters.clone(), "DescribeInstances")
             .await
     }
@@ -61,7 +84,7 @@ impl Ec2Observer {
     /// what it asked, like a listing: one it asked for and did not return is not a worker.
     /// Ids go in an `instance-id` filter rather than `InstanceIds`, which fails the whole call
     /// for an id that no longer exists ("DescribeInstances", Amazon EC2 API Reference).
-    pub async fn read(&self, targets: &Targets) -> Result<Listing, String> {
+    pub async fn read(&self, targets: &Targets) -> Result<Listing, Ec2Error> {
         let ids: Vec<String> = targets.ids.iter().cloned().collect();
         let ips: Vec<String> = targets.ips.iter().map(|ip| ip.to_string()).collect();
         let (by_id, by_ip) = tokio::join!(
@@ -76,7 +99,7 @@ impl Ec2Observer {
 
     /// The EC2 API Reference gives no limit on a filter's values, but requests with more than
     /// about 200 are refused (apache/druid#1954 hit it): 100 per call.
-    async fn read_by(&self, filter: &str, values: &[String]) -> Result<Listing, String> {
+    async fn read_by(&self, filter: &str, values: &[String]) -> Result<Listing, Ec2Error> {
         let mut listing = Listing {
             instances: Vec::new(),
             calls: 0,
@@ -100,7 +123,11 @@ impl Ec2Observer {
         Ok(listing)
     }
 
-    async fn describe(&self, filters: Vec<Filter>, what: &str) -> Result<Listing, String> {
+    async fn describe(
+        &self,
+        filters: Vec<Filter>,
+        what: &'static str,
+    ) -> Result<Listing, Ec2Error> {
         let mut pages = self
             .client
             .describe_instances()
@@ -114,12 +141,10 @@ impl Ec2Observer {
         };
         while let Some(page) = pages.next().await {
             listing.calls += 1;
-            let page = page.map_err(|e| {
-                format!(
-                    "{what} page {} failed: {}",
-                    listing.calls,
-                    describe_error(&e)
-                )
+            let page = page.map_err(|e| Ec2Error::Page {
+                what,
+                page: listing.calls,
+                why: AwsError::of(&e),
             })?;
             for r in page.reservations() {
                 listing
@@ -178,7 +203,7 @@ fn convert(i: &Ec2Instance) -> Option<Instance> {
 pub async fn resolve_launch_template(
     client: &Client,
     wanted: &TemplateRef,
-) -> Result<String, String> {
+) -> Result<String, Ec2Error> {
     let wanted = match wanted {
         TemplateRef::Id(id) => return Ok(id.clone()),
         TemplateRef::Name(name) => name,
@@ -188,17 +213,15 @@ pub async fn resolve_launch_template(
         .launch_template_names(wanted)
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "looking up launch template {wanted}: {}",
-                describe_error(&e)
-            )
+        .map_err(|e| Ec2Error::LaunchTemplate {
+            name: wanted.clone(),
+            why: AwsError::of(&e),
         })?;
     out.launch_templates()
         .first()
         .and_then(|t| t.launch_template_id())
         .map(str::to_string)
-        .ok_or_else(|| format!("launch template {wanted} not found"))
+        .ok_or_else(|| Ec2Error::NoLaunchTemplate(wanted.clone()))
 }
 
 /// The address ranges (IPv4 and IPv6) of each subnet, by a filter: a subnet since deleted is
@@ -206,7 +229,7 @@ pub async fn resolve_launch_template(
 pub async fn subnet_cidrs(
     client: &Client,
     subnets: Vec<String>,
-) -> Result<BTreeMap<String, Vec<ipnet::IpNet>>, String> {
+) -> Result<BTreeMap<String, Vec<ipnet::IpNet>>, Ec2Error> {
     let by_id = Filter::builder()
         .name("subnet-id")
         .set_values(Some(subnets))
@@ -214,7 +237,7 @@ pub async fn subnet_cidrs(
     let out = (client.describe_subnets().filters(by_id))
         .send()
         .await
-        .map_err(|e| format!("DescribeSubnets: {}", describe_error(&e)))?;
+        .map_err(|e| Ec2Error::Subnets(AwsError::of(&e)))?;
     Ok((out.subnets().iter())
         .filter_map(|s| {
             let v4 = s.cidr_block().into_iter();
@@ -226,15 +249,15 @@ pub async fn subnet_cidrs(
         .collect())
 }
 
+/// Each subnet's Availability Zone, by subnet id.
+pub type SubnetZones = BTreeMap<String, String>;
+
 /// The Availability Zone of each subnet: read once, since a subnet never moves.
-pub async fn subnet_zones(
-    client: &Client,
-    subnets: Vec<String>,
-) -> Result<BTreeMap<String, String>, String> {
+pub async fn subnet_zones(client: &Client, subnets: Vec<String>) -> Result<SubnetZones, Ec2Error> {
     let out = (client.describe_subnets().set_subnet_ids(Some(subnets)))
         .send()
         .await
-        .map_err(|e| format!("DescribeSubnets: {}", describe_error(&e)))?;
+        .map_err(|e| Ec2Error::Subnets(AwsError::of(&e)))?;
     Ok((out.subnets().iter())
         .filter_map(|s| {
             Some((

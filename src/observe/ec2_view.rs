@@ -9,9 +9,9 @@ use tokio::task::JoinHandle;
 
 use super::lookups::{Lookups, Wanted};
 use crate::clock::SharedClock;
-use crate::model::fleet::{Fleet, ReadSeq, Targets};
 use crate::model::{Instance, Millis, WorkerStatus, STATUS_TAG};
-use crate::observe::ec2::{Ec2Observer, Listing};
+use crate::observe::ec2::{Ec2Error, Ec2Observer, Listing};
+use crate::observe::fleet::{Fleet, ReadSeq, Targets};
 use crate::protocol::signed::{AgentKey, KEY_TAG};
 
 pub struct Ec2View {
@@ -23,7 +23,7 @@ pub struct Ec2View {
     next_resync: Instant,
     listing: Option<Running>,
     /// Why the last listing failed: until one succeeds the view is not trusted to be complete.
-    listing_error: Option<String>,
+    listing_error: Option<Ec2Error>,
     /// What a failed targeted read still has to read.
     owed: Targets,
     /// What reports may make it read, and within which bounds.
@@ -33,13 +33,13 @@ pub struct Ec2View {
 struct Running {
     seq: ReadSeq,
     at: Millis,
-    task: JoinHandle<Result<Listing, String>>,
+    task: JoinHandle<Result<Listing, Ec2Error>>,
 }
 
 /// What a pass's reads of EC2 cost and found.
 pub struct Refreshed {
     pub calls: u32,
-    pub error: Option<String>,
+    pub error: Option<Ec2Error>,
 }
 
 impl Ec2View {
@@ -89,7 +89,7 @@ impl Ec2View {
         let (seq, at) = (running.seq, running.at);
         self.listing = None;
         let started = Instant::now();
-        let result = joined.unwrap_or_else(|e| Err(format!("the listing task failed: {e}")));
+        let result = joined.unwrap_or_else(|e| Err(Ec2Error::ListingTask(e.to_string())));
         match result {
             Ok(listing) => {
                 let subnets = listing.instances.iter().filter_map(|i| i.subnet.as_deref());
@@ -211,10 +211,10 @@ impl Ec2View {
 
     /// The view for a pass, lent without a copy; `restore` takes it back. `Err` until a
     /// complete listing succeeded, and after a read that failed.
-    pub fn lend(&mut self, read_error: Option<String>) -> Result<Vec<Instance>, String> {
+    pub fn lend(&mut self, read_error: Option<Ec2Error>) -> Result<Vec<Instance>, Ec2Error> {
         if self.fleet.listed_at().is_none() {
             let why = self.listing_error.clone();
-            return Err(why.unwrap_or_else(|| "no complete listing yet".into()));
+            return Err(why.unwrap_or(Ec2Error::NotListed));
         }
         if let Some(e) = read_error.or_else(|| self.listing_error.clone()) {
             return Err(e);
@@ -222,7 +222,8 @@ impl Ec2View {
         Ok(self.fleet.take())
     }
 
-    pub fn restore(&mut self, lent: Result<Vec<Instance>, String>) {
+    /// Takes back what [`lend`](Self::lend) lent, whatever the snapshot made of its error.
+    pub fn restore<E>(&mut self, lent: Result<Vec<Instance>, E>) {
         if let Ok(instances) = lent {
             self.fleet.restore(instances);
         }

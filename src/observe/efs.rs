@@ -28,22 +28,35 @@ const MAX_PAGES: usize = 100;
 /// zones are unknown rather than the pass (and any interruption it heeds) being held up.
 const PASS_WAIT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, thiserror::Error)]
+/// Zone names, as this account sees them.
+pub type Zones = BTreeSet<String>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MountTargetError {
     #[error("DescribeMountTargets {fs_id}: {message}")]
     Describe { fs_id: String, message: String },
     #[error("DescribeMountTargets {fs_id}: {why}; the answer is incomplete")]
-    Partial { fs_id: String, why: String },
+    Partial { fs_id: String, why: Incomplete },
     #[error("reading the mount targets of {fs_id}: {why}")]
     Task { fs_id: String, why: String },
+    #[error("{fs_id}: not read yet")]
+    NotRead { fs_id: String },
+}
+
+/// What makes an answer that came incomplete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incomplete {
+    #[error("mount target {0} has no AvailabilityZoneName")]
+    NoZone(String),
+    #[error("marker {0} came back twice")]
+    MarkerAgain(String),
+    #[error("still more after {max} pages", max = MAX_PAGES)]
+    TooManyPages,
 }
 
 /// The zones (names, as this account sees them) where `fs_id` has a mount target that is, or is
 /// about to be, usable; an incomplete answer is an `Err`, never a smaller set.
-pub async fn mount_target_zones(
-    client: &Client,
-    fs_id: &str,
-) -> Result<BTreeSet<String>, MountTargetError> {
+pub async fn mount_target_zones(client: &Client, fs_id: &str) -> Result<Zones, MountTargetError> {
     let mut zones = BTreeSet::new();
     for mt in mount_targets(client, fs_id).await? {
         if let Some(zone) = usable_zone(&mt).map_err(|why| partial(fs_id, why))? {
@@ -79,18 +92,15 @@ pub async fn mount_targets(
         match page.next_marker().filter(|m| !m.is_empty()) {
             None => return Ok(all),
             Some(next) if !seen_markers.insert(next.to_string()) => {
-                return Err(partial(fs_id, format!("marker {next} came back twice")));
+                return Err(partial(fs_id, Incomplete::MarkerAgain(next.to_string())));
             }
             Some(next) => marker = Some(next.to_string()),
         }
     }
-    Err(partial(
-        fs_id,
-        format!("still more after {MAX_PAGES} pages"),
-    ))
+    Err(partial(fs_id, Incomplete::TooManyPages))
 }
 
-fn partial(fs_id: &str, why: String) -> MountTargetError {
+fn partial(fs_id: &str, why: Incomplete) -> MountTargetError {
     MountTargetError::Partial {
         fs_id: fs_id.to_string(),
         why,
@@ -100,7 +110,7 @@ fn partial(fs_id: &str, why: String) -> MountTargetError {
 /// The zone of a mount target a worker can mount through now or once it is created; `None` for
 /// one going away or failed (`deleting`, `deleted`, `error`: MountTargetDescription, Amazon EFS
 /// API Reference, https://docs.aws.amazon.com/efs/latest/ug/API_MountTargetDescription.html).
-fn usable_zone(mt: &MountTargetDescription) -> Result<Option<&str>, String> {
+fn usable_zone(mt: &MountTargetDescription) -> Result<Option<&str>, Incomplete> {
     let usable = matches!(
         mt.life_cycle_state(),
         LifeCycleState::Available | LifeCycleState::Creating | LifeCycleState::Updating
@@ -112,10 +122,7 @@ fn usable_zone(mt: &MountTargetDescription) -> Result<Option<&str>, String> {
     // and leaving it out would make its zone look uncovered.
     match mt.availability_zone_name().filter(|z| !z.is_empty()) {
         Some(zone) => Ok(Some(zone)),
-        None => Err(format!(
-            "mount target {} has no AvailabilityZoneName",
-            mt.mount_target_id()
-        )),
+        None => Err(Incomplete::NoZone(mt.mount_target_id().to_string())),
     }
 }
 
@@ -126,8 +133,8 @@ pub struct MountTargetCache {
     fs_id: String,
     refresh: Duration,
     /// The last complete read; `None` before the first and after a failed one.
-    known: Option<BTreeSet<String>>,
-    error: Option<String>,
+    known: Option<Zones>,
+    error: Option<MountTargetError>,
     last_read: Option<Instant>,
 }
 
@@ -170,7 +177,7 @@ impl MountTargetCache {
 
     /// Records a read's answer: a failure forgets the previous answer rather than keep showing
     /// it as current.
-    pub fn finish(&mut self, read: Result<BTreeSet<String>, MountTargetError>) {
+    pub fn finish(&mut self, read: Result<Zones, MountTargetError>) {
         match read {
             Ok(zones) => {
                 if self.known.as_ref() != Some(&zones) {
@@ -181,7 +188,7 @@ impl MountTargetCache {
             }
             Err(e) => {
                 self.known = None;
-                self.error = Some(e.to_string());
+                self.error = Some(e);
             }
         }
     }
@@ -194,12 +201,12 @@ impl MountTargetCache {
         })
     }
 
-    pub fn error(&self) -> Option<&str> {
-        self.error.as_deref()
+    pub fn error(&self) -> Option<&MountTargetError> {
+        self.error.as_ref()
     }
 
     /// One line for `dtctl status`: the zones, or why they are unknown.
-    pub fn summary(&self) -> Result<String, String> {
+    pub fn summary(&self) -> Result<String, MountTargetError> {
         match (&self.known, &self.error) {
             (Some(zones), _) if zones.is_empty() => Ok(format!("{}: no mount targets", self.fs_id)),
             (Some(zones), _) => {
@@ -211,7 +218,9 @@ impl MountTargetCache {
                 ))
             }
             (None, Some(e)) => Err(e.clone()),
-            (None, None) => Err(format!("{}: not read yet", self.fs_id)),
+            (None, None) => Err(MountTargetError::NotRead {
+                fs_id: self.fs_id.clone(),
+            }),
         }
     }
 }
@@ -220,7 +229,7 @@ impl MountTargetCache {
 pub struct MountTargetWatch {
     client: Client,
     cache: MountTargetCache,
-    reading: Option<JoinHandle<Result<BTreeSet<String>, MountTargetError>>>,
+    reading: Option<JoinHandle<Result<Zones, MountTargetError>>>,
 }
 
 impl MountTargetWatch {
@@ -319,7 +328,7 @@ mod tests {
         c.begin(t0);
         c.finish(Err(failed()));
         assert_eq!(c.view(), None, "never a smaller set from a failed read");
-        assert!(c.summary().unwrap_err().contains("throttled"));
+        assert!(c.summary().unwrap_err().to_string().contains("throttled"));
         assert!(!c.due(t0 + Duration::from_secs(30), ["us-east-1a"]));
         assert!(c.due(t0 + MIN_GAP, ["us-east-1a"]));
         c.begin(t0 + MIN_GAP);

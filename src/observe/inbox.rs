@@ -1,41 +1,44 @@
 //! The event queue's messages between passes: received on their own task, kept until a pass
-//! heeds them, then deleted (or kept for the next pass when it deferred them).
+//! heeds them, then handed over to be deleted (`act::queue`), or kept for the next pass when it
+//! deferred them or they could not be deleted.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::act;
 use crate::model::*;
 use crate::observe::eventbridge::Parsed;
-use crate::observe::queue::{self, QueueUpdate, Received};
+use crate::observe::queue::{self, QueueUpdate, ReceiveError, Received};
 
 #[derive(Default)]
 pub struct Inbox {
-    queue: Option<Queue>,
+    updates: Option<mpsc::Receiver<QueueUpdate>>,
     kept: Vec<Received>,
-    error: Option<String>,
+    error: Option<ReceiveError>,
     /// Messages arrived since `take_fresh` was last asked.
     fresh: bool,
 }
 
-struct Queue {
-    updates: mpsc::Receiver<QueueUpdate>,
-    sqs: aws_sdk_sqs::Client,
-    url: String,
+/// The messages a pass heeded, taken out of the inbox to be deleted.
+pub struct Heeded(Vec<Received>);
+
+impl Heeded {
+    /// What deletes them: each message's latest receipt.
+    pub fn receipts(&self) -> Vec<String> {
+        self.0.iter().map(|r| r.receipt.clone()).collect()
+    }
 }
 
 impl Inbox {
     pub fn listen(&mut self, sqs: aws_sdk_sqs::Client, url: String, wait: Duration) {
-        let updates = queue::spawn(sqs.clone(), url.clone(), wait);
-        self.queue = Some(Queue { updates, sqs, url });
+        self.updates = Some(queue::spawn(sqs, url, wait));
     }
 
     /// The next update; never, without a queue.
     pub async fn recv(&mut self) -> Option<QueueUpdate> {
-        match &mut self.queue {
-            Some(q) => q.updates.recv().await,
+        match &mut self.updates {
+            Some(updates) => updates.recv().await,
             None => std::future::pending().await,
         }
     }
@@ -53,7 +56,7 @@ impl Inbox {
 
     /// Everything else already waiting joins this pass.
     pub fn take_waiting(&mut self) {
-        while let Some(Ok(update)) = self.queue.as_mut().map(|q| q.updates.try_recv()) {
+        while let Some(Ok(update)) = self.updates.as_mut().map(|u| u.try_recv()) {
             self.take(update);
         }
     }
@@ -63,8 +66,9 @@ impl Inbox {
         std::mem::take(&mut self.fresh)
     }
 
-    pub fn error(&self) -> Option<&str> {
-        self.error.as_deref()
+    /// Why the queue could not be read, while it cannot.
+    pub fn error(&self) -> Option<&ReceiveError> {
+        self.error.as_ref()
     }
 
     /// The instances this pass's events name, to be read again before it decides.
@@ -77,7 +81,7 @@ impl Inbox {
     }
 
     /// This pass's notices: the queue's and the agents' markers'.
-    pub fn notices(&self, markers: &Result<Markers, String>) -> Vec<Notice> {
+    pub fn notices<E>(&self, markers: &Result<Markers, E>) -> Vec<Notice> {
         let from_queue = self.kept.iter().flat_map(|r| match &r.parsed {
             Parsed::Notices(n) => n.clone(),
             Parsed::Wake { why, .. } => {
@@ -93,27 +97,21 @@ impl Inbox {
         from_queue.chain(from_agents).collect()
     }
 
-    /// Deletes the messages this pass heeded; kept for the next pass if deleting failed or the
-    /// pass deferred them. Returns why the queue could not be read, and why deleting failed.
-    pub async fn settle(&mut self, deferred: &[String]) -> (Option<String>, Option<String>) {
-        let read = self.error.clone();
-        let Some(q) = &self.queue else {
-            return (read, None);
-        };
+    /// Takes out the messages this pass heeded, to be deleted once what they said is recorded;
+    /// those it deferred (by notice id) stay for the next pass.
+    pub fn heeded(&mut self, deferred: &[String]) -> Heeded {
         let is_deferred = |r: &Received| matches!(&r.parsed, Parsed::Notices(n) if n.iter().any(|n| deferred.contains(&n.id)));
         let (keep, heeded): (Vec<Received>, Vec<Received>) = std::mem::take(&mut self.kept)
             .into_iter()
             .partition(is_deferred);
         self.kept = keep;
-        if heeded.is_empty() {
-            return (read, None);
-        }
-        let receipts: Vec<String> = heeded.iter().map(|r| r.receipt.clone()).collect();
-        let (deleted, err) = act::queue::delete(&q.sqs, &q.url, &receipts).await;
-        if deleted < receipts.len() {
-            self.kept.extend(heeded);
-        }
-        (read, err)
+        Heeded(heeded)
+    }
+
+    /// Heeded messages not all deleted: kept for the next pass, which heeds them again (once,
+    /// by their ids) and deletes them then.
+    pub fn undeleted(&mut self, heeded: Heeded) {
+        self.kept.extend(heeded.0);
     }
 }
 

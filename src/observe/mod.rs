@@ -8,6 +8,7 @@ pub mod ec2_view;
 pub mod efs;
 pub mod eventbridge;
 pub mod file_version;
+pub mod fleet;
 pub mod inbox;
 pub mod lookups;
 pub mod markers;

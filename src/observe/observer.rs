@@ -11,14 +11,15 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 use super::acks::{AckReader, KnownIps};
-use super::ec2::{resolve_launch_template, Ec2Observer};
+use super::asg::GroupError;
+use super::ec2::{resolve_launch_template, Ec2Error, Ec2Observer};
 use super::ec2_view::Ec2View;
-use super::efs::MountTargetWatch;
+use super::efs::{MountTargetError, MountTargetWatch};
 use super::inbox::Inbox;
 use super::markers::book::{self, Book, Judging, Keys};
 use super::markers::{MarkerScanner, Scan};
 use super::progress::ProgressReader;
-use super::reservations::{self, ReservationWatch};
+use super::reservations::{self, ReservationError, ReservationWatch, Reservations};
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use crate::aws::Clients;
@@ -39,7 +40,7 @@ pub struct Observer {
     pub ec2: Ec2View,
     /// The worker group as last read, and whether it is to be read again on the next pass (an
     /// event came, a group action was taken, a listing finished): not on every pass.
-    group: Option<Result<Group, String>>,
+    group: Option<Result<Group, GroupError>>,
     pub group_due: bool,
     /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
     mount_targets: Option<MountTargetWatch>,
@@ -69,7 +70,7 @@ pub struct Observed {
     pub stalled: bool,
     pub ec2_calls: u32,
     /// Why the mount-target zones could not be read, when they could not.
-    pub mount_targets_error: Option<String>,
+    pub mount_targets_error: Option<MountTargetError>,
 }
 
 impl Observer {
@@ -154,17 +155,17 @@ impl Observer {
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
         let subnet_zones = self.subnet_zones().await;
         let snap = Snapshot {
-            instances,
+            instances: worded(instances),
             notices: self.inbox.notices(&markers),
-            markers,
-            acks: shared.acks,
-            group: self.group.clone(),
+            markers: worded(markers),
+            acks: worded(shared.acks),
+            group: self.group.clone().map(worded),
             resume_requested: shared.resume_requested,
             capacity_refusals: shared.capacity_refusals,
             mount_targets,
             subnet_zones,
-            progress: shared.progress,
-            reservations,
+            progress: shared.progress.map(worded),
+            reservations: reservations.map(worded),
         };
         Observed {
             snap,
@@ -181,7 +182,7 @@ impl Observer {
         &mut self,
         cfg: &Config,
         scan: &Scan,
-        instances: &Result<Vec<Instance>, String>,
+        instances: &Result<Vec<Instance>, Ec2Error>,
         pins: &BTreeMap<String, AgentKey>,
     ) -> Markers {
         let reported = book::reported_ips(scan);
@@ -245,7 +246,7 @@ impl Observer {
 
     /// The mount-target zones' summary for the status, or why they are unknown; `None` when
     /// not configured.
-    pub fn mount_targets_summary(&self) -> Option<Result<String, String>> {
+    pub fn mount_targets_summary(&self) -> Option<Result<String, MountTargetError>> {
         (self.mount_targets.as_ref()).map(|w| w.cache().summary())
     }
 
@@ -253,8 +254,8 @@ impl Observer {
     /// could not be read.
     async fn mount_targets(
         &mut self,
-        instances: &Result<Vec<Instance>, String>,
-    ) -> (Option<MountTargets>, Option<String>) {
+        instances: &Result<Vec<Instance>, Ec2Error>,
+    ) -> (Option<MountTargets>, Option<MountTargetError>) {
         let Some(watch) = self.mount_targets.as_mut() else {
             return (None, None);
         };
@@ -262,7 +263,7 @@ impl Observer {
         let view = watch
             .poll(Instant::now(), zones.filter(|z| !z.is_empty()))
             .await;
-        (view, watch.cache().error().map(str::to_string))
+        (view, watch.cache().error().cloned())
     }
 
     /// The capacity choices' subnets' zones, read until EC2 gave them (a failure is tried again
@@ -284,7 +285,7 @@ impl Observer {
         self.subnet_zones.clone()
     }
 
-    async fn resolve_launch_template(&mut self, cfg: &Config) -> Result<(), String> {
+    async fn resolve_launch_template(&mut self, cfg: &Config) -> Result<(), Ec2Error> {
         let Some(wanted) = cfg.workers.launch_template.as_ref() else {
             return Ok(());
         };
@@ -316,16 +317,21 @@ fn capacity_subnets(cfg: &Config) -> Vec<String> {
     subnets.into_iter().collect()
 }
 
+/// A source's failure as the snapshot carries it: the words a person reads (`Snapshot`).
+fn worded<T, E: ToString>(read: Result<T, E>) -> Result<T, String> {
+    read.map_err(|e| e.to_string())
+}
+
 /// The reservations the capacity choices name, read again when due; `None` when they name none.
 async fn read_reservations(
     watch: Option<&mut ReservationWatch>,
-) -> Option<Result<BTreeMap<String, Reservation>, String>> {
+) -> Option<Result<Reservations, ReservationError>> {
     Some(watch?.poll(Instant::now()).await)
 }
 
 /// Reads the worker group when it is due, or when the last read failed.
 async fn read_group(
-    group: &mut Option<Result<Group, String>>,
+    group: &mut Option<Result<Group, GroupError>>,
     due: &mut bool,
     cfg: &Config,
     clients: &Clients,

@@ -13,6 +13,17 @@ use crate::model::Progress;
 use crate::protocol::progress::{ProgressLine, MAX_BYTES};
 use crate::untrusted::{self, WarnOnce};
 
+/// Why the progress file says nothing: nothing is concluded from it. The causes are kept as
+/// words: the answer is kept for as long as the file does not change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgressError {
+    #[error("{}: {why}", path.display())]
+    Stat { path: PathBuf, why: String },
+    /// Refused (not a regular file, too large, not the job's), unreadable, or not progress.
+    #[error("{} {why}", path.display())]
+    Unreadable { path: PathBuf, why: String },
+}
+
 pub struct ProgressReader {
     path: PathBuf,
     /// The job's uid (`job.owner`): a file someone else owns is not the job's word.
@@ -20,7 +31,7 @@ pub struct ProgressReader {
     /// Set while the file is refused for its owner, for the journal and status.
     not_owned: Option<String>,
     /// The version last read and what it held.
-    last: Option<(FileVersion, Result<Progress, String>)>,
+    last: Option<(FileVersion, Result<Progress, ProgressError>)>,
     refused: WarnOnce,
     /// Versions opened and read so far: what the `stat` first saves.
     opened: u64,
@@ -39,7 +50,7 @@ impl ProgressReader {
     }
 
     /// `None` while the job has written no progress file; `Err(why)` when it cannot be read.
-    pub fn read(&mut self) -> Option<Result<Progress, String>> {
+    pub fn read(&mut self) -> Option<Result<Progress, ProgressError>> {
         let meta = match std::fs::symlink_metadata(&self.path) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -47,7 +58,10 @@ impl ProgressReader {
                 self.not_owned = None;
                 return None;
             }
-            Err(e) => return Some(Err(format!("{}: {e}", self.path.display()))),
+            Err(e) => {
+                let (path, why) = (self.path.clone(), e.to_string());
+                return Some(Err(ProgressError::Stat { path, why }));
+            }
         };
         let version = FileVersion::of(&meta);
         if let Some((known, read)) = &self.last {
@@ -61,9 +75,8 @@ impl ProgressReader {
     }
 
     /// The file's content; `None` when it vanished between the `stat` and the open.
-    fn read_file(&mut self) -> Option<Result<Progress, String>> {
+    fn read_file(&mut self) -> Option<Result<Progress, ProgressError>> {
         self.opened += 1;
-        let shown = self.path.display();
         let read = untrusted::read_owned(&self.path, MAX_BYTES, self.owner);
         self.not_owned =
             (read.as_ref().err()).and_then(|e| untrusted::not_owned_line(&self.path, e));
@@ -78,7 +91,8 @@ impl ProgressReader {
                 self.refused.warn(&self.path, why, "no stall is concluded");
             }
         }
-        Some(parsed.map_err(|why| format!("{shown} {why}")))
+        let path = self.path.clone();
+        Some(parsed.map_err(|why| ProgressError::Unreadable { path, why }))
     }
 
     /// Why the file is not read, when it is refused for its owner.
@@ -143,18 +157,18 @@ mod tests {
         let path = dir.path().join("progress");
         let mut r = ProgressReader::new(&path, None);
         write(&path, "step 5\n");
-        let e = r.read().unwrap().unwrap_err();
+        let e = r.read().unwrap().unwrap_err().to_string();
         assert!(e.contains("does not hold the job's progress"), "{e}");
         std::fs::remove_file(&path).unwrap();
         nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-        let e = r.read().unwrap().unwrap_err();
+        let e = r.read().unwrap().unwrap_err().to_string();
         assert!(e.contains("a FIFO"), "{e}");
         std::fs::remove_file(&path).unwrap();
         std::fs::File::create(&path)
             .unwrap()
             .set_len(3 << 30)
             .unwrap();
-        let e = r.read().unwrap().unwrap_err();
+        let e = r.read().unwrap().unwrap_err().to_string();
         assert!(e.contains("more than the 16384"), "{e}");
     }
 }

@@ -8,7 +8,15 @@ use aws_sdk_sqs::Client;
 use tokio::sync::mpsc;
 
 use super::eventbridge::{parse, Parsed};
-use crate::aws::describe_error;
+use crate::aws::AwsError;
+
+/// Why the queue could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("receiving from {url}: {why}")]
+pub struct ReceiveError {
+    url: String,
+    why: AwsError,
+}
 
 pub struct Received {
     pub receipt: String,
@@ -17,7 +25,7 @@ pub struct Received {
 
 pub enum QueueUpdate {
     Messages(Vec<Received>),
-    Failed(String),
+    Failed(ReceiveError),
 }
 
 /// Starts the poller; it stops when the receiver is dropped.
@@ -51,7 +59,11 @@ async fn poll(client: Client, url: String, wait: Duration, tx: mpsc::Sender<Queu
     }
 }
 
-async fn receive(client: &Client, url: &str, wait: Duration) -> Result<Vec<Received>, String> {
+async fn receive(
+    client: &Client,
+    url: &str,
+    wait: Duration,
+) -> Result<Vec<Received>, ReceiveError> {
     let out = client
         .receive_message()
         .queue_url(url)
@@ -59,7 +71,10 @@ async fn receive(client: &Client, url: &str, wait: Duration) -> Result<Vec<Recei
         .wait_time_seconds(wait.as_secs() as i32)
         .send()
         .await
-        .map_err(|e| format!("receiving from {url}: {}", describe_error(&e)))?;
+        .map_err(|e| ReceiveError {
+            url: url.to_string(),
+            why: AwsError::of(&e),
+        })?;
     Ok(out
         .messages()
         .iter()

@@ -9,17 +9,29 @@ use std::time::{Duration, Instant};
 use aws_sdk_ec2::types::{CapacityReservation, CapacityReservationType};
 use aws_sdk_ec2::Client;
 
-use crate::aws::describe_error;
+use crate::aws::AwsError;
 use crate::model::{Choice, Reservation};
 
 /// How often the reservations are read again, and a failed read tried again.
 pub const REREAD: Duration = Duration::from_secs(20);
 
+/// Why the reservations are unknown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReservationError {
+    #[error("DescribeCapacityReservations: {0}")]
+    Describe(AwsError),
+    #[error("not read yet")]
+    NotRead,
+}
+
+/// The reservations read, by id.
+pub type Reservations = BTreeMap<String, Reservation>;
+
 /// The reservations as last read (or why they could not be), read again when due.
 pub struct ReservationWatch {
     client: Client,
     ids: Vec<String>,
-    last: Option<Result<BTreeMap<String, Reservation>, String>>,
+    last: Option<Result<Reservations, ReservationError>>,
     read_at: Option<Instant>,
 }
 
@@ -35,7 +47,7 @@ impl ReservationWatch {
     }
 
     /// This pass's view: read again when due.
-    pub async fn poll(&mut self, now: Instant) -> Result<BTreeMap<String, Reservation>, String> {
+    pub async fn poll(&mut self, now: Instant) -> Result<Reservations, ReservationError> {
         let due = self
             .read_at
             .is_none_or(|at| now.duration_since(at) >= REREAD);
@@ -47,7 +59,7 @@ impl ReservationWatch {
             }
             self.last = Some(read);
         }
-        (self.last.clone()).unwrap_or_else(|| Err("not read yet".into()))
+        (self.last.clone()).unwrap_or(Err(ReservationError::NotRead))
     }
 }
 
@@ -61,18 +73,14 @@ pub fn ids<'a>(choices: impl IntoIterator<Item = &'a Choice>) -> Vec<String> {
 
 /// Every reservation in `ids`, by id. EC2 refuses the whole call when one id is unknown, and
 /// says which.
-pub async fn read(
-    client: &Client,
-    ids: &[String],
-) -> Result<BTreeMap<String, Reservation>, String> {
+pub async fn read(client: &Client, ids: &[String]) -> Result<Reservations, ReservationError> {
     let mut pages = (client.describe_capacity_reservations())
         .set_capacity_reservation_ids(Some(ids.to_vec()))
         .into_paginator()
         .send();
     let mut found = BTreeMap::new();
     while let Some(page) = pages.next().await {
-        let page =
-            page.map_err(|e| format!("DescribeCapacityReservations: {}", describe_error(&e)))?;
+        let page = page.map_err(|e| ReservationError::Describe(AwsError::of(&e)))?;
         for r in page.capacity_reservations().iter().filter_map(reservation) {
             found.insert(r.id.clone(), r);
         }

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::deadline::Deadline;
 use crate::model::*;
-use crate::observe::acks::AckReader;
-use crate::observe::markers::{MarkerScanner, Scan};
-use crate::observe::progress::ProgressReader;
+use crate::observe::acks::{AckError, AckReader};
+use crate::observe::markers::{MarkerScanner, Scan, ScanError};
+use crate::observe::progress::{ProgressError, ProgressReader};
 use crate::protocol::capacity_refusals::{self, CapacityRefusal, CapacityRefusals};
 use crate::untrusted;
 
@@ -22,30 +22,41 @@ pub struct SharedReaders {
     pub progress: Option<ProgressReader>,
 }
 
+/// Why a read of the shared directory has no answer: the file system did not answer in time,
+/// or the read itself failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Unread<E> {
+    /// The deadline's words: the same at every pass of one stall.
+    #[error("{0}")]
+    Stalled(String),
+    #[error("{0}")]
+    Failed(E),
+}
+
 pub struct SharedView {
     /// The workers' report files, as read: what is believed of them is decided after EC2 is.
-    pub markers: Result<Scan, String>,
-    pub acks: Result<Acks, String>,
+    pub markers: Result<Scan, Unread<ScanError>>,
+    pub acks: Result<Acks, Unread<AckError>>,
     pub resume_requested: Option<Millis>,
     pub capacity_refusals: Vec<CapacityRefusal>,
-    pub progress: Option<Result<Progress, String>>,
+    pub progress: Option<Result<Progress, Unread<ProgressError>>>,
 }
 
 impl SharedReaders {
     fn read(&mut self) -> SharedView {
         let progress = self.progress.as_mut().and_then(ProgressReader::read);
-        let mut acks = self.acks.read();
+        let mut acks = self.acks.read().map_err(Unread::Failed);
         // The job's files refused for their owner are reported together (`Acks::refused`).
         let not_owned = self.progress.as_ref().and_then(|p| p.not_owned());
         if let (Ok(a), Some(why)) = (&mut acks, not_owned) {
             a.refused.push(why.to_string());
         }
         SharedView {
-            markers: self.markers.scan(),
+            markers: self.markers.scan().map_err(Unread::Failed),
             acks,
             resume_requested: resume_requested(&self.resume),
             capacity_refusals: capacity_refusals(&self.capacity_refusals),
-            progress,
+            progress: progress.map(|read| read.map_err(Unread::Failed)),
         }
     }
 }
@@ -83,9 +94,9 @@ pub async fn read(
         Ok(view) => view,
         // Not "no progress file": a stall already shown stays shown until the file is read.
         Err(stalled) => SharedView {
-            progress: reads_progress.then(|| Err(stalled.clone())),
-            markers: Err(stalled.clone()),
-            acks: Err(stalled),
+            progress: reads_progress.then(|| Err(Unread::Stalled(stalled.clone()))),
+            markers: Err(Unread::Stalled(stalled.clone())),
+            acks: Err(Unread::Stalled(stalled)),
             resume_requested: None,
             capacity_refusals: Vec::new(),
         },

@@ -62,7 +62,7 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
         ],
         ..Outcome::default()
     };
-    let actuators = Actuators::new(&cfg, c.ec2.clone(), None, None);
+    let actuators = Actuators::new(&cfg, c.ec2.clone(), None, None, None);
     let mut shared_fs = Deadline::new("shared directory".into(), Duration::from_secs(10));
     let generation = state.generation;
     let now = dt::clock::now_millis();

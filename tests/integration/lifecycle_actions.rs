@@ -61,7 +61,8 @@ async fn a_failed_completion_says_which_instance_and_why() {
     );
     let err = asg::complete(&aws.client(), "demo-workers", &action(HookResult::Abandon))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("i-0abc") && err.contains("ABANDON"), "{err}");
     assert!(err.contains("No active Lifecycle Action"), "{err}");
 }

@@ -151,7 +151,7 @@ impl Book {
 fn verdict(name: &MarkerName, read: &Read, keys: &Keys) -> Verdict {
     let body = match &read.body {
         Ok(body) => body,
-        Err(why) => return refused("unreadable", why.clone()),
+        Err(why) => return refused("unreadable", why.to_string()),
     };
     let signed = match &read.signed {
         Ok(signed) => signed,

@@ -12,18 +12,28 @@ pub mod read;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::file_version::FileVersion;
 use crate::model::Millis;
 use crate::protocol::markers::{MarkerName, NameError, PREPARE_DATA_PREFIX};
-pub use read::{Body, LauncherBody, Read};
+pub use read::{Body, BodyError, LauncherBody, Read};
 
 /// Every report file in the directory, as last read.
 #[derive(Debug, Clone, Default)]
 pub struct Scan {
     pub files: BTreeMap<MarkerName, Arc<Read>>,
+}
+
+/// Why the directory could not be listed: the scan is not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("cannot read {}: {why}", dir.display())]
+    Open { dir: PathBuf, why: io::Error },
+    #[error("listing {}: {why}", dir.display())]
+    List { dir: PathBuf, why: io::Error },
 }
 
 pub struct MarkerScanner {
@@ -44,13 +54,18 @@ impl MarkerScanner {
         }
     }
 
-    pub fn scan(&mut self) -> Result<Scan, String> {
-        let entries = fs::read_dir(&self.dir)
-            .map_err(|e| format!("cannot read {}: {e}", self.dir.display()))?;
+    pub fn scan(&mut self) -> Result<Scan, ScanError> {
+        let entries = fs::read_dir(&self.dir).map_err(|why| ScanError::Open {
+            dir: self.dir.clone(),
+            why,
+        })?;
         let mut files = BTreeMap::new();
         let mut names = HashSet::new();
         for entry in entries {
-            let entry = entry.map_err(|e| format!("listing {}: {e}", self.dir.display()))?;
+            let entry = entry.map_err(|why| ScanError::List {
+                dir: self.dir.clone(),
+                why,
+            })?;
             names.insert(entry.file_name());
             if let Some((name, read)) = self.consider(&entry) {
                 files.insert(name, read);
@@ -92,7 +107,7 @@ impl MarkerScanner {
         let modified = known.and_then(|k| k.modified).or_else(|| modified(&meta));
         let read = read::read(&entry.path(), &name, version, modified);
         if let Err(why) = &read.body {
-            self.warn(&file, why);
+            self.warn(&file, &why.to_string());
         }
         Some((name, Arc::new(read)))
     }

@@ -30,7 +30,26 @@ pub struct Read {
     /// Who signed it (verified against the key it names), or why no one did.
     pub signed: Result<Signed, SignError>,
     /// What it says; `Err`: it cannot be read or does not parse.
-    pub body: Result<Body, String>,
+    pub body: Result<Body, BodyError>,
+}
+
+/// Why a report says nothing dtd can use. The causes are kept as words: a report is kept (and
+/// compared) until its file changes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    #[error("vanished while read")]
+    Vanished,
+    #[error("cannot be read: {0}")]
+    Unreadable(String),
+    /// Not the report its name says (the protocol's words).
+    #[error("{0}")]
+    Malformed(String),
+    #[error("interruption marker is not the agent's JSON: {0}")]
+    NotANotice(String),
+    #[error("names {named} in a file for {ip}")]
+    OtherIp { named: IpAddr, ip: IpAddr },
+    #[error("notice or instance id longer than {MAX_NOTICE_ID} bytes")]
+    IdTooLong,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +104,8 @@ pub fn read(
 ) -> Read {
     let bytes = match untrusted::read_prefix(path, MAX_REPORT_BYTES) {
         Ok(Some(bytes)) => bytes,
-        Ok(None) => return failed(version, modified, "vanished while read".into()),
-        Err(e) => return failed(version, modified, format!("cannot be read: {e}")),
+        Ok(None) => return failed(version, modified, BodyError::Vanished),
+        Err(e) => return failed(version, modified, BodyError::Unreadable(e.to_string())),
     };
     Read {
         version,
@@ -96,7 +115,7 @@ pub fn read(
     }
 }
 
-fn failed(version: FileVersion, modified: Option<Millis>, why: String) -> Read {
+fn failed(version: FileVersion, modified: Option<Millis>, why: BodyError) -> Read {
     Read {
         version,
         modified,
@@ -105,22 +124,27 @@ fn failed(version: FileVersion, modified: Option<Millis>, why: String) -> Read {
     }
 }
 
-fn parse(name: &MarkerName, bytes: &[u8]) -> Result<Body, String> {
+fn parse(name: &MarkerName, bytes: &[u8]) -> Result<Body, BodyError> {
+    let malformed = BodyError::Malformed;
     match name.kind {
         MarkerKind::Success => Ok(Body::Success {
             instance_id: report::owner(bytes).map(|id| short(&id)),
         }),
         MarkerKind::Failed => {
             let text = String::from_utf8_lossy(bytes);
-            let summary = report::summary(&text)?;
+            let summary = report::summary(&text).map_err(malformed)?;
             let instance_id = report::owner(bytes).map(|id| short(&id));
             Ok(Body::Failed {
                 instance_id,
                 summary,
             })
         }
-        MarkerKind::Health => HealthReport::parse(bytes).map(|r| Body::Health(health(r))),
-        MarkerKind::Launcher => LauncherReport::parse(bytes).map(|r| Body::Launcher(launcher(r))),
+        MarkerKind::Health => (HealthReport::parse(bytes))
+            .map(|r| Body::Health(health(r)))
+            .map_err(malformed),
+        MarkerKind::Launcher => (LauncherReport::parse(bytes))
+            .map(|r| Body::Launcher(launcher(r)))
+            .map_err(malformed),
         MarkerKind::Interruption => notice(bytes, name.ip).map(Body::Notice),
     }
 }
@@ -150,17 +174,14 @@ fn launcher(r: LauncherReport) -> LauncherBody {
 }
 
 /// An agent's notice names its instance and its IP.
-fn notice(bytes: &[u8], ip: IpAddr) -> Result<Notice, String> {
-    let m = InterruptionMarker::parse(bytes)
-        .map_err(|e| format!("interruption marker is not the agent's JSON: {e}"))?;
+fn notice(bytes: &[u8], ip: IpAddr) -> Result<Notice, BodyError> {
+    let m = InterruptionMarker::parse(bytes).map_err(|e| BodyError::NotANotice(e.to_string()))?;
     if m.ip != ip {
-        return Err(format!("names {} in a file for {ip}", m.ip));
+        return Err(BodyError::OtherIp { named: m.ip, ip });
     }
     // Kept in the state as the notice's id: no room for a worker to fill it.
     if m.id.len() > MAX_NOTICE_ID || m.instance_id.len() > MAX_NOTICE_ID {
-        return Err(format!(
-            "notice or instance id longer than {MAX_NOTICE_ID} bytes"
-        ));
+        return Err(BodyError::IdTooLong);
     }
     let kind = match m.kind {
         AgentKind::SpotInterruption => NoticeKind::Interruption,

@@ -46,7 +46,12 @@ fn reads_reports_and_ignores_garbage() {
         })
     );
     let bad = &scan.files[&name(MarkerKind::Failed, "10.0.0.10")];
-    assert!(bad.body.as_ref().unwrap_err().contains("not JSON"));
+    assert!(bad
+        .body
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("not JSON"));
 }
 
 #[test]
@@ -106,7 +111,8 @@ fn a_report_is_read_once_per_version_and_its_signature_checked() {
 fn missing_directory_is_an_incomplete_view() {
     let err = MarkerScanner::new(Path::new("/nonexistent/dt"))
         .scan()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/nonexistent/dt"), "{err}");
 }
 

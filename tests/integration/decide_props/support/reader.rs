@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dt::model::fleet::{Fleet, Targets};
 use dt::model::*;
+use dt::observe::fleet::{Fleet, Targets};
 
 use super::scenario::{Op, Step};
 use super::world::World;

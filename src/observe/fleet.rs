@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
-use super::{Instance, Millis};
+use crate::model::{Instance, Millis};
 
 /// The number a read got when it began.
 pub type ReadSeq = u64;
