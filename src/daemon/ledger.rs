@@ -55,7 +55,7 @@ impl Ledger {
         ];
         let mut events = Vec::new();
         for (source, err) in sources {
-            if let Some(kind) = self.note(source, err.cloned()) {
+            if let Some(kind) = self.note(source, err.map(ToString::to_string)) {
                 let message = match err {
                     Some(e) => format!("{source} could not be read completely: {e}; holding"),
                     None => format!("{source} readable again"),

@@ -29,9 +29,9 @@ pub(super) struct Inputs<'a> {
     /// The capacity choices EC2 refused to `dtctl add`.
     pub add_refusals: &'a [crate::protocol::capacity_refusals::CapacityRefusal],
     /// The reservations `workers.capacity` names by id, when it names any.
-    pub reservations: Option<&'a Result<std::collections::BTreeMap<String, Reservation>, String>>,
+    pub reservations: Option<&'a Read<std::collections::BTreeMap<String, Reservation>>>,
     /// The job's progress file, when stall detection reads it and the job wrote one.
-    pub progress: Option<&'a Result<Progress, String>>,
+    pub progress: Option<&'a Read<Progress>>,
     /// The generation the `ack` file acknowledges, when dtd wrote it (see `trust`).
     pub ack: Option<u64>,
     /// An `ack` file naming a generation dtd never wrote: ignored, and shown.

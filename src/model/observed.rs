@@ -161,16 +161,37 @@ pub struct Acks {
     pub refused: Vec<String>,
 }
 
+/// Why a source could not be read completely, in the words observe made once from its own
+/// error: decide only asks whether a source was read; the status and the journal show the words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unread(pub String);
+
+impl Unread {
+    pub fn from_error(e: impl std::fmt::Display) -> Unread {
+        Unread(e.to_string())
+    }
+}
+
+impl From<&str> for Unread {
+    fn from(words: &str) -> Unread {
+        Unread(words.to_string())
+    }
+}
+
+/// A source as a pass read it: whole, or why not.
+pub type Read<T> = Result<T, Unread>;
+
 /// One pass's view of the world. A source that could not be read completely is `Err(why)`.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    pub instances: Result<Vec<Instance>, String>,
-    pub markers: Result<Markers, String>,
-    pub acks: Result<Acks, String>,
+    pub instances: Read<Vec<Instance>>,
+    pub markers: Read<Markers>,
+    pub acks: Read<Acks>,
     /// Interruption and rebalance notices received since the last pass (queue and agents).
     pub notices: Vec<Notice>,
     /// The worker Auto Scaling group, when the config names one.
-    pub group: Option<Result<Group, String>>,
+    pub group: Option<Read<Group>>,
     /// When `dtctl resume` last asked to re-arm replacing failed workers.
     pub resume_requested: Option<Millis>,
     /// The zones where the shared file system has a mount target; `None` when `shared_fs_id` is
@@ -182,10 +203,10 @@ pub struct Snapshot {
     pub capacity_refusals: Vec<crate::protocol::capacity_refusals::CapacityRefusal>,
     /// The job's progress file, read only with `job.stall` configured: `None` when it is not,
     /// or the job has written none; `Err(why)` when it cannot be read (nothing is concluded).
-    pub progress: Option<Result<Progress, String>>,
+    pub progress: Option<Read<Progress>>,
     /// The Capacity Reservations and Capacity Blocks `workers.capacity` names by id; `None` when
     /// it names none, `Err(why)` when they could not be read (nothing is concluded).
-    pub reservations: Option<Result<BTreeMap<String, super::Reservation>, String>>,
+    pub reservations: Option<Read<BTreeMap<String, super::Reservation>>>,
 }
 
 /// The Availability Zones (names, as this account sees them) where an EFS file system has a

@@ -318,8 +318,8 @@ fn capacity_subnets(cfg: &Config) -> Vec<String> {
 }
 
 /// A source's failure as the snapshot carries it: the words a person reads (`Snapshot`).
-fn worded<T, E: ToString>(read: Result<T, E>) -> Result<T, String> {
-    read.map_err(|e| e.to_string())
+fn worded<T, E: std::fmt::Display>(read: Result<T, E>) -> Read<T> {
+    read.map_err(Unread::from_error)
 }
 
 /// The reservations the capacity choices name, read again when due; `None` when they name none.

@@ -80,7 +80,7 @@ fn progress(cfg: &Config, snap: &Snapshot, state: &State) -> Option<ProgressStat
             .progress
             .as_ref()
             .and_then(|r| r.as_ref().err())
-            .cloned(),
+            .map(ToString::to_string),
     })
 }
 
@@ -114,11 +114,11 @@ fn sources(cfg: &Config, f: &PassFacts) -> Vec<SourceStatus> {
             ago(f.now.saturating_sub(at))
         )
     });
-    let instances = (snap.instances.as_ref().map_err(String::clone))
+    let instances = (snap.instances.as_ref().map_err(ToString::to_string))
         .map(|v| format!("{} instances with the worker tags ({listed})", v.len()));
-    let markers = (snap.markers.as_ref().map_err(String::clone))
+    let markers = (snap.markers.as_ref().map_err(ToString::to_string))
         .map(|m| format!("{} ready, {} failed", m.success.len(), m.failed.len()));
-    let acks = (snap.acks.as_ref().map_err(String::clone)).map(|a| {
+    let acks = (snap.acks.as_ref().map_err(ToString::to_string)).map(|a| {
         let file = a.generation.map_or("-".into(), |g| g.to_string());
         format!("ack file: {file}, host_worker_log: {} lines", a.log_lines)
     });

@@ -87,13 +87,13 @@ pub(crate) struct World {
     pub(crate) markers: Markers,
     pub(crate) acks: Acks,
     pub(crate) notices: Vec<Notice>,
-    pub(crate) group: Option<Result<Group, String>>,
+    pub(crate) group: Option<Read<Group>>,
     pub(crate) resume: Option<Millis>,
     pub(crate) mount_targets: Option<MountTargets>,
     pub(crate) subnet_zones: BTreeMap<String, String>,
     pub(crate) add_refusals: Vec<dt::protocol::capacity_refusals::CapacityRefusal>,
-    pub(crate) progress: Option<Result<Progress, String>>,
-    pub(crate) reservations: Option<Result<BTreeMap<String, Reservation>, String>>,
+    pub(crate) progress: Option<Read<Progress>>,
+    pub(crate) reservations: Option<Read<BTreeMap<String, Reservation>>>,
 }
 
 impl World {

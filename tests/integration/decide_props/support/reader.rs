@@ -33,12 +33,7 @@ impl Reader {
 
     /// What the daemon decides on this pass: `named` (the instances this step's events name,
     /// unless they are lost) and the marker IPs no known worker has, read from the world.
-    pub fn view(
-        &mut self,
-        w: &World,
-        step: &Step,
-        named: BTreeSet<String>,
-    ) -> Result<Vec<Instance>, String> {
+    pub fn view(&mut self, w: &World, step: &Step, named: BTreeSet<String>) -> Read<Vec<Instance>> {
         let mut t = std::mem::take(&mut self.owed);
         let announced = std::mem::take(&mut self.announced);
         if !step.lost {

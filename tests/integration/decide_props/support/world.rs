@@ -24,7 +24,7 @@ impl World {
     pub fn snapshot(&self, step: &Step) -> Snapshot {
         let fail = |bad: bool, what: &str| {
             if bad {
-                Err(format!("{what} failed"))
+                Err(Unread(format!("{what} failed")))
             } else {
                 Ok(())
             }
