@@ -46,7 +46,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
         });
         markers.success.insert(ip(n));
         // With `agent.health`, every worker's agent reports; all pass here.
-        let health = Health {
+        let health = HealthSeen {
             instance_id: instances[n].id.clone(),
             ok: true,
             gpus_lost: false,

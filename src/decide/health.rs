@@ -19,7 +19,7 @@ use crate::model::*;
 /// with `agent.health` configured (without it no agent checks, and a `health_<ip>` file is
 /// anyone's); a report another instance left under this IP, and a base host's or the master's,
 /// are not.
-pub(super) fn unhealthy<'a>(p: &Inputs<'a>, at: usize) -> Option<&'a Health> {
+pub(super) fn unhealthy<'a>(p: &Inputs<'a>, at: usize) -> Option<&'a HealthSeen> {
     let inst = &p.list[at];
     if !p.rules.health_checked || p.rules.is_protected(inst.ip) {
         return None;

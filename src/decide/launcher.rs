@@ -66,7 +66,7 @@ pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
     finished(p, st, out);
 }
 
-fn journal(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, l: &Launcher) {
+fn journal(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, l: &LauncherSeen) {
     let (id, ip) = p.who(at);
     let now = (l.state, l.generation);
     if st.launchers.get(id) == Some(&now) {

@@ -7,7 +7,7 @@ use crate::model::*;
 
 /// The report of the listed cluster worker at `at`, when it names that instance and a
 /// generation dtd wrote (or none).
-pub(super) fn report<'a>(p: &Inputs<'a>, st: &State, at: usize) -> Option<&'a Launcher> {
+pub(super) fn report<'a>(p: &Inputs<'a>, st: &State, at: usize) -> Option<&'a LauncherSeen> {
     let inst = &p.list[at];
     let l = p.markers?.launchers.get(&inst.ip)?;
     l.believable(&inst.id, st.generation).then_some(l)

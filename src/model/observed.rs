@@ -58,13 +58,13 @@ pub struct Markers {
     /// clock), for the time from ready to the host files; read once per marker.
     pub ready_at: BTreeMap<IpAddr, Millis>,
     /// What each worker's health check last said (`health_<ip>`), for the instance it names.
-    pub health: BTreeMap<IpAddr, Health>,
+    pub health: BTreeMap<IpAddr, HealthSeen>,
     /// The instance each success or failure marker names in its body (`instance_id`), when it
     /// names one: believed only for the instance EC2 lists at that IP (a 2018 marker names none).
     pub success_named: BTreeMap<IpAddr, String>,
     pub failed_named: BTreeMap<IpAddr, String>,
     /// What each worker's launcher last did (`launcher_<ip>`, with `job.launcher`).
-    pub launchers: BTreeMap<IpAddr, Launcher>,
+    pub launchers: BTreeMap<IpAddr, LauncherSeen>,
     /// Reports about listed instances that are not believed, and why (not signed by the
     /// worker's agent, an older one put back, one naming another instance).
     pub refused: Vec<Refused>,
@@ -92,7 +92,7 @@ pub struct Refused {
 
 /// A worker's launcher (torchrun), as its agent last reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launcher {
+pub struct LauncherSeen {
     /// The instance that wrote it: a report left by an earlier owner of the IP is not this one's.
     pub instance_id: String,
     pub state: crate::protocol::launcher::LauncherState,
@@ -105,7 +105,7 @@ pub struct Launcher {
     pub heard_at: Millis,
 }
 
-impl Launcher {
+impl LauncherSeen {
     /// Whether it is instance `id`'s own report, of a generation dtd wrote (up to `generation`)
     /// or of none: any worker can write any report.
     pub fn believable(&self, id: &str, generation: u64) -> bool {
@@ -113,7 +113,7 @@ impl Launcher {
     }
 }
 
-impl Health {
+impl HealthSeen {
     /// Why the worker is unhealthy, for the journal and `dtctl status`.
     pub fn describe(&self) -> String {
         format!("health check failed ({})", self.reason)
@@ -122,7 +122,7 @@ impl Health {
 
 /// A worker's last health check, as its agent wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
+pub struct HealthSeen {
     /// The instance that wrote it: a report left by an earlier owner of the IP is not this one's.
     pub instance_id: String,
     pub ok: bool,

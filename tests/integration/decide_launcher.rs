@@ -23,7 +23,7 @@ fn launcher_rules() -> Rules {
 
 /// The agent at `addr` reported `state` in generation `g`, heard at `at`.
 fn report(w: &mut World, addr: &str, id: &str, state: LauncherState, g: u64, at: Millis) {
-    let l = Launcher {
+    let l = LauncherSeen {
         instance_id: id.into(),
         state,
         generation: Some(g),

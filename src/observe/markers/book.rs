@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::read::{Body, Read};
 use super::Scan;
 use crate::config::Reports;
-use crate::model::{Launcher, Markers, Millis, Refused};
+use crate::model::{LauncherSeen, Markers, Millis, Refused};
 use crate::protocol::markers::{MarkerKind, MarkerName};
 use crate::protocol::signed::{AgentKey, SignError};
 
@@ -231,7 +231,7 @@ fn show(name: &MarkerName, b: &Believed, m: &mut Markers) {
             m.health.insert(ip, h.clone());
         }
         Body::Launcher(l) => {
-            let launcher = Launcher {
+            let launcher = LauncherSeen {
                 instance_id: l.instance_id.clone(),
                 state: l.state,
                 generation: l.generation,

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use crate::fsutil::millis_from_rfc3339;
-use crate::model::{Health, Millis, Notice, NoticeKind, NoticeTarget};
+use crate::model::{HealthSeen, Millis, Notice, NoticeKind, NoticeTarget};
 use crate::observe::file_version::FileVersion;
 use crate::protocol::health::HealthReport;
 use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
@@ -63,7 +63,7 @@ pub enum Body {
         instance_id: Option<String>,
         summary: String,
     },
-    Health(Health),
+    Health(HealthSeen),
     Launcher(LauncherBody),
     Notice(Notice),
 }
@@ -153,8 +153,8 @@ fn short(id: &str) -> String {
     id.chars().take(MAX_INSTANCE_ID).collect()
 }
 
-fn health(r: HealthReport) -> Health {
-    Health {
+fn health(r: HealthReport) -> HealthSeen {
+    HealthSeen {
         when: millis_from_rfc3339(&r.when),
         instance_id: short(&r.instance_id),
         ok: r.ok,

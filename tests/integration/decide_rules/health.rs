@@ -6,7 +6,7 @@ impl World {
     /// What a worker's agent writes after its health check.
     pub(crate) fn health(&mut self, id: &str, ok: bool, gpus_lost: bool, reason: &str) {
         let ip = self.inst(id).ip;
-        let h = Health {
+        let h = HealthSeen {
             instance_id: id.into(),
             ok,
             gpus_lost,

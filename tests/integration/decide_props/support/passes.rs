@@ -47,7 +47,7 @@ impl Pass<'_> {
     }
 
     /// The instance's own health report in this pass's snapshot says it is unhealthy.
-    pub fn unhealthy(&self, id: &str) -> Option<&Health> {
+    pub fn unhealthy(&self, id: &str) -> Option<&HealthSeen> {
         let inst = self.observed(id)?;
         let h = self.snap.markers.as_ref().ok()?.health.get(&inst.ip)?;
         (!h.ok && h.instance_id == id).then_some(h)

@@ -104,7 +104,7 @@ impl World {
             }
             Op::Health(s, ok, gpus_lost, own) => {
                 let n = self.incarnation[s] + u32::from(!own);
-                let h = Health {
+                let h = HealthSeen {
                     instance_id: id_of(s, n),
                     ok,
                     gpus_lost,
@@ -124,7 +124,7 @@ impl World {
                     L::Failed,
                 ];
                 let n = self.incarnation[s] + u32::from(!own);
-                let l = Launcher {
+                let l = LauncherSeen {
                     instance_id: id_of(s, n),
                     state: states[usize::from(state) % states.len()],
                     generation: None,
