@@ -67,7 +67,9 @@ impl Alerts {
             .map(|a| {
                 let url = match &a.webhook {
                     Webhook::Url(url) => url.clone(),
-                    Webhook::File(path) => WebhookUrl::read_file(path, a.allow_http)?,
+                    Webhook::File(path) => {
+                        WebhookUrl::read_file(path, a.allow_http).map_err(|e| e.to_string())?
+                    }
                 };
                 Ok(Hook {
                     key: saved::key(&url),

@@ -111,57 +111,77 @@ fn checked_workers<'de, D: Deserializer<'de>>(d: D) -> Result<RawWorkers, D::Err
     Ok(workers)
 }
 
+/// Why the `workers` section is refused.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum WorkersError {
+    #[error("one of launch_template or auto_scaling_group is required")]
+    NoSource,
+    #[error("max must be at least 1")]
+    NoMax,
+    #[error("min ({min}) is greater than max ({max})")]
+    MinAboveMax { min: usize, max: usize },
+    #[error("{n} base_hosts do not fit under max ({max})")]
+    BaseHostsAboveMax { n: usize, max: usize },
+    #[error("base_hosts lists {0} twice")]
+    BaseHostTwice(IpAddr),
+    #[error("page_size must be within 5..=1000, got {0}")]
+    PageSize(i32),
+    #[error("max_prepare_failures must be at least 1")]
+    NoPrepareFailure,
+    #[error(
+        "replace_unhealthy launches from launch_template, which is not set (group workers are \
+         replaced by their group)"
+    )]
+    ReplaceWithoutTemplate,
+    #[error(
+        "capacity overrides launch_template, which is not set (a group's choices are its mixed \
+         instances policy)"
+    )]
+    CapacityWithoutTemplate,
+    #[error("tags must name at least one worker tag (default NodeType: Worker)")]
+    NoTags,
+}
+
 impl RawWorkers {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), WorkersError> {
         if self.launch_template.is_none() && self.auto_scaling_group.is_none() {
-            return Err("one of launch_template or auto_scaling_group is required".into());
+            return Err(WorkersError::NoSource);
         }
         if self.max == 0 {
-            return Err("max must be at least 1".into());
+            return Err(WorkersError::NoMax);
         }
         if self.min > self.max {
-            return Err(format!(
-                "min ({}) is greater than max ({})",
-                self.min, self.max
-            ));
+            let (min, max) = (self.min, self.max);
+            return Err(WorkersError::MinAboveMax { min, max });
         }
         self.check_base_hosts()?;
         if !(5..=1000).contains(&self.page_size) {
-            let got = self.page_size;
-            return Err(format!("page_size must be within 5..=1000, got {got}"));
+            return Err(WorkersError::PageSize(self.page_size));
         }
         if self.max_prepare_failures == 0 {
-            return Err("max_prepare_failures must be at least 1".into());
+            return Err(WorkersError::NoPrepareFailure);
         }
         if self.replace_unhealthy && self.launch_template.is_none() {
-            return Err(
-                "replace_unhealthy launches from launch_template, which is not set \
-                 (group workers are replaced by their group)"
-                    .into(),
-            );
+            return Err(WorkersError::ReplaceWithoutTemplate);
         }
         if self.capacity.is_some() && self.launch_template.is_none() {
-            return Err(
-                "capacity overrides launch_template, which is not set (a group's choices are \
-                 its mixed instances policy)"
-                    .into(),
-            );
+            return Err(WorkersError::CapacityWithoutTemplate);
         }
         if self.tags.is_empty() {
-            return Err("tags must name at least one worker tag (default NodeType: Worker)".into());
+            return Err(WorkersError::NoTags);
         }
         Ok(())
     }
 
-    fn check_base_hosts(&self) -> Result<(), String> {
+    fn check_base_hosts(&self) -> Result<(), WorkersError> {
         let hosts = &self.base_hosts;
         if hosts.len() > self.max {
             let (n, max) = (hosts.len(), self.max);
-            return Err(format!("{n} base_hosts do not fit under max ({max})"));
+            return Err(WorkersError::BaseHostsAboveMax { n, max });
         }
         let mut seen = std::collections::BTreeSet::new();
         match hosts.iter().find(|ip| !seen.insert(**ip)) {
-            Some(dup) => Err(format!("base_hosts lists {dup} twice")),
+            Some(dup) => Err(WorkersError::BaseHostTwice(*dup)),
             None => Ok(()),
         }
     }
@@ -192,17 +212,21 @@ struct RawHostfileSpec {
     template: Option<PathBuf>,
 }
 
-impl TryFrom<RawHostfileSpec> for RawHostfile {
-    type Error = String;
+/// A host file with both a format and a template, or neither.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a host file needs exactly one of format (mxnet, mpi, deepspeed, horovod) or template (a file)"
+)]
+pub(super) struct NotOneForm;
 
-    fn try_from(r: RawHostfileSpec) -> Result<Self, String> {
+impl TryFrom<RawHostfileSpec> for RawHostfile {
+    type Error = NotOneForm;
+
+    fn try_from(r: RawHostfileSpec) -> Result<Self, NotOneForm> {
         let form = match (r.format, r.template) {
             (Some(format), None) => HostfileForm::Format(format),
             (None, Some(template)) => HostfileForm::Template(template),
-            _ => return Err(
-                "a host file needs exactly one of format (mxnet, mpi, deepspeed, horovod) or template (a file)"
-                    .into(),
-            ),
+            _ => return Err(NotOneForm),
         };
         Ok(RawHostfile { path: r.path, form })
     }

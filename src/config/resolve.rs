@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::position::{at_key, at_path};
+use super::error::{InvalidConfig, Rule, TemplateUnusable};
+use super::position::Line;
 use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
 use super::{
     Ack, AckBy, Agent, Capacity, Config, Health, HostfileSpec, Job, Slots, Workers,
@@ -24,8 +25,8 @@ const DEFAULT_KEY_FILE: &str = "/var/lib/dt/agent.key";
 /// With events naming the instances that change, the complete listing only catches what they missed.
 const DEFAULT_RESYNC_WITH_EVENTS: Duration = Duration::from_secs(60);
 
-pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
-    validate(&raw, text)?;
+pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, InvalidConfig> {
+    validate(&raw).map_err(|rule| rule.placed(text))?;
     let hostfiles = hostfiles(&raw.hostfiles, &raw.shared_dir, text)?;
     let shared = raw.shared_dir;
     let resync = raw.resync.unwrap_or(match raw.events.queue_url {
@@ -125,79 +126,59 @@ fn agent(a: RawAgent) -> Agent {
 }
 
 /// The checks that serde cannot make on one value: they span keys, or need the whole file.
-fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
+fn validate(raw: &RawConfig) -> Result<(), Rule> {
     if !raw.shared_dir.is_absolute() {
-        let msg = "shared_dir must be an absolute path";
-        return Err(at_key(text, "shared_dir", msg));
+        return Err(Rule::SharedDirRelative);
     }
     if raw.job.progress.as_ref().is_some_and(|p| !p.is_absolute()) {
-        let msg = "job.progress must be an absolute path";
-        return Err(at_key(text, "progress", msg));
+        return Err(Rule::ProgressRelative);
     }
     for spec in &raw.hostfiles {
         if !spec.path.is_absolute() || spec.path.file_name().is_none() {
-            let path = spec.path.display();
-            let msg = format!("hostfiles: path {path} must be an absolute file path");
-            return Err(at_key(text, "hostfiles", &msg));
+            return Err(Rule::HostfileNotAFile(spec.path.clone()));
         }
     }
     if !(Duration::from_secs(1)..=Duration::from_secs(20)).contains(&raw.events.wait) {
-        let msg = "events.wait must be within 1s..=20s (SQS long polling)";
-        return Err(at_key(text, "wait", msg));
+        return Err(Rule::QueueWait);
     }
     if raw.agent.attempts == 0 {
-        return Err(at_key(
-            text,
-            "attempts",
-            "agent.attempts must be at least 1",
-        ));
+        return Err(Rule::NoAttempt);
     }
     if raw.resync.is_some_and(|r| r < raw.interval) {
-        let msg = "resync must be at least interval: a listing runs at most once a pass";
-        return Err(at_key(text, "resync", msg));
+        return Err(Rule::ResyncBelowInterval);
     }
     if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&raw.shared_poll) {
-        let msg = "shared_poll must be within 10ms..=60s";
-        return Err(at_key(text, "shared_poll", msg));
+        return Err(Rule::SharedPoll);
     }
     if raw.shared_fs_refresh < Duration::from_secs(1) {
-        let msg = "shared_fs_refresh must be at least 1s";
-        return Err(at_key(text, "shared_fs_refresh", msg));
+        return Err(Rule::SharedFsRefresh);
     }
     if let Some(health) = &raw.agent.health {
-        validate_health(health, text)?;
+        validate_health(health)?;
     }
-    validate_prepare_timeout(raw, text)?;
+    validate_prepare_timeout(raw)?;
     if let Some(size) = raw.join.sizes.iter().find(|s| **s > raw.workers.max) {
-        let msg = format!(
-            "join.sizes names {size} workers, more than workers.max ({}): the job never grows to it",
-            raw.workers.max
-        );
-        return Err(at_path(text, &["join", "sizes"], &msg));
+        let (size, max) = (*size, raw.workers.max);
+        return Err(Rule::JoinSizeAboveMax { size, max });
     }
     if raw.job.ack.by == AckBy::Launcher && raw.job.launcher.is_none() {
-        let msg = "job.ack.by: launcher needs job.launcher (the agents' launcher reports are the acknowledgement)";
-        return Err(at_path(text, &["job", "ack", "by"], msg));
+        return Err(Rule::AckByLauncherAlone);
     }
     if let Some(launcher) = &raw.job.launcher {
-        launcher
-            .check()
-            .map_err(|(key, msg)| at_path(text, &["job", "launcher", key], &msg))?;
+        launcher.check()?;
     }
-    validate_reports(raw, text)?;
+    validate_reports(raw)?;
     match raw.master {
-        Some(master) if raw.workers.base_hosts.contains(&master) => Err(at_key(
-            text,
-            "master",
-            "master must not also be a base host",
-        )),
+        Some(master) if raw.workers.base_hosts.contains(&master) => {
+            Err(Rule::MasterIsBaseHost(master))
+        }
         _ => Ok(()),
     }
 }
 
 /// Health and launcher reports come only from `dtd agent`, which signs what it writes: a
 /// cluster that runs it has no use for unsigned reports, which any worker could write.
-fn validate_reports(raw: &RawConfig, text: &str) -> Result<(), String> {
+fn validate_reports(raw: &RawConfig) -> Result<(), Rule> {
     if raw.workers.reports != super::Reports::Unsigned {
         return Ok(());
     }
@@ -207,62 +188,36 @@ fn validate_reports(raw: &RawConfig, text: &str) -> Result<(), String> {
         (None, None) => None,
     };
     match uses_agent {
-        Some(key) => Err(at_path(
-            text,
-            &["workers", "reports"],
-            &format!(
-                "workers.reports: unsigned is for clusters without dtd agent, but {key} is \
-                 configured: its reports are signed (leave workers.reports out)"
-            ),
-        )),
+        Some(key) => Err(Rule::UnsignedWithAgent(key)),
         None => Ok(()),
     }
 }
 
 /// A check needs a program; and one that may run as long as the interval could not report once
 /// every interval, which is what the master relies on to see a report that is out of date.
-fn validate_health(h: &Health, text: &str) -> Result<(), String> {
+fn validate_health(h: &Health) -> Result<(), Rule> {
     if h.command.first().is_none_or(|p| p.is_empty()) {
-        let msg = "agent.health.command must name a program (an argv like [/path/check, --flag])";
-        return Err(at_path(text, &["agent", "health", "command"], msg));
+        return Err(Rule::HealthWithoutProgram);
     }
     if h.timeout >= h.interval {
-        let show = |d: Duration| humantime::format_duration(d).to_string();
-        let msg = format!(
-            "agent.health.timeout ({}) must be shorter than agent.health.interval ({}): a check \
-             that may run the whole interval cannot report once every interval",
-            show(h.timeout),
-            show(h.interval)
-        );
-        return Err(at_path(text, &["agent", "health", "timeout"], &msg));
+        let (timeout, interval) = (h.timeout, h.interval);
+        return Err(Rule::HealthTimeout { timeout, interval });
     }
     Ok(())
 }
 
 /// A prepare timeout shorter than the agent's own limit would abandon a worker whose agent is
 /// still retrying, before it could report either way.
-fn validate_prepare_timeout(raw: &RawConfig, text: &str) -> Result<(), String> {
-    let Some(t) = raw.workers.prepare_timeout else {
+fn validate_prepare_timeout(raw: &RawConfig) -> Result<(), Rule> {
+    let Some(timeout) = raw.workers.prepare_timeout else {
         return Ok(());
     };
-    let show = |d: Duration| humantime::format_duration(d).to_string();
-    let agent = raw.agent.limit();
-    if t < agent {
-        let msg = format!(
-            "workers.prepare_timeout ({}) is shorter than the agent's own limit ({}: agent.timeout \
-             × agent.attempts plus the retry delays and agent.health.timeout); a worker still \
-             preparing would be abandoned",
-            show(t),
-            show(agent)
-        );
-        return Err(at_key(text, "prepare_timeout", &msg));
+    let limit = raw.agent.limit();
+    if timeout < limit {
+        return Err(Rule::PrepareTimeoutShort { timeout, limit });
     }
-    if t > HOOK_GLOBAL_TIMEOUT_MAX {
-        let msg = format!(
-            "workers.prepare_timeout ({}) is longer than 48h, the most a lifecycle hook can hold an instance",
-            show(t)
-        );
-        return Err(at_key(text, "prepare_timeout", &msg));
+    if timeout > HOOK_GLOBAL_TIMEOUT_MAX {
+        return Err(Rule::PrepareTimeoutLong(timeout));
     }
     Ok(())
 }
@@ -272,7 +227,7 @@ fn hostfiles(
     raw: &[RawHostfile],
     shared_dir: &Path,
     text: &str,
-) -> Result<Vec<HostfileSpec>, String> {
+) -> Result<Vec<HostfileSpec>, InvalidConfig> {
     if raw.is_empty() {
         return Ok(vec![HostfileSpec {
             path: shared_dir.join(DEFAULT_HOSTFILE),
@@ -280,10 +235,17 @@ fn hostfiles(
             template: None,
         }]);
     }
-    let spec = |(i, h): (usize, &RawHostfile)| {
+    let spec = |(index, h): (usize, &RawHostfile)| {
         let (format, template) = match &h.form {
             HostfileForm::Format(format) => (*format, None),
-            HostfileForm::Template(path) => (Format::Mxnet, Some(template(i, path, text)?)),
+            HostfileForm::Template(path) => {
+                let template = template(path).map_err(|error| InvalidConfig::Template {
+                    index,
+                    error,
+                    line: template_line(text, path),
+                })?;
+                (Format::Mxnet, Some(template))
+            }
         };
         let path = h.path.clone();
         Ok(HostfileSpec {
@@ -295,20 +257,21 @@ fn hostfiles(
     raw.iter().enumerate().map(spec).collect()
 }
 
-fn template(i: usize, path: &Path, text: &str) -> Result<HostTemplate, String> {
-    // The key usually sits inside a flow mapping (`- { path: .., template: .. }`), where at_key's
-    // search for a line starting with the key would miss it.
-    let shown = path.display().to_string();
-    let line = text
-        .lines()
-        .position(|l| l.contains("template:") && l.contains(&shown))
-        .map(|n| format!(" at line {}", n + 1))
-        .unwrap_or_default();
-    let fail = |message: String| format!("hostfiles[{i}].template: {message}{line}");
+fn template(path: &Path) -> Result<HostTemplate, TemplateUnusable> {
+    let path = path.to_path_buf();
     if !path.is_absolute() {
-        return Err(fail(format!("{shown} must be an absolute path")));
+        return Err(TemplateUnusable::Relative { path });
     }
-    let body =
-        std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read {shown}: {e}")))?;
-    HostTemplate::parse(&body).map_err(|e| fail(format!("{shown} {e}")))
+    let body = match std::fs::read_to_string(&path) {
+        Ok(body) => body,
+        Err(error) => return Err(TemplateUnusable::Unreadable { path, error }),
+    };
+    HostTemplate::parse(&body).map_err(|error| TemplateUnusable::Invalid { path, error })
+}
+
+/// The key usually sits inside a flow mapping (`- { path: .., template: .. }`), where the search
+/// for a line starting with the key would miss it.
+fn template_line(text: &str, path: &Path) -> Line {
+    let shown = path.display().to_string();
+    Line::first(text, |l| l.contains("template:") && l.contains(&shown))
 }

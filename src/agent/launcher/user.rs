@@ -115,7 +115,8 @@ mod tests {
         let e = Config::parse(
             "cluster: t\nworkers: { launch_template: lt-1, max: 2 }\nshared_dir: /efs\njob:\n  launcher:\n    torchrun: [/opt/torchrun]\n    script: [/x]\n    user: 0\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("never runs as root"), "{e}");
     }
 }
