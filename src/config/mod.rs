@@ -25,6 +25,7 @@ mod sections;
 #[cfg(test)]
 mod tests;
 mod webhook_url;
+mod workers;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -1,5 +1,6 @@
-//! From the file as written to the [`Config`] the daemon runs with: the checks that span keys,
-//! the host-file templates read, and every default that depends on another key filled in.
+//! From the file as written to the [`Config`] the daemon runs with: the checks that span keys (in
+//! the order made here, each in its section's file), the host-file templates read, and every
+//! default that depends on another key filled in.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,8 +9,8 @@ use super::error::{InvalidConfig, Rule, TemplateUnusable};
 use super::position::Line;
 use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
 use super::{
-    Ack, AckBy, Agent, Capacity, Config, Health, HostfileSpec, Job, Slots, Workers,
-    ELASTIC_TAG_SUFFIX, HOOK_GLOBAL_TIMEOUT_MAX, PREPARE_MARGIN,
+    Ack, Agent, Capacity, Config, HostfileSpec, Job, Slots, Workers, ELASTIC_TAG_SUFFIX,
+    PREPARE_MARGIN,
 };
 use crate::hostfile::{Format, HostTemplate};
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
@@ -126,100 +127,23 @@ fn agent(a: RawAgent) -> Agent {
 }
 
 /// The checks that serde cannot make on one value: they span keys, or need the whole file.
+/// Each section makes its own; this says in which order (the first rule broken is reported).
 fn validate(raw: &RawConfig) -> Result<(), Rule> {
-    if !raw.shared_dir.is_absolute() {
-        return Err(Rule::SharedDirRelative);
-    }
-    if raw.job.progress.as_ref().is_some_and(|p| !p.is_absolute()) {
-        return Err(Rule::ProgressRelative);
-    }
-    for spec in &raw.hostfiles {
-        if !spec.path.is_absolute() || spec.path.file_name().is_none() {
-            return Err(Rule::HostfileNotAFile(spec.path.clone()));
-        }
-    }
-    if !(Duration::from_secs(1)..=Duration::from_secs(20)).contains(&raw.events.wait) {
-        return Err(Rule::QueueWait);
-    }
-    if raw.agent.attempts == 0 {
-        return Err(Rule::NoAttempt);
-    }
-    if raw.resync.is_some_and(|r| r < raw.interval) {
-        return Err(Rule::ResyncBelowInterval);
-    }
-    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&raw.shared_poll) {
-        return Err(Rule::SharedPoll);
-    }
-    if raw.shared_fs_refresh < Duration::from_secs(1) {
-        return Err(Rule::SharedFsRefresh);
-    }
+    raw.check_shared_dir()?;
+    raw.job.check_progress()?;
+    raw.hostfiles.iter().try_for_each(RawHostfile::check)?;
+    raw.events.check()?;
+    raw.agent.check_attempts()?;
+    raw.check_periods()?;
     if let Some(health) = &raw.agent.health {
-        validate_health(health)?;
+        health.check()?;
     }
-    validate_prepare_timeout(raw)?;
-    if let Some(size) = raw.join.sizes.iter().find(|s| **s > raw.workers.max) {
-        let (size, max) = (*size, raw.workers.max);
-        return Err(Rule::JoinSizeAboveMax { size, max });
-    }
-    if raw.job.ack.by == AckBy::Launcher && raw.job.launcher.is_none() {
-        return Err(Rule::AckByLauncherAlone);
-    }
-    if let Some(launcher) = &raw.job.launcher {
-        launcher.check()?;
-    }
-    validate_reports(raw)?;
-    match raw.master {
-        Some(master) if raw.workers.base_hosts.contains(&master) => {
-            Err(Rule::MasterIsBaseHost(master))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Health and launcher reports come only from `dtd agent`, which signs what it writes: a
-/// cluster that runs it has no use for unsigned reports, which any worker could write.
-fn validate_reports(raw: &RawConfig) -> Result<(), Rule> {
-    if raw.workers.reports != super::Reports::Unsigned {
-        return Ok(());
-    }
-    let uses_agent = match (&raw.agent.health, &raw.job.launcher) {
-        (Some(_), _) => Some("agent.health"),
-        (None, Some(_)) => Some("job.launcher"),
-        (None, None) => None,
-    };
-    match uses_agent {
-        Some(key) => Err(Rule::UnsignedWithAgent(key)),
-        None => Ok(()),
-    }
-}
-
-/// A check needs a program; and one that may run as long as the interval could not report once
-/// every interval, which is what the master relies on to see a report that is out of date.
-fn validate_health(h: &Health) -> Result<(), Rule> {
-    if h.command.first().is_none_or(|p| p.is_empty()) {
-        return Err(Rule::HealthWithoutProgram);
-    }
-    if h.timeout >= h.interval {
-        let (timeout, interval) = (h.timeout, h.interval);
-        return Err(Rule::HealthTimeout { timeout, interval });
-    }
-    Ok(())
-}
-
-/// A prepare timeout shorter than the agent's own limit would abandon a worker whose agent is
-/// still retrying, before it could report either way.
-fn validate_prepare_timeout(raw: &RawConfig) -> Result<(), Rule> {
-    let Some(timeout) = raw.workers.prepare_timeout else {
-        return Ok(());
-    };
-    let limit = raw.agent.limit();
-    if timeout < limit {
-        return Err(Rule::PrepareTimeoutShort { timeout, limit });
-    }
-    if timeout > HOOK_GLOBAL_TIMEOUT_MAX {
-        return Err(Rule::PrepareTimeoutLong(timeout));
-    }
-    Ok(())
+    raw.workers.check_prepare_timeout(raw.agent.limit())?;
+    raw.join.check(raw.workers.max)?;
+    raw.job.check()?;
+    let launcher = raw.job.launcher.is_some();
+    (raw.workers.reports).check(raw.agent.health.is_some(), launcher)?;
+    raw.check_master()
 }
 
 /// The host files with their templates read, so a bad one stops `dtd` at start, not mid-run.
