@@ -112,15 +112,19 @@ fn parse(name: &MarkerName, bytes: &[u8]) -> Result<Body, String> {
         }),
         MarkerKind::Failed => {
             let text = String::from_utf8_lossy(bytes);
-            let summary = report::summary(&text)?;
+            let summary = report::summary(&text).map_err(|e| e.to_string())?;
             let instance_id = report::owner(bytes).map(|id| short(&id));
             Ok(Body::Failed {
                 instance_id,
                 summary,
             })
         }
-        MarkerKind::Health => HealthReport::parse(bytes).map(|r| Body::Health(health(r))),
-        MarkerKind::Launcher => LauncherReport::parse(bytes).map(|r| Body::Launcher(launcher(r))),
+        MarkerKind::Health => HealthReport::parse(bytes)
+            .map(|r| Body::Health(health(r)))
+            .map_err(|e| e.to_string()),
+        MarkerKind::Launcher => LauncherReport::parse(bytes)
+            .map(|r| Body::Launcher(launcher(r)))
+            .map_err(|e| e.to_string()),
         MarkerKind::Interruption => notice(bytes, name.ip).map(Body::Notice),
     }
 }
