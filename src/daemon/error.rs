@@ -28,5 +28,5 @@ pub enum DaemonError {
     #[error("{0}")]
     JobOwner(crate::config::JobOwnerError),
     #[error("alerts: {0}")]
-    Alerts(String),
+    Alerts(crate::config::WebhookFileError),
 }
