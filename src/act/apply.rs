@@ -147,7 +147,7 @@ async fn deliver(
                 notify::signal_job(signal, &pidfile, expect.as_deref(), owner)
             };
             let sent = shared_fs.run("signalling the job", send).await;
-            sent.unwrap_or_else(|e| Err(notify::NotifyError::Failed(e)))
+            sent.unwrap_or_else(|e| Err(notify::NotifyError::Failed(e.to_string())))
         }
         how => notify::send(&how, n, &hostfile).await,
     };
