@@ -8,6 +8,9 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use aws_sdk_ec2::error::SdkError;
+use aws_sdk_ec2::operation::create_tags::CreateTagsError;
+
 use crate::protocol::signed::{AgentKey, SignError, SigningKey, KEY_TAG};
 use crate::untrusted;
 
@@ -110,13 +113,18 @@ fn create(path: &Path) -> Result<Vec<u8>, KeyError> {
     Ok(bytes)
 }
 
+/// EC2 did not take the key's tag: what AWS said.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", crate::aws::describe_error(.0))]
+pub struct TagRefused(SdkError<CreateTagsError>);
+
 /// Puts the public key on this instance as [`KEY_TAG`]: until EC2 has it, `dtd` believes none
 /// of this worker's reports. The worker role may tag only the instance it runs on.
 pub async fn tag_instance(
     ec2: &aws_sdk_ec2::Client,
     instance_id: &str,
     key: &AgentKey,
-) -> Result<(), String> {
+) -> Result<(), TagRefused> {
     let tag = aws_sdk_ec2::types::Tag::builder()
         .key(KEY_TAG)
         .value(key.as_str())
@@ -132,7 +140,7 @@ pub async fn tag_instance(
             tracing::info!(instance_id, %key, "tagged this instance {KEY_TAG}: dtd believes reports signed with it");
             Ok(())
         }
-        Err(e) => Err(crate::aws::describe_error(&e)),
+        Err(e) => Err(TagRefused(e)),
     }
 }
 
@@ -142,11 +150,11 @@ pub async fn keep_tagging(
     ec2: &aws_sdk_ec2::Client,
     instance_id: &str,
     key: &AgentKey,
-    why: String,
+    why: TagRefused,
 ) {
     let mut last: Option<String> = None;
     let mut wait = Duration::from_secs(1);
-    let mut why = why;
+    let mut why = why.to_string();
     loop {
         if last.as_deref() != Some(why.as_str()) {
             tracing::error!(instance_id, "cannot tag this instance {KEY_TAG} (the worker role needs ec2:CreateTags on its own instance); dtd believes no report of this worker until it can: {why}");
@@ -156,7 +164,7 @@ pub async fn keep_tagging(
         wait = (wait * 2).min(TAG_RETRY_MAX);
         match tag_instance(ec2, instance_id, key).await {
             Ok(()) => return,
-            Err(e) => why = e,
+            Err(e) => why = e.to_string(),
         }
     }
 }

@@ -35,7 +35,7 @@ impl JobUser {
 }
 
 /// A user name this machine's passwd database does not give.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NoUser {
     #[error("no user named `{0}` on this machine")]
     Unknown(String),
