@@ -29,7 +29,7 @@ pub enum KeyError {
     #[error("the agent's key {path} is {why}: only the agent's user may read it (chmod 600, chown it to uid {uid})")]
     Exposed {
         path: PathBuf,
-        why: String,
+        why: Exposure,
         uid: u32,
     },
     #[error("cannot write the agent's new key {path}: {source}")]
@@ -39,6 +39,15 @@ pub enum KeyError {
     },
     #[error("the agent's key {path}: {source}")]
     Invalid { path: PathBuf, source: SignError },
+}
+
+/// Who else could read or replace the key.
+#[derive(Debug, thiserror::Error)]
+pub enum Exposure {
+    #[error("owned by uid {0}")]
+    Owner(u32),
+    #[error("mode {0:o}")]
+    Mode(u32),
 }
 
 /// The key at `path`, made (mode 0600, in a directory made 0700) when there is none.
@@ -68,9 +77,9 @@ fn check_private(path: &Path) -> Result<(), KeyError> {
     })?;
     let uid = crate::fsutil::own_uid();
     let why = if meta.uid() != uid {
-        Some(format!("owned by uid {}", meta.uid()))
+        Some(Exposure::Owner(meta.uid()))
     } else if meta.mode() & 0o077 != 0 {
-        Some(format!("mode {:o}", meta.mode() & 0o777))
+        Some(Exposure::Mode(meta.mode() & 0o777))
     } else {
         None
     };

@@ -137,7 +137,7 @@ pub enum Rule {
 
 impl Rule {
     /// The key the rule is about, whose line the message gives.
-    pub fn key(&self) -> Key {
+    pub(super) fn key(&self) -> Key {
         match self {
             Rule::SharedDirRelative => Key::Anywhere("shared_dir"),
             Rule::ProgressRelative => Key::Anywhere("progress"),
