@@ -47,7 +47,7 @@ impl Deadline {
         &mut self,
         what: &'static str,
         work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, String> {
+    ) -> Result<T, DeadlineError> {
         if self.is_stuck() {
             return Err(self.still_stuck());
         }
@@ -57,10 +57,10 @@ impl Deadline {
             .spawn(move || {
                 let _ = tx.send(work());
             })
-            .map_err(|e| format!("{what}: cannot start a thread: {e}"))?;
+            .map_err(|error| DeadlineError::NoThread { what, error })?;
         match tokio::time::timeout(self.limit, rx).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(_)) => Err(format!("{what}: the file-system thread died")),
+            Ok(Err(_)) => Err(DeadlineError::ThreadDied { what }),
             Err(_) => {
                 self.stuck = Some(Stuck { thread, what });
                 Err(self.stalled(what))
@@ -69,26 +69,56 @@ impl Deadline {
     }
 
     /// [`run`](Self::run) for work that can fail itself: its error and a stall read alike.
-    pub async fn try_run<T: Send + 'static>(
+    pub async fn try_run<T: Send + 'static, E: From<DeadlineError> + Send + 'static>(
         &mut self,
         what: &'static str,
-        work: impl FnOnce() -> Result<T, String> + Send + 'static,
-    ) -> Result<T, String> {
-        self.run(what, work).await.and_then(|r| r)
+        work: impl FnOnce() -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E> {
+        self.run(what, work).await.map_err(E::from).and_then(|r| r)
     }
 
     /// The same words at every pass of one stall, so it is logged and journaled once.
-    fn still_stuck(&self) -> String {
+    fn still_stuck(&self) -> DeadlineError {
         let what = self.stuck.as_ref().map_or("work", |s| s.what);
         self.stalled(what)
     }
 
-    fn stalled(&self, what: &str) -> String {
-        format!(
-            "{}: {what} did not finish within {}: the file system is not answering",
-            self.name,
-            humantime::format_duration(self.limit)
-        )
+    fn stalled(&self, what: &'static str) -> DeadlineError {
+        DeadlineError::Stalled {
+            name: self.name.clone(),
+            what,
+            limit: self.limit,
+        }
+    }
+}
+
+/// Why work on the file system has no result.
+#[derive(Debug, thiserror::Error)]
+pub enum DeadlineError {
+    #[error(
+        "{name}: {what} did not finish within {}: the file system is not answering",
+        humantime::format_duration(*.limit)
+    )]
+    Stalled {
+        /// The file system, as [`Deadline::new`] was given it.
+        name: String,
+        what: &'static str,
+        limit: Duration,
+    },
+    #[error("{what}: cannot start a thread: {error}")]
+    NoThread {
+        what: &'static str,
+        error: std::io::Error,
+    },
+    #[error("{what}: the file-system thread died")]
+    ThreadDied { what: &'static str },
+}
+
+/// For the callers whose work still fails with text (the record's writes, the host files): the
+/// text of the stall, as their own errors read.
+impl From<DeadlineError> for String {
+    fn from(e: DeadlineError) -> String {
+        e.to_string()
     }
 }
 
@@ -100,19 +130,20 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn work_past_its_deadline_is_reported_and_nothing_more_is_sent() {
         let mut d = Deadline::new("shared directory /efs".into(), Duration::from_millis(50));
-        assert_eq!(d.run("a read", || 7).await, Ok(7));
+        assert_eq!(d.run("a read", || 7).await.ok(), Some(7));
         let (release, wait) = mpsc::channel::<()>();
         let e = d
             .run("scanning markers", move || wait.recv())
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("scanning markers did not finish"), "{e}");
-        let again = d.run("another", || 1).await.unwrap_err();
+        let again = d.run("another", || 1).await.unwrap_err().to_string();
         assert_eq!(again, e, "one stall, one message");
         release.send(()).unwrap();
         while d.is_stuck() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert_eq!(d.run("a read", || 8).await, Ok(8));
+        assert_eq!(d.run("a read", || 8).await.ok(), Some(8));
     }
 }

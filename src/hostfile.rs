@@ -55,10 +55,24 @@ const PLACEHOLDERS: [&str; 3] = ["{ip}", "{slots}", "{index}"];
 
 /// Why a template was refused, and on which of its lines (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}: {message}")]
+#[error("line {line}: {problem}")]
 pub struct TemplateError {
     pub line: usize,
-    pub message: String,
+    pub problem: TemplateProblem,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateProblem {
+    #[error("no line contains {{ip}}: one line, repeated per host, must")]
+    NoHostLine,
+    #[error("a second line contains {{ip}}: only one line is repeated per host")]
+    SecondHostLine,
+    /// A `{word}` on the host line that is not a placeholder: most likely a typo (`{slot}`).
+    #[error("unknown placeholder {{{0}}}: use {{ip}}, {{slots}} or {{index}}")]
+    UnknownPlaceholder(String),
+    /// A placeholder on a line that is not repeated per host.
+    #[error("{0} outside the line with {{ip}} has no host to fill it")]
+    Outside(&'static str),
 }
 
 impl HostTemplate {
@@ -72,26 +86,25 @@ impl HostTemplate {
             [] => {
                 return Err(TemplateError {
                     line: lines.len().max(1),
-                    message: "no line contains {ip}: one line, repeated per host, must".into(),
+                    problem: TemplateProblem::NoHostLine,
                 })
             }
             [_, second, ..] => {
                 return Err(TemplateError {
                     line: second + 1,
-                    message: "a second line contains {ip}: only one line is repeated per host"
-                        .into(),
+                    problem: TemplateProblem::SecondHostLine,
                 })
             }
         };
-        check_host_line(lines[at]).map_err(|message| TemplateError {
+        check_host_line(lines[at]).map_err(|problem| TemplateError {
             line: at + 1,
-            message,
+            problem,
         })?;
         for (i, line) in lines.iter().enumerate().filter(|(i, _)| *i != at) {
             if let Some(p) = PLACEHOLDERS.iter().find(|p| line.contains(*p)) {
                 return Err(TemplateError {
                     line: i + 1,
-                    message: format!("{p} outside the line with {{ip}} has no host to fill it"),
+                    problem: TemplateProblem::Outside(p),
                 });
             }
         }
@@ -121,7 +134,7 @@ impl HostTemplate {
 }
 
 /// A `{word}` on the host line that is not a placeholder is most likely a typo (`{slot}`).
-fn check_host_line(line: &str) -> Result<(), String> {
+fn check_host_line(line: &str) -> Result<(), TemplateProblem> {
     let mut rest = line;
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
@@ -129,9 +142,7 @@ fn check_host_line(line: &str) -> Result<(), String> {
         let word = &after[..close];
         let is_word = !word.is_empty() && word.chars().all(|c| c.is_ascii_lowercase() || c == '_');
         if is_word && !PLACEHOLDERS.contains(&format!("{{{word}}}").as_str()) {
-            return Err(format!(
-                "unknown placeholder {{{word}}}: use {{ip}}, {{slots}} or {{index}}"
-            ));
+            return Err(TemplateProblem::UnknownPlaceholder(word.into()));
         }
         rest = &after[close + 1..];
     }
@@ -220,11 +231,18 @@ mod tests {
     #[test]
     fn template_errors_name_the_line() {
         let e = HostTemplate::parse("# header\n").unwrap_err();
-        assert!(e.message.contains("no line contains {ip}"), "{e}");
+        assert!(
+            e.problem.to_string().contains("no line contains {ip}"),
+            "{e}"
+        );
         let e = HostTemplate::parse("{ip}\n{ip}:{slots}\n").unwrap_err();
         assert_eq!(e.line, 2);
         let e = HostTemplate::parse("# n\n{ip} slots={slot}\n").unwrap_err();
-        assert_eq!((e.line, e.message.contains("{slot}")), (2, true), "{e}");
+        assert_eq!(
+            (e.line, e.problem.to_string().contains("{slot}")),
+            (2, true),
+            "{e}"
+        );
         let e = HostTemplate::parse("np={slots}\n{ip}\n").unwrap_err();
         assert_eq!(e.line, 1, "{e}");
         // Braces that are not a lowercase word are text (JSON, shell).

@@ -128,7 +128,7 @@ async fn write_hostfiles(
         Ok::<bool, HostfileError>(written)
     };
     let written = (shared_fs.run("writing host files", write).await)
-        .map_err(HostfileError::Stalled)
+        .map_err(|e| HostfileError::Stalled(e.to_string()))
         .and_then(|written| written)?;
     if written {
         let workers = outcome.hosts.len();
@@ -163,7 +163,7 @@ async fn deliver(
                 notify::signal_job(signal, &pidfile, expect.as_deref(), owner)
             };
             let sent = shared_fs.run("signalling the job", send).await;
-            sent.unwrap_or_else(|e| Err(NotifyError::Stalled(e)))
+            sent.unwrap_or_else(|e| Err(NotifyError::Stalled(e.to_string())))
         }
         how => notify::send(&how, n, &hostfile).await,
     };

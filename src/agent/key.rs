@@ -8,6 +8,9 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use aws_sdk_ec2::error::SdkError;
+use aws_sdk_ec2::operation::create_tags::CreateTagsError;
+
 use crate::protocol::signed::{AgentKey, SignError, SigningKey, KEY_TAG};
 use crate::untrusted;
 
@@ -26,7 +29,7 @@ pub enum KeyError {
     #[error("the agent's key {path} is {why}: only the agent's user may read it (chmod 600, chown it to uid {uid})")]
     Exposed {
         path: PathBuf,
-        why: String,
+        why: Exposure,
         uid: u32,
     },
     #[error("cannot write the agent's new key {path}: {source}")]
@@ -36,6 +39,15 @@ pub enum KeyError {
     },
     #[error("the agent's key {path}: {source}")]
     Invalid { path: PathBuf, source: SignError },
+}
+
+/// Who else could read or replace the key.
+#[derive(Debug, thiserror::Error)]
+pub enum Exposure {
+    #[error("owned by uid {0}")]
+    Owner(u32),
+    #[error("mode {0:o}")]
+    Mode(u32),
 }
 
 /// The key at `path`, made (mode 0600, in a directory made 0700) when there is none.
@@ -65,9 +77,9 @@ fn check_private(path: &Path) -> Result<(), KeyError> {
     })?;
     let uid = crate::fsutil::own_uid();
     let why = if meta.uid() != uid {
-        Some(format!("owned by uid {}", meta.uid()))
+        Some(Exposure::Owner(meta.uid()))
     } else if meta.mode() & 0o077 != 0 {
-        Some(format!("mode {:o}", meta.mode() & 0o777))
+        Some(Exposure::Mode(meta.mode() & 0o777))
     } else {
         None
     };
@@ -110,13 +122,18 @@ fn create(path: &Path) -> Result<Vec<u8>, KeyError> {
     Ok(bytes)
 }
 
+/// EC2 did not take the key's tag: what AWS said.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", crate::aws::describe_error(.0))]
+pub struct TagRefused(SdkError<CreateTagsError>);
+
 /// Puts the public key on this instance as [`KEY_TAG`]: until EC2 has it, `dtd` believes none
 /// of this worker's reports. The worker role may tag only the instance it runs on.
 pub async fn tag_instance(
     ec2: &aws_sdk_ec2::Client,
     instance_id: &str,
     key: &AgentKey,
-) -> Result<(), String> {
+) -> Result<(), TagRefused> {
     let tag = aws_sdk_ec2::types::Tag::builder()
         .key(KEY_TAG)
         .value(key.as_str())
@@ -132,7 +149,7 @@ pub async fn tag_instance(
             tracing::info!(instance_id, %key, "tagged this instance {KEY_TAG}: dtd believes reports signed with it");
             Ok(())
         }
-        Err(e) => Err(crate::aws::describe_error(&e)),
+        Err(e) => Err(TagRefused(e)),
     }
 }
 
@@ -142,11 +159,11 @@ pub async fn keep_tagging(
     ec2: &aws_sdk_ec2::Client,
     instance_id: &str,
     key: &AgentKey,
-    why: String,
+    why: TagRefused,
 ) {
     let mut last: Option<String> = None;
     let mut wait = Duration::from_secs(1);
-    let mut why = why;
+    let mut why = why.to_string();
     loop {
         if last.as_deref() != Some(why.as_str()) {
             tracing::error!(instance_id, "cannot tag this instance {KEY_TAG} (the worker role needs ec2:CreateTags on its own instance); dtd believes no report of this worker until it can: {why}");
@@ -156,7 +173,7 @@ pub async fn keep_tagging(
         wait = (wait * 2).min(TAG_RETRY_MAX);
         match tag_instance(ec2, instance_id, key).await {
             Ok(()) => return,
-            Err(e) => why = e,
+            Err(e) => why = e.to_string(),
         }
     }
 }

@@ -125,7 +125,8 @@ pub struct Running {
 pub async fn start(program: &Program<'_>) -> Result<Running, Status> {
     let vetted = vet(program).await?;
     let tail = Arc::new(Mutex::new(Tail::default()));
-    let (child, drained) = spawn(program, vetted, tail.clone()).map_err(Status::NotStarted)?;
+    let (child, drained) =
+        (spawn(program, vetted, tail.clone())).map_err(|e| Status::NotStarted(e.to_string()))?;
     let group = GroupKill::new(child.id(), program.what);
     Ok(Running {
         child,
@@ -200,17 +201,39 @@ async fn vet(program: &Program<'_>) -> Result<Vetted, Status> {
     }
 }
 
+/// Why a vetted program did not start.
+#[derive(Debug, thiserror::Error)]
+enum SpawnError {
+    #[error("cannot create a pipe: {0}")]
+    Pipe(std::io::Error),
+    #[error("cannot pass {path} to the program: {error}")]
+    Pass {
+        path: PathBuf,
+        error: nix::errno::Errno,
+    },
+    /// The likelier culprit when the program, just opened, does not start.
+    #[error("its working directory {0} is not a directory")]
+    WorkingDirectory(PathBuf),
+    #[error("program not found: {0}")]
+    NotFound(PathBuf),
+    #[error("permission denied (is it executable?): {0}")]
+    Denied(PathBuf),
+    #[error("cannot start it: {error}: {path}")]
+    Failed {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
 /// Starts the program in its own process group, stdout and stderr into one pipe (so the tail
 /// keeps their order), and a thread that reads it. The receiver fires when the output ends.
 fn spawn(
     program: &Program<'_>,
     vetted: Vetted,
     tail: Arc<Mutex<Tail>>,
-) -> Result<(tokio::process::Child, tokio::sync::oneshot::Receiver<()>), String> {
-    let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let writer2 = writer
-        .try_clone()
-        .map_err(|e| format!("cannot create a pipe: {e}"))?;
+) -> Result<(tokio::process::Child, tokio::sync::oneshot::Receiver<()>), SpawnError> {
+    let (reader, writer) = std::io::pipe().map_err(SpawnError::Pipe)?;
+    let writer2 = writer.try_clone().map_err(SpawnError::Pipe)?;
     let exec = exec_path(&vetted)?;
     let mut cmd = tokio::process::Command::new(&exec);
     cmd.arg0(&vetted.path)
@@ -236,11 +259,10 @@ fn spawn(
     drop(cmd);
     drop(vetted.file);
     let child = child.map_err(|e| match program.dir {
-        // The working directory is the likelier culprit: the program was just opened.
         Some(dir) if e.kind() != std::io::ErrorKind::PermissionDenied && !dir.is_dir() => {
-            format!("its working directory {} is not a directory", dir.display())
+            SpawnError::WorkingDirectory(dir.to_path_buf())
         }
-        _ => spawn_error(&vetted.path, &e),
+        _ => spawn_error(&vetted.path, e),
     })?;
     let (done, drained) = tokio::sync::oneshot::channel();
     let (what, echo) = (program.what, program.echo);
@@ -256,10 +278,14 @@ fn spawn(
 /// the exec: a `#!` script is read again by its interpreter through that name (execve(2)). So it
 /// loses close-on-exec just before the spawn; nothing else in the agent starts a process
 /// meanwhile, and the parent closes it right after.
-fn exec_path(vetted: &Vetted) -> Result<PathBuf, String> {
+fn exec_path(vetted: &Vetted) -> Result<PathBuf, SpawnError> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    fcntl(&vetted.file, FcntlArg::F_SETFD(FdFlag::empty()))
-        .map_err(|e| format!("cannot pass {} to the program: {e}", vetted.path.display()))?;
+    (fcntl(&vetted.file, FcntlArg::F_SETFD(FdFlag::empty()))).map_err(|error| {
+        SpawnError::Pass {
+            path: vetted.path.clone(),
+            error,
+        }
+    })?;
     Ok(PathBuf::from(format!(
         "/proc/self/fd/{}",
         vetted.file.as_raw_fd()
@@ -285,13 +311,13 @@ fn read_output(mut reader: std::io::PipeReader, tail: &Mutex<Tail>, what: &str, 
     }
 }
 
-fn spawn_error(program: &Path, e: &std::io::Error) -> String {
-    let what = match e.kind() {
-        std::io::ErrorKind::NotFound => "program not found".to_string(),
-        std::io::ErrorKind::PermissionDenied => "permission denied (is it executable?)".to_string(),
-        _ => format!("cannot start it: {e}"),
-    };
-    format!("{what}: {}", program.display())
+fn spawn_error(program: &Path, error: std::io::Error) -> SpawnError {
+    let path = program.to_path_buf();
+    match error.kind() {
+        std::io::ErrorKind::NotFound => SpawnError::NotFound(path),
+        std::io::ErrorKind::PermissionDenied => SpawnError::Denied(path),
+        _ => SpawnError::Failed { path, error },
+    }
 }
 
 fn from_exit(st: ExitStatus) -> Status {

@@ -9,6 +9,18 @@ use std::time::Duration;
 use super::signer::Signer;
 use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
 
+/// Why what is under this agent's report's name is not taken for its own.
+#[derive(Debug, thiserror::Error)]
+pub enum NotOwn {
+    #[error("cannot read {path}: {error}")]
+    Unreadable {
+        path: PathBuf,
+        error: crate::untrusted::ReadError,
+    },
+    #[error("{0} is not signed by this agent")]
+    NotSigned(PathBuf),
+}
+
 #[derive(Clone)]
 pub struct Reports {
     dir: PathBuf,
@@ -55,16 +67,16 @@ impl Reports {
 
     /// The report of `kind` when this agent signed it. Anything else there (another worker's
     /// file under this name, an earlier instance's, a 2018 script's) is `Err`, with what it is.
-    pub fn read_own(&self, kind: MarkerKind) -> Result<Option<Vec<u8>>, String> {
+    pub fn read_own(&self, kind: MarkerKind) -> Result<Option<Vec<u8>>, NotOwn> {
         let path = self.path(kind);
         let body = match crate::untrusted::read_prefix(&path, MAX_REPORT_BYTES) {
             Ok(Some(body)) => body,
             Ok(None) => return Ok(None),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            Err(error) => return Err(NotOwn::Unreadable { path, error }),
         };
         match self.signer.signed_it(&self.name(kind), &body) {
             true => Ok(Some(body)),
-            false => Err(format!("{} is not signed by this agent", path.display())),
+            false => Err(NotOwn::NotSigned(path)),
         }
     }
 

@@ -41,10 +41,15 @@ pub enum Posted {
     Refused(String),
 }
 
+/// rustls refused every protocol version of its provider: no webhook can be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("TLS setup: {0}")]
+pub struct TlsSetup(rustls::Error);
+
 /// A client for http and https webhooks. Without the system's CA certificates (a minimal
 /// container) https webhooks fail their handshake, with that said in the status, and http ones
 /// still work.
-pub fn client(connect_timeout: Duration) -> Result<Client, String> {
+pub fn client(connect_timeout: Duration) -> Result<Client, TlsSetup> {
     let mut http = HttpConnector::new();
     // hyper-rustls takes https: URLs from this connector, which would otherwise refuse them.
     http.enforce_http(false);
@@ -63,11 +68,11 @@ pub fn client(connect_timeout: Duration) -> Result<Client, String> {
 }
 
 /// rustls with aws-lc, the provider the SDK's client is built with, so no second one is compiled.
-fn tls_config() -> Result<rustls::ClientConfig, String> {
+fn tls_config() -> Result<rustls::ClientConfig, TlsSetup> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?;
+        .map_err(TlsSetup)?;
     let config = match builder.clone().with_native_roots() {
         Ok(with_roots) => with_roots.with_no_client_auth(),
         Err(e) => {

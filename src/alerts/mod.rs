@@ -17,7 +17,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::SharedClock;
-use crate::config::{AlertFormat, Config, Webhook, WebhookUrl};
+use crate::config::{AlertFormat, Config, Webhook, WebhookFileError, WebhookUrl};
 use crate::model::{Event, EventKind, Millis};
 use outbox::Outbox;
 use saved::Saved;
@@ -62,7 +62,7 @@ impl Alerts {
     /// The webhooks of the config, with what waited for each when `dtd` last stopped (`saved`);
     /// nothing sent until [`Alerts::start`]. A webhook in a file is read now: one that cannot be
     /// read stops `dtd run` at its start.
-    pub fn new(cfg: &Config, clock: SharedClock, saved: Saved) -> Result<Alerts, String> {
+    pub fn new(cfg: &Config, clock: SharedClock, saved: Saved) -> Result<Alerts, WebhookFileError> {
         let hooks = (cfg.alerts.iter())
             .map(|a| {
                 let url = match &a.webhook {
@@ -77,7 +77,7 @@ impl Alerts {
                     outbox: Arc::new(Outbox::new(outbox::CAPACITY)),
                 })
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, WebhookFileError>>()?;
         let alerts = Alerts {
             cluster: cfg.cluster.clone(),
             hooks,
@@ -129,7 +129,7 @@ impl Alerts {
         self.started = true;
         let client = match http::client(Retry::DEFAULT.timeout) {
             Ok(c) => c,
-            Err(e) => return self.cannot_send(&e),
+            Err(e) => return self.cannot_send(&e.to_string()),
         };
         for hook in &self.hooks {
             tracing::info!(webhook = %hook.url, kinds = ?kind_names(&hook.kinds), "posting alerts");

@@ -4,7 +4,7 @@
 //! id, [`crate::model::Event::id`]) for the receiver to deduplicate by.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,21 @@ pub struct Saved {
     pub webhooks: BTreeMap<String, Vec<Event>>,
 }
 
+/// Why the saved outbox cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path} {error}")]
+    Unreadable {
+        path: PathBuf,
+        error: crate::untrusted::ReadError,
+    },
+    #[error("{path} is not dtd's alert outbox: {error}")]
+    NotAnOutbox {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
+}
+
 /// Names a webhook in the file without its URL, whose path is a secret: the first 16 hex digits
 /// of the SHA-256 of the whole URL. A webhook whose URL changed starts with nothing waiting.
 pub fn key(url: &WebhookUrl) -> String {
@@ -40,13 +55,13 @@ impl Saved {
 
     /// What the file holds; nothing waits when there is no file. Read only when dtd's own user
     /// (`owner`) owns it, as it owns the state it sits beside.
-    pub fn load(path: &Path, owner: u32) -> Result<Saved, String> {
-        let shown = path.display();
-        match crate::untrusted::read_owned(path, MAX_BYTES, Some(owner)) {
+    pub fn load(path: &Path, owner: u32) -> Result<Saved, LoadError> {
+        let path = path.to_path_buf();
+        match crate::untrusted::read_owned(&path, MAX_BYTES, Some(owner)) {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{shown} is not dtd's alert outbox: {e}")),
+                .map_err(|error| LoadError::NotAnOutbox { path, error }),
             Ok(None) => Ok(Saved::default()),
-            Err(e) => Err(format!("{shown} {e}")),
+            Err(error) => Err(LoadError::Unreadable { path, error }),
         }
     }
 
@@ -87,7 +102,7 @@ mod tests {
             .insert("0123456789abcdef".into(), vec![event]);
         std::fs::write(&path, saved.render()).unwrap();
         assert_eq!(Saved::load(&path, me).unwrap(), saved);
-        let refused = Saved::load(&path, me + 1).unwrap_err();
+        let refused = Saved::load(&path, me + 1).unwrap_err().to_string();
         assert!(refused.contains("owned by uid"), "{refused}");
         std::fs::write(&path, b"{\"webhooks\": 3}").unwrap();
         assert!(Saved::load(&path, me).is_err());

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-pub use super::webhook_url::WebhookUrl;
+pub use super::webhook_url::{Exposure, InClear, UrlError, WebhookFileError, WebhookUrl};
 use crate::model::EventKind;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -28,23 +28,45 @@ pub enum Webhook {
     File(std::path::PathBuf),
 }
 
+/// A webhook's URL written in the config itself, in a file others can read or change.
+#[derive(Debug, thiserror::Error)]
+pub enum InlineSecret {
+    #[error("{path}: {error}")]
+    Unreadable {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    #[error(
+        "alerts[{at}].webhook: {path} holds the webhook's URL, a secret, and {why}; or give the \
+         URL in a webhook_file"
+    )]
+    Exposed {
+        at: usize,
+        path: std::path::PathBuf,
+        why: Exposure,
+    },
+}
+
 /// A webhook's URL written in the config itself is a secret in that file: the file must then be
 /// kept as a `webhook_file` is (root's or dtd's user's, mode 0600), or anyone who can read it
 /// can post to the webhook.
-pub fn check_inline_secrets(alerts: &[Alert], config: &std::path::Path) -> Result<(), String> {
+pub fn check_inline_secrets(
+    alerts: &[Alert],
+    config: &std::path::Path,
+) -> Result<(), InlineSecret> {
     let Some(at) = alerts
         .iter()
         .position(|a| matches!(a.webhook, Webhook::Url(_)))
     else {
         return Ok(());
     };
-    let meta = std::fs::metadata(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let path = config.to_path_buf();
+    let meta = match std::fs::metadata(config) {
+        Ok(meta) => meta,
+        Err(error) => return Err(InlineSecret::Unreadable { path, error }),
+    };
     match super::webhook_url::exposed(&meta) {
-        Some(why) => Err(format!(
-            "alerts[{at}].webhook: {} holds the webhook's URL, a secret, and {why}; or give \
-             the URL in a webhook_file",
-            config.display()
-        )),
+        Some(why) => Err(InlineSecret::Exposed { at, path, why }),
         None => Ok(()),
     }
 }
@@ -64,24 +86,32 @@ struct RawAlert {
     allow_http: bool,
 }
 
-impl TryFrom<RawAlert> for Alert {
-    type Error = String;
+/// Why an alert is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AlertError {
+    #[error(transparent)]
+    InClear(#[from] InClear),
+    #[error("webhook_file must be an absolute path, not `{0}`")]
+    FileRelative(std::path::PathBuf),
+    #[error("give webhook or webhook_file, not both")]
+    Both,
+    #[error("an alert needs webhook or webhook_file")]
+    Neither,
+}
 
-    fn try_from(raw: RawAlert) -> Result<Alert, String> {
+impl TryFrom<RawAlert> for Alert {
+    type Error = AlertError;
+
+    fn try_from(raw: RawAlert) -> Result<Alert, AlertError> {
         let webhook = match (raw.webhook, raw.webhook_file) {
             (Some(url), None) => {
                 url.require_https(raw.allow_http)?;
                 Webhook::Url(url)
             }
             (None, Some(path)) if path.is_absolute() => Webhook::File(path),
-            (None, Some(path)) => {
-                return Err(format!(
-                    "webhook_file must be an absolute path, not `{}`",
-                    path.display()
-                ))
-            }
-            (Some(_), Some(_)) => return Err("give webhook or webhook_file, not both".into()),
-            (None, None) => return Err("an alert needs webhook or webhook_file".into()),
+            (None, Some(path)) => return Err(AlertError::FileRelative(path)),
+            (Some(_), Some(_)) => return Err(AlertError::Both),
+            (None, None) => return Err(AlertError::Neither),
         };
         Ok(Alert {
             webhook,

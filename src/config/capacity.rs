@@ -48,48 +48,79 @@ impl<'de> Deserialize<'de> for Capacity {
     }
 }
 
-fn check(choices: &[Choice]) -> Result<(), String> {
+/// Why `workers.capacity` is refused. What a worker wrote is cut short in the message.
+#[derive(Debug, thiserror::Error)]
+enum CapacityError {
+    #[error("choices must list 1 to {MAX_CHOICES} choices")]
+    Count,
+    #[error("choices lists {0} twice")]
+    Twice(String),
+    #[error(
+        "every choice must have the same number of GPUs: {first} has {first_gpus}, {other} has \
+         {other_gpus}"
+    )]
+    Gpus {
+        first: String,
+        first_gpus: u32,
+        other: String,
+        other_gpus: u32,
+    },
+    #[error("`{}` is not an instance type (e.g. p4d.24xlarge)", cut(.0, 40))]
+    NotAnInstanceType(String),
+    #[error("{0}: gpus must be at least 1")]
+    NoGpus(String),
+    #[error("`{}` is not a subnet id (subnet-...)", cut(.0, 40))]
+    NotASubnet(String),
+    #[error(
+        "`{}` is not a Capacity Reservation id (cr-...) or the ARN of a resource group \
+         (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)",
+        cut(.0, 80)
+    )]
+    NotAReservation(String),
+}
+
+/// At most the first `n` characters of `text`.
+fn cut(text: &str, n: usize) -> String {
+    text.chars().take(n).collect()
+}
+
+fn check(choices: &[Choice]) -> Result<(), CapacityError> {
     if choices.is_empty() || choices.len() > MAX_CHOICES {
-        return Err(format!("choices must list 1 to {MAX_CHOICES} choices"));
+        return Err(CapacityError::Count);
     }
     let mut seen = BTreeSet::new();
     for c in choices {
         check_choice(c)?;
         if !seen.insert(c) {
-            return Err(format!("choices lists {} twice", c.name()));
+            return Err(CapacityError::Twice(c.name()));
         }
     }
     let first = &choices[0];
     match choices.iter().find(|c| c.gpus != first.gpus) {
-        Some(c) => Err(format!(
-            "every choice must have the same number of GPUs: {} has {}, {} has {}",
-            first.instance_type, first.gpus, c.instance_type, c.gpus
-        )),
+        Some(c) => Err(CapacityError::Gpus {
+            first: first.instance_type.clone(),
+            first_gpus: first.gpus,
+            other: c.instance_type.clone(),
+            other_gpus: c.gpus,
+        }),
         None => Ok(()),
     }
 }
 
-fn check_choice(c: &Choice) -> Result<(), String> {
-    if !is_instance_type(&c.instance_type) {
-        let shown: String = c.instance_type.chars().take(40).collect();
-        return Err(format!(
-            "`{shown}` is not an instance type (e.g. p4d.24xlarge)"
-        ));
+fn check_choice(c: &Choice) -> Result<(), CapacityError> {
+    let t = &c.instance_type;
+    if !is_instance_type(t) {
+        return Err(CapacityError::NotAnInstanceType(t.clone()));
     }
     if c.gpus == 0 {
-        return Err(format!("{}: gpus must be at least 1", c.instance_type));
+        return Err(CapacityError::NoGpus(t.clone()));
     }
     if let Some(s) = c.subnet.as_deref().filter(|s| !is_subnet_id(s)) {
-        let shown: String = s.chars().take(40).collect();
-        return Err(format!("`{shown}` is not a subnet id (subnet-...)"));
+        return Err(CapacityError::NotASubnet(s.into()));
     }
     match c.reservation.as_deref() {
         Some(r) if !is_reservation_id(r) && !is_reservation_group(r) => {
-            let shown: String = r.chars().take(80).collect();
-            Err(format!(
-                "`{shown}` is not a Capacity Reservation id (cr-...) or the ARN of a resource \
-                 group (arn:aws:resource-groups:REGION:ACCOUNT:group/NAME)"
-            ))
+            Err(CapacityError::NotAReservation(r.into()))
         }
         _ => Ok(()),
     }

@@ -70,18 +70,42 @@ fn lighthouse_sha256<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Sh
     super::de::sha256("job.launcher.in_place.sha256", d)
 }
 
-const KEY: &str = "job.launcher.in_place";
+/// Why `job.launcher.in_place` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum InPlaceError {
+    #[error(
+        "job.launcher.in_place.lighthouse: required: the master's IP and a port the workers \
+         reach, e.g. 10.0.0.5:29510"
+    )]
+    NoLighthouse,
+    #[error(
+        "job.launcher.in_place.lighthouse: `{0}` is not an IP and a port, e.g. 10.0.0.5:29510"
+    )]
+    NotAnAddress(String),
+    #[error(
+        "job.launcher.in_place.lighthouse: `{0}`: an address the workers can dial (not 0.0.0.0 \
+         or ::) and an unprivileged port"
+    )]
+    NotDialable(String),
+    #[error("job.launcher.in_place.program: an absolute path, not {0}")]
+    ProgramRelative(PathBuf),
+    #[error("job.launcher.in_place.join_timeout: 100ms to 1m")]
+    JoinTimeout,
+    #[error("job.launcher.in_place.heartbeat_timeout: 500ms to 10m")]
+    HeartbeatTimeout,
+    #[error("job.launcher.in_place.collective_timeout: whole seconds, 1s to 1h")]
+    CollectiveTimeout,
+    #[error("job.launcher.in_place.min_nodes: at least 1")]
+    NoMinNodes,
+}
 
 impl TryFrom<Fields> for InPlace {
-    type Error = String;
+    type Error = InPlaceError;
 
-    fn try_from(f: Fields) -> Result<Self, String> {
+    fn try_from(f: Fields) -> Result<Self, InPlaceError> {
         let lighthouse = parse_lighthouse(f.lighthouse.as_deref())?;
         if let Some(p) = f.program.as_ref().filter(|p| !p.is_absolute()) {
-            return Err(format!(
-                "{KEY}.program: an absolute path, not {}",
-                p.display()
-            ));
+            return Err(InPlaceError::ProgramRelative(p.clone()));
         }
         let settings = InPlace {
             lighthouse,
@@ -99,37 +123,31 @@ impl TryFrom<Fields> for InPlace {
 
 /// An IP and a port, the IP parsed as one: a host name would be resolved by every node on its
 /// own, and `0.0.0.0` is no address a node can dial.
-fn parse_lighthouse(text: Option<&str>) -> Result<SocketAddr, String> {
-    let text = text.ok_or_else(|| {
-        format!("{KEY}.lighthouse: required: the master's IP and a port the workers reach, e.g. 10.0.0.5:29510")
-    })?;
-    let addr: SocketAddr = text.parse().map_err(|_| {
-        format!("{KEY}.lighthouse: `{text}` is not an IP and a port, e.g. 10.0.0.5:29510")
-    })?;
+fn parse_lighthouse(text: Option<&str>) -> Result<SocketAddr, InPlaceError> {
+    let text = text.ok_or(InPlaceError::NoLighthouse)?;
+    let addr: SocketAddr = (text.parse()).map_err(|_| InPlaceError::NotAnAddress(text.into()))?;
     if addr.ip().is_unspecified() || addr.port() < 1024 {
-        return Err(format!(
-            "{KEY}.lighthouse: `{text}`: an address the workers can dial (not 0.0.0.0 or ::) and an unprivileged port"
-        ));
+        return Err(InPlaceError::NotDialable(text.into()));
     }
     Ok(addr)
 }
 
 impl InPlace {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InPlaceError> {
         let ms = |d: Duration| d.as_millis();
         if !(100..=60_000).contains(&ms(self.join_timeout)) {
-            return Err(format!("{KEY}.join_timeout: 100ms to 1m"));
+            return Err(InPlaceError::JoinTimeout);
         }
         if !(500..=600_000).contains(&ms(self.heartbeat_timeout)) {
-            return Err(format!("{KEY}.heartbeat_timeout: 500ms to 10m"));
+            return Err(InPlaceError::HeartbeatTimeout);
         }
         // torchft's managers take whole seconds from the environment.
         let c = self.collective_timeout;
         if c.subsec_nanos() != 0 || !(1..=3600).contains(&c.as_secs()) {
-            return Err(format!("{KEY}.collective_timeout: whole seconds, 1s to 1h"));
+            return Err(InPlaceError::CollectiveTimeout);
         }
         if self.min_nodes == 0 {
-            return Err(format!("{KEY}.min_nodes: at least 1"));
+            return Err(InPlaceError::NoMinNodes);
         }
         Ok(())
     }

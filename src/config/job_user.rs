@@ -26,15 +26,35 @@ impl JobUser {
     }
 
     /// The uid and gid, a name looked up here.
-    pub fn ids(&self) -> Result<(u32, u32), String> {
+    pub fn ids(&self) -> Result<(u32, u32), NoUser> {
         match self {
             JobUser::Ids { uid, gid } => Ok((*uid, *gid)),
-            JobUser::Name(name) => match nix::unistd::User::from_name(name) {
-                Ok(Some(u)) => Ok((u.uid.as_raw(), u.gid.as_raw())),
-                Ok(None) => Err(format!("no user named `{name}` on this machine")),
-                Err(e) => Err(format!("looking up user `{name}`: {e}")),
-            },
+            JobUser::Name(name) => lookup(name).map(|u| (u.uid.as_raw(), u.gid.as_raw())),
         }
+    }
+}
+
+/// A user name this machine's passwd database does not give.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoUser {
+    #[error("no user named `{0}` on this machine")]
+    Unknown(String),
+    #[error("looking up user `{name}`: {error}")]
+    Lookup {
+        name: String,
+        error: nix::errno::Errno,
+    },
+}
+
+/// The user of that name on this machine.
+pub(super) fn lookup(name: &str) -> Result<nix::unistd::User, NoUser> {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => Ok(user),
+        Ok(None) => Err(NoUser::Unknown(name.into())),
+        Err(error) => Err(NoUser::Lookup {
+            name: name.into(),
+            error,
+        }),
     }
 }
 

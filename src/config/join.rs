@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::de::duration;
+use super::error::Rule;
 
 /// The longest batch: a ready GPU worker idle for more than this is a cost no restart saves.
 const MAX_BATCH: Duration = Duration::from_secs(3600);
@@ -41,6 +42,16 @@ impl Default for Join {
             at_checkpoint: false,
             max_wait: DEFAULT_MAX_WAIT,
             sizes: Vec::new(),
+        }
+    }
+}
+
+impl Join {
+    /// A size above `workers.max` is one the job never grows to.
+    pub(super) fn check(&self, max: usize) -> Result<(), Rule> {
+        match self.sizes.iter().find(|s| **s > max) {
+            Some(size) => Err(Rule::JoinSizeAboveMax { size: *size, max }),
+            None => Ok(()),
         }
     }
 }

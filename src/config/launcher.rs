@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::de::{duration, named, sha256};
+use super::error::Rule;
 use crate::digest::Sha256;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -91,25 +92,16 @@ impl Launcher {
 
     /// What only makes sense together: a strategy's settings without that strategy are a
     /// mistake, not something to ignore; the in-place strategy needs its Lighthouse's address.
-    /// Returns the key at fault with the message.
-    pub(super) fn check(&self) -> Result<(), (&'static str, String)> {
+    pub(super) fn check(&self) -> Result<(), Rule> {
         let s = self.strategy.as_str();
         if self.strategy != Strategy::Elastic && self.elastic.is_some() {
-            let msg = format!(
-                "job.launcher.elastic: only with `strategy: elastic` (the strategy is {s})"
-            );
-            return Err(("elastic", msg));
+            return Err(Rule::ElasticSettingsAlone(s));
         }
         if self.strategy != Strategy::InPlace && self.in_place.is_some() {
-            let msg = format!(
-                "job.launcher.in_place: only with `strategy: in_place` (the strategy is {s})"
-            );
-            return Err(("in_place", msg));
+            return Err(Rule::InPlaceSettingsAlone(s));
         }
         if self.strategy == Strategy::InPlace && self.in_place.is_none() {
-            let msg = "job.launcher.in_place: required with `strategy: in_place`: at least \
-                       `{ lighthouse: <the master's IP>:29510 }`, where dtd runs torchft's Lighthouse";
-            return Err(("strategy", msg.into()));
+            return Err(Rule::InPlaceWithoutSettings);
         }
         Ok(())
     }
@@ -169,10 +161,24 @@ struct ElasticFields {
     last_call: Option<Duration>,
 }
 
-impl TryFrom<ElasticFields> for Elastic {
-    type Error = String;
+/// Why `job.launcher.elastic` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ElasticError {
+    #[error(
+        "job.launcher.elastic: min_nodes ({min}) must be at least 1 and at most max_nodes ({max})"
+    )]
+    Nodes { min: u32, max: u32 },
+    #[error(
+        "job.launcher.elastic.last_call: whole seconds up to 10m, not {}",
+        humantime::format_duration(*.0)
+    )]
+    LastCall(Duration),
+}
 
-    fn try_from(f: ElasticFields) -> Result<Self, String> {
+impl TryFrom<ElasticFields> for Elastic {
+    type Error = ElasticError;
+
+    fn try_from(f: ElasticFields) -> Result<Self, ElasticError> {
         let d = Elastic::default();
         let e = Elastic {
             min_nodes: f.min_nodes.unwrap_or(d.min_nodes),
@@ -180,17 +186,12 @@ impl TryFrom<ElasticFields> for Elastic {
             last_call: f.last_call.unwrap_or(d.last_call),
         };
         if e.min_nodes == 0 || e.min_nodes > e.max_nodes {
-            return Err(format!(
-                "job.launcher.elastic: min_nodes ({}) must be at least 1 and at most max_nodes ({})",
-                e.min_nodes, e.max_nodes
-            ));
+            let (min, max) = (e.min_nodes, e.max_nodes);
+            return Err(ElasticError::Nodes { min, max });
         }
         // torch reads the timeout as whole seconds.
         if e.last_call.subsec_nanos() != 0 || e.last_call > Duration::from_secs(600) {
-            return Err(format!(
-                "job.launcher.elastic.last_call: whole seconds up to 10m, not {}",
-                humantime::format_duration(e.last_call)
-            ));
+            return Err(ElasticError::LastCall(e.last_call));
         }
         Ok(e)
     }

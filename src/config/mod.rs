@@ -10,6 +10,7 @@ mod alerts;
 mod capacity;
 mod de;
 mod disruption;
+mod error;
 mod in_place;
 mod job_user;
 mod join;
@@ -24,6 +25,7 @@ mod sections;
 #[cfg(test)]
 mod tests;
 mod webhook_url;
+mod workers;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -32,16 +34,20 @@ use std::time::Duration;
 
 use crate::digest::Sha256;
 use crate::hostfile::{Format, HostTemplate};
-pub use alerts::{Alert, AlertFormat, Webhook, WebhookUrl};
+pub use alerts::{
+    Alert, AlertFormat, Exposure, InClear, InlineSecret, UrlError, Webhook, WebhookFileError,
+    WebhookUrl,
+};
 pub use capacity::{Capacity, Choice};
 pub use disruption::{Budget, Disruption, Schedule, Window};
+pub use error::{ConfigError, InvalidConfig, Rule, TemplateUnusable};
 pub use in_place::InPlace;
-pub use job_user::JobUser;
+pub use job_user::{JobUser, NoUser};
 pub use join::Join;
 pub use launch_template::TemplateRef;
 pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
 pub use notify::Notify;
-pub use owner::JobOwner;
+pub use owner::{JobOwner, JobOwnerError};
 pub use sections::{
     Events, Health, HealthLeave, HealthPolicy, JournalConfig, MaxUnhealthy, MetricsConfig,
     Rebalance, Reports, Slots, Stall,
@@ -58,17 +64,6 @@ pub const HOOK_GLOBAL_TIMEOUT_MAX: Duration = Duration::from_secs(48 * 3600);
 
 /// Where the elastic tag key defaults from: `<cluster>-aws-dl-cfn-elastic-worker` (2018 protocol).
 pub const ELASTIC_TAG_SUFFIX: &str = "-aws-dl-cfn-elastic-worker";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
-}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -246,17 +241,19 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        let invalid = |message| ConfigError::Invalid {
+        let cfg = Config::parse(&text).map_err(|error| ConfigError::Invalid {
             path: path.to_path_buf(),
-            message,
-        };
-        let cfg = Config::parse(&text).map_err(invalid)?;
-        alerts::check_inline_secrets(&cfg.alerts, path).map_err(invalid)?;
+            error,
+        })?;
+        alerts::check_inline_secrets(&cfg.alerts, path).map_err(|error| ConfigError::Exposed {
+            path: path.to_path_buf(),
+            error,
+        })?;
         Ok(cfg)
     }
 
-    /// Parses, validates and resolves; the error text names the key and the line.
-    pub fn parse(text: &str) -> Result<Config, String> {
+    /// Parses, validates and resolves; the error names the key and the line.
+    pub fn parse(text: &str) -> Result<Config, InvalidConfig> {
         let de = serde_yaml::Deserializer::from_str(text);
         let raw: raw::RawConfig =
             serde_path_to_error::deserialize(de).map_err(|e| position::describe(text, e))?;

@@ -68,22 +68,29 @@ impl<'de> Deserialize<'de> for Notify {
     }
 }
 
-fn expect_text(expect: Option<String>) -> Result<Option<String>, String> {
+/// `expect` given but blank: it would match every command line.
+#[derive(Debug, thiserror::Error)]
+#[error("expect must not be empty: it is a string the job's command line contains")]
+struct EmptyExpect;
+
+fn expect_text(expect: Option<String>) -> Result<Option<String>, EmptyExpect> {
     match expect {
-        Some(e) if e.trim().is_empty() => {
-            Err("expect must not be empty: it is a string the job's command line contains".into())
-        }
+        Some(e) if e.trim().is_empty() => Err(EmptyExpect),
         other => Ok(other),
     }
 }
 
-pub(super) fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, String> {
+/// A signal name (`SIGUSR1`, `usr1`) that names no signal.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown signal `{0}` (e.g. SIGUSR1, SIGHUP)")]
+pub(super) struct UnknownSignal(String);
+
+pub(super) fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, UnknownSignal> {
     let upper = name.to_ascii_uppercase();
     let full = if upper.starts_with("SIG") {
         upper
     } else {
         format!("SIG{upper}")
     };
-    full.parse()
-        .map_err(|_| format!("unknown signal `{name}` (e.g. SIGUSR1, SIGHUP)"))
+    full.parse().map_err(|_| UnknownSignal(name.into()))
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 
+use super::job_user::{lookup, NoUser};
 use super::{Job, Notify};
 
 /// A uid, or a user name looked up when `dtd` starts.
@@ -46,27 +47,46 @@ impl Job {
     /// The job's uid: `job.owner`, else the owner of the directory that holds the pidfile
     /// (signal mode) or else the ack file: the job's user created it (the stack's bootstrap
     /// does), and workers cannot create files in it.
-    pub fn owner_uid(&self) -> Result<u32, String> {
+    pub fn owner_uid(&self) -> Result<u32, JobOwnerError> {
         match &self.owner {
             Some(JobOwner::Uid(uid)) => Ok(*uid),
-            Some(JobOwner::Name(name)) => match nix::unistd::User::from_name(name) {
-                Ok(Some(user)) => Ok(user.uid.as_raw()),
-                Ok(None) => Err(format!("job.owner: no user named `{name}` on this machine")),
-                Err(e) => Err(format!("job.owner: looking up user `{name}`: {e}")),
-            },
+            Some(JobOwner::Name(name)) => Ok(lookup(name)?.uid.as_raw()),
             None => {
                 let file = match &self.notify {
                     Notify::Signal { pidfile, .. } => pidfile,
                     _ => &self.ack.file,
                 };
                 let dir = file.parent().unwrap_or(Path::new("/"));
-                std::fs::metadata(dir).map(|m| m.uid()).map_err(|e| {
-                    format!(
-                        "job.owner is not set and the owner of {} (the job's files' directory) cannot be read: {e}",
-                        dir.display()
-                    )
-                })
+                std::fs::metadata(dir)
+                    .map(|m| m.uid())
+                    .map_err(|error| JobOwnerError::Directory {
+                        dir: dir.to_path_buf(),
+                        error,
+                    })
             }
         }
+    }
+}
+
+/// Why the job's user is not known.
+#[derive(Debug, thiserror::Error)]
+pub enum JobOwnerError {
+    #[error("job.owner: {0}")]
+    User(NoUser),
+    #[error(
+        "job.owner is not set and the owner of {dir} (the job's files' directory) cannot be \
+         read: {error}"
+    )]
+    Directory {
+        dir: std::path::PathBuf,
+        error: std::io::Error,
+    },
+}
+
+// By hand rather than `#[from]`, which would also make it the source: `dtctl` prints a source
+// after the message, which already holds it.
+impl From<NoUser> for JobOwnerError {
+    fn from(e: NoUser) -> Self {
+        JobOwnerError::User(e)
     }
 }

@@ -1,32 +1,75 @@
 //! Where in the file an error is: serde_yaml places the errors it finds itself; for the rest the
 //! key's line is looked up in the text.
 
+use super::error::InvalidConfig;
+
+/// The line a problem was found at, when it was: shown as ` at line N` after its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Line(Option<usize>);
+
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, " at line {n}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Line {
+    /// The first line of `text` that `is_it` picks.
+    pub(super) fn first(text: &str, is_it: impl Fn(&str) -> bool) -> Line {
+        Line(text.lines().position(is_it).map(|i| i + 1))
+    }
+}
+
+/// The key a check made after parsing is about, where serde no longer knows the position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// The first line that starts with it, at any depth: a key only one section has.
+    Anywhere(&'static str),
+    /// A key several sections share (`timeout`), found in its own: see [`line_of_path`].
+    Path(&'static [&'static str]),
+}
+
+impl Key {
+    pub(super) fn line(self, text: &str) -> Line {
+        match self {
+            Key::Anywhere(key) => line_of_key(text, key),
+            Key::Path(path) => line_of_path(text, path),
+        }
+    }
+}
+
 /// serde_yaml places syntax and type errors itself; errors raised by our own checks (durations,
 /// signals, cross-field rules) carry no position, so the key's line is looked up from its path.
-pub(super) fn describe(text: &str, e: serde_path_to_error::Error<serde_yaml::Error>) -> String {
+pub(super) fn describe(
+    text: &str,
+    e: serde_path_to_error::Error<serde_yaml::Error>,
+) -> InvalidConfig {
     let path = e.path().to_string();
-    let inner = e.into_inner();
-    let message = inner.to_string();
+    let error = e.into_inner();
     // Custom errors carry a location serde_yaml does not print (the document's start).
-    if message.contains(" at line ") || path == "." {
-        return message;
+    if path == "." || error.to_string().contains(" at line ") {
+        return InvalidConfig::Yaml(error);
     }
     let keys: Vec<&str> = path
         .split('.')
         .map(|seg| seg.split('[').next().unwrap_or(seg))
         .filter(|seg| !seg.is_empty() && *seg != "?")
         .collect();
-    at_path(text, &keys, &format!("{path}: {message}"))
+    let line = line_of_path(text, &keys);
+    InvalidConfig::AtKey { path, error, line }
 }
 
-/// Adds the line of `path`'s last key, found by looking for each key below the line of the one
+/// The line of `path`'s last key, found by looking for each key below the line of the one
 /// before (`agent`, then `health`, then `timeout`), so that a key several sections share
 /// (`timeout`, `interval`) is found in its own section. When a key is not at the start of a line
-/// (a flow mapping), falls back to [`at_key`] for the last one.
-pub(super) fn at_path(text: &str, path: &[&str], message: &str) -> String {
+/// (a flow mapping), falls back to [`line_of_key`] for the last one.
+fn line_of_path(text: &str, path: &[&str]) -> Line {
     match line_of(text, path) {
-        Some(n) => format!("{message} at line {n}"),
-        None => at_key(text, path.last().copied().unwrap_or_default(), message),
+        Some(n) => Line(Some(n)),
+        None => line_of_key(text, path.last().copied().unwrap_or_default()),
     }
 }
 
@@ -44,14 +87,8 @@ fn line_of(text: &str, path: &[&str]) -> Option<usize> {
     (from > 0).then_some(from)
 }
 
-/// Adds "at line N" for checks made after parsing, where serde no longer knows the position.
-pub(super) fn at_key(text: &str, key: &str, message: &str) -> String {
-    let line = text
-        .lines()
-        .position(|l| l.trim_start().starts_with(&format!("{key}:")))
-        .map(|i| i + 1);
-    match line {
-        Some(n) => format!("{message} at line {n}"),
-        None => message.to_string(),
-    }
+/// The first line that starts with `key:`, at any depth.
+fn line_of_key(text: &str, key: &str) -> Line {
+    let prefix = format!("{key}:");
+    Line::first(text, |l| l.trim_start().starts_with(&prefix))
 }

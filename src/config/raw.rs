@@ -4,19 +4,16 @@
 //! `expecting` keeps type errors naming the section as users have seen it ("expected struct
 //! Agent", not RawAgent).
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
-use super::de::{
-    cluster_name, duration, file_system_id, optional_duration, prepare_data_sha256, prepare_timeout,
-};
-use super::{
-    Alert, Events, Health, HealthPolicy, JournalConfig, MetricsConfig, Notify, Slots, Stall,
-};
+use super::de::{cluster_name, duration, file_system_id, optional_duration, prepare_data_sha256};
+use super::error::Rule;
+pub(super) use super::workers::RawWorkers;
+use super::{Alert, Events, Health, HealthPolicy, JournalConfig, MetricsConfig, Notify, Stall};
 use crate::digest::Sha256;
 use crate::hostfile::Format;
 
@@ -27,7 +24,7 @@ pub(super) struct RawConfig {
     pub cluster: String,
     #[serde(default)]
     pub region: Option<String>,
-    #[serde(deserialize_with = "checked_workers")]
+    #[serde(deserialize_with = "super::workers::checked")]
     pub workers: RawWorkers,
     pub shared_dir: PathBuf,
     #[serde(default, deserialize_with = "file_system_id")]
@@ -72,97 +69,34 @@ pub(super) struct RawConfig {
     pub health: HealthPolicy,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawWorkers {
-    #[serde(default)]
-    pub launch_template: Option<super::TemplateRef>,
-    #[serde(default)]
-    pub auto_scaling_group: Option<String>,
-    #[serde(default)]
-    pub elastic_tag: Option<String>,
-    #[serde(default = "default_worker_tags")]
-    pub tags: BTreeMap<String, String>,
-    #[serde(default)]
-    pub min: usize,
-    pub max: usize,
-    #[serde(default)]
-    pub base_hosts: Vec<IpAddr>,
-    #[serde(default)]
-    pub slots: Option<Slots>,
-    #[serde(default = "default_page_size")]
-    pub page_size: i32,
-    #[serde(default = "default_max_prepare_failures")]
-    pub max_prepare_failures: u32,
-    #[serde(default, deserialize_with = "prepare_timeout")]
-    pub prepare_timeout: Option<Duration>,
-    #[serde(default)]
-    pub replace_unhealthy: bool,
-    #[serde(default)]
-    pub capacity: Option<super::Capacity>,
-    #[serde(default)]
-    pub reports: super::Reports,
-}
+/// The top level's own rules.
+impl RawConfig {
+    pub(super) fn check_shared_dir(&self) -> Result<(), Rule> {
+        match self.shared_dir.is_absolute() {
+            true => Ok(()),
+            false => Err(Rule::SharedDirRelative),
+        }
+    }
 
-/// The section's own rules, checked while it is parsed so the error names `workers` and its line.
-fn checked_workers<'de, D: Deserializer<'de>>(d: D) -> Result<RawWorkers, D::Error> {
-    let workers = RawWorkers::deserialize(d)?;
-    workers.check().map_err(serde::de::Error::custom)?;
-    Ok(workers)
-}
-
-impl RawWorkers {
-    fn check(&self) -> Result<(), String> {
-        if self.launch_template.is_none() && self.auto_scaling_group.is_none() {
-            return Err("one of launch_template or auto_scaling_group is required".into());
+    pub(super) fn check_periods(&self) -> Result<(), Rule> {
+        if self.resync.is_some_and(|r| r < self.interval) {
+            return Err(Rule::ResyncBelowInterval);
         }
-        if self.max == 0 {
-            return Err("max must be at least 1".into());
+        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&self.shared_poll) {
+            return Err(Rule::SharedPoll);
         }
-        if self.min > self.max {
-            return Err(format!(
-                "min ({}) is greater than max ({})",
-                self.min, self.max
-            ));
-        }
-        self.check_base_hosts()?;
-        if !(5..=1000).contains(&self.page_size) {
-            let got = self.page_size;
-            return Err(format!("page_size must be within 5..=1000, got {got}"));
-        }
-        if self.max_prepare_failures == 0 {
-            return Err("max_prepare_failures must be at least 1".into());
-        }
-        if self.replace_unhealthy && self.launch_template.is_none() {
-            return Err(
-                "replace_unhealthy launches from launch_template, which is not set \
-                 (group workers are replaced by their group)"
-                    .into(),
-            );
-        }
-        if self.capacity.is_some() && self.launch_template.is_none() {
-            return Err(
-                "capacity overrides launch_template, which is not set (a group's choices are \
-                 its mixed instances policy)"
-                    .into(),
-            );
-        }
-        if self.tags.is_empty() {
-            return Err("tags must name at least one worker tag (default NodeType: Worker)".into());
+        if self.shared_fs_refresh < Duration::from_secs(1) {
+            return Err(Rule::SharedFsRefresh);
         }
         Ok(())
     }
 
-    fn check_base_hosts(&self) -> Result<(), String> {
-        let hosts = &self.base_hosts;
-        if hosts.len() > self.max {
-            let (n, max) = (hosts.len(), self.max);
-            return Err(format!("{n} base_hosts do not fit under max ({max})"));
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        match hosts.iter().find(|ip| !seen.insert(**ip)) {
-            Some(dup) => Err(format!("base_hosts lists {dup} twice")),
-            None => Ok(()),
+    pub(super) fn check_master(&self) -> Result<(), Rule> {
+        match self.master {
+            Some(master) if self.workers.base_hosts.contains(&master) => {
+                Err(Rule::MasterIsBaseHost(master))
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -192,19 +126,32 @@ struct RawHostfileSpec {
     template: Option<PathBuf>,
 }
 
-impl TryFrom<RawHostfileSpec> for RawHostfile {
-    type Error = String;
+/// A host file with both a format and a template, or neither.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a host file needs exactly one of format (mxnet, mpi, deepspeed, horovod) or template (a file)"
+)]
+pub(super) struct NotOneForm;
 
-    fn try_from(r: RawHostfileSpec) -> Result<Self, String> {
+impl TryFrom<RawHostfileSpec> for RawHostfile {
+    type Error = NotOneForm;
+
+    fn try_from(r: RawHostfileSpec) -> Result<Self, NotOneForm> {
         let form = match (r.format, r.template) {
             (Some(format), None) => HostfileForm::Format(format),
             (None, Some(template)) => HostfileForm::Template(template),
-            _ => return Err(
-                "a host file needs exactly one of format (mxnet, mpi, deepspeed, horovod) or template (a file)"
-                    .into(),
-            ),
+            _ => return Err(NotOneForm),
         };
         Ok(RawHostfile { path: r.path, form })
+    }
+}
+
+impl RawHostfile {
+    pub(super) fn check(&self) -> Result<(), Rule> {
+        match self.path.is_absolute() && self.path.file_name().is_some() {
+            true => Ok(()),
+            false => Err(Rule::HostfileNotAFile(self.path.clone())),
+        }
     }
 }
 
@@ -225,6 +172,24 @@ pub(super) struct RawJob {
     pub owner: Option<super::owner::JobOwner>,
     #[serde(default)]
     pub launcher: Option<super::launcher::Launcher>,
+}
+
+impl RawJob {
+    pub(super) fn check_progress(&self) -> Result<(), Rule> {
+        match self.progress.as_ref().is_some_and(|p| !p.is_absolute()) {
+            true => Err(Rule::ProgressRelative),
+            false => Ok(()),
+        }
+    }
+
+    /// The launcher's settings, and the acknowledgement by launchers only with a launcher.
+    pub(super) fn check(&self) -> Result<(), Rule> {
+        match &self.launcher {
+            Some(launcher) => launcher.check(),
+            None if self.ack.by == super::AckBy::Launcher => Err(Rule::AckByLauncherAlone),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A key left out takes its value from [`Default`].
@@ -285,6 +250,13 @@ impl Default for RawAgent {
 }
 
 impl RawAgent {
+    pub(super) fn check_attempts(&self) -> Result<(), Rule> {
+        match self.attempts {
+            0 => Err(Rule::NoAttempt),
+            _ => Ok(()),
+        }
+    }
+
     /// The longest `dtd agent` takes before it writes a marker: every attempt running into its
     /// timeout, with the pauses between them, then the health check running into its own (the
     /// success marker waits for the first check to pass).
@@ -295,10 +267,6 @@ impl RawAgent {
             .saturating_add(pauses)
             .saturating_add(check)
     }
-}
-
-fn default_max_prepare_failures() -> u32 {
-    5
 }
 
 fn default_shared_fs_refresh() -> Duration {
@@ -321,12 +289,4 @@ fn default_fs_timeout() -> Duration {
 
 fn default_api_timeout() -> Duration {
     Duration::from_secs(10)
-}
-
-fn default_page_size() -> i32 {
-    1000
-}
-
-fn default_worker_tags() -> BTreeMap<String, String> {
-    BTreeMap::from([("NodeType".to_string(), "Worker".to_string())])
 }

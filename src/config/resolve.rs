@@ -1,14 +1,16 @@
-//! From the file as written to the [`Config`] the daemon runs with: the checks that span keys,
-//! the host-file templates read, and every default that depends on another key filled in.
+//! From the file as written to the [`Config`] the daemon runs with: the checks that span keys (in
+//! the order made here, each in its section's file), the host-file templates read, and every
+//! default that depends on another key filled in.
 
 use std::path::Path;
 use std::time::Duration;
 
-use super::position::{at_key, at_path};
+use super::error::{InvalidConfig, Rule, TemplateUnusable};
+use super::position::Line;
 use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
 use super::{
-    Ack, AckBy, Agent, Capacity, Config, Health, HostfileSpec, Job, Slots, Workers,
-    ELASTIC_TAG_SUFFIX, HOOK_GLOBAL_TIMEOUT_MAX, PREPARE_MARGIN,
+    Ack, Agent, Capacity, Config, HostfileSpec, Job, Slots, Workers, ELASTIC_TAG_SUFFIX,
+    PREPARE_MARGIN,
 };
 use crate::hostfile::{Format, HostTemplate};
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
@@ -24,8 +26,8 @@ const DEFAULT_KEY_FILE: &str = "/var/lib/dt/agent.key";
 /// With events naming the instances that change, the complete listing only catches what they missed.
 const DEFAULT_RESYNC_WITH_EVENTS: Duration = Duration::from_secs(60);
 
-pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, String> {
-    validate(&raw, text)?;
+pub(super) fn resolve(raw: RawConfig, text: &str) -> Result<Config, InvalidConfig> {
+    validate(&raw).map_err(|rule| rule.placed(text))?;
     let hostfiles = hostfiles(&raw.hostfiles, &raw.shared_dir, text)?;
     let shared = raw.shared_dir;
     let resync = raw.resync.unwrap_or(match raw.events.queue_url {
@@ -125,146 +127,23 @@ fn agent(a: RawAgent) -> Agent {
 }
 
 /// The checks that serde cannot make on one value: they span keys, or need the whole file.
-fn validate(raw: &RawConfig, text: &str) -> Result<(), String> {
-    if !raw.shared_dir.is_absolute() {
-        let msg = "shared_dir must be an absolute path";
-        return Err(at_key(text, "shared_dir", msg));
-    }
-    if raw.job.progress.as_ref().is_some_and(|p| !p.is_absolute()) {
-        let msg = "job.progress must be an absolute path";
-        return Err(at_key(text, "progress", msg));
-    }
-    for spec in &raw.hostfiles {
-        if !spec.path.is_absolute() || spec.path.file_name().is_none() {
-            let path = spec.path.display();
-            let msg = format!("hostfiles: path {path} must be an absolute file path");
-            return Err(at_key(text, "hostfiles", &msg));
-        }
-    }
-    if !(Duration::from_secs(1)..=Duration::from_secs(20)).contains(&raw.events.wait) {
-        let msg = "events.wait must be within 1s..=20s (SQS long polling)";
-        return Err(at_key(text, "wait", msg));
-    }
-    if raw.agent.attempts == 0 {
-        return Err(at_key(
-            text,
-            "attempts",
-            "agent.attempts must be at least 1",
-        ));
-    }
-    if raw.resync.is_some_and(|r| r < raw.interval) {
-        let msg = "resync must be at least interval: a listing runs at most once a pass";
-        return Err(at_key(text, "resync", msg));
-    }
-    if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&raw.shared_poll) {
-        let msg = "shared_poll must be within 10ms..=60s";
-        return Err(at_key(text, "shared_poll", msg));
-    }
-    if raw.shared_fs_refresh < Duration::from_secs(1) {
-        let msg = "shared_fs_refresh must be at least 1s";
-        return Err(at_key(text, "shared_fs_refresh", msg));
-    }
+/// Each section makes its own; this says in which order (the first rule broken is reported).
+fn validate(raw: &RawConfig) -> Result<(), Rule> {
+    raw.check_shared_dir()?;
+    raw.job.check_progress()?;
+    raw.hostfiles.iter().try_for_each(RawHostfile::check)?;
+    raw.events.check()?;
+    raw.agent.check_attempts()?;
+    raw.check_periods()?;
     if let Some(health) = &raw.agent.health {
-        validate_health(health, text)?;
+        health.check()?;
     }
-    validate_prepare_timeout(raw, text)?;
-    if let Some(size) = raw.join.sizes.iter().find(|s| **s > raw.workers.max) {
-        let msg = format!(
-            "join.sizes names {size} workers, more than workers.max ({}): the job never grows to it",
-            raw.workers.max
-        );
-        return Err(at_path(text, &["join", "sizes"], &msg));
-    }
-    if raw.job.ack.by == AckBy::Launcher && raw.job.launcher.is_none() {
-        let msg = "job.ack.by: launcher needs job.launcher (the agents' launcher reports are the acknowledgement)";
-        return Err(at_path(text, &["job", "ack", "by"], msg));
-    }
-    if let Some(launcher) = &raw.job.launcher {
-        launcher
-            .check()
-            .map_err(|(key, msg)| at_path(text, &["job", "launcher", key], &msg))?;
-    }
-    validate_reports(raw, text)?;
-    match raw.master {
-        Some(master) if raw.workers.base_hosts.contains(&master) => Err(at_key(
-            text,
-            "master",
-            "master must not also be a base host",
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// Health and launcher reports come only from `dtd agent`, which signs what it writes: a
-/// cluster that runs it has no use for unsigned reports, which any worker could write.
-fn validate_reports(raw: &RawConfig, text: &str) -> Result<(), String> {
-    if raw.workers.reports != super::Reports::Unsigned {
-        return Ok(());
-    }
-    let uses_agent = match (&raw.agent.health, &raw.job.launcher) {
-        (Some(_), _) => Some("agent.health"),
-        (None, Some(_)) => Some("job.launcher"),
-        (None, None) => None,
-    };
-    match uses_agent {
-        Some(key) => Err(at_path(
-            text,
-            &["workers", "reports"],
-            &format!(
-                "workers.reports: unsigned is for clusters without dtd agent, but {key} is \
-                 configured: its reports are signed (leave workers.reports out)"
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// A check needs a program; and one that may run as long as the interval could not report once
-/// every interval, which is what the master relies on to see a report that is out of date.
-fn validate_health(h: &Health, text: &str) -> Result<(), String> {
-    if h.command.first().is_none_or(|p| p.is_empty()) {
-        let msg = "agent.health.command must name a program (an argv like [/path/check, --flag])";
-        return Err(at_path(text, &["agent", "health", "command"], msg));
-    }
-    if h.timeout >= h.interval {
-        let show = |d: Duration| humantime::format_duration(d).to_string();
-        let msg = format!(
-            "agent.health.timeout ({}) must be shorter than agent.health.interval ({}): a check \
-             that may run the whole interval cannot report once every interval",
-            show(h.timeout),
-            show(h.interval)
-        );
-        return Err(at_path(text, &["agent", "health", "timeout"], &msg));
-    }
-    Ok(())
-}
-
-/// A prepare timeout shorter than the agent's own limit would abandon a worker whose agent is
-/// still retrying, before it could report either way.
-fn validate_prepare_timeout(raw: &RawConfig, text: &str) -> Result<(), String> {
-    let Some(t) = raw.workers.prepare_timeout else {
-        return Ok(());
-    };
-    let show = |d: Duration| humantime::format_duration(d).to_string();
-    let agent = raw.agent.limit();
-    if t < agent {
-        let msg = format!(
-            "workers.prepare_timeout ({}) is shorter than the agent's own limit ({}: agent.timeout \
-             × agent.attempts plus the retry delays and agent.health.timeout); a worker still \
-             preparing would be abandoned",
-            show(t),
-            show(agent)
-        );
-        return Err(at_key(text, "prepare_timeout", &msg));
-    }
-    if t > HOOK_GLOBAL_TIMEOUT_MAX {
-        let msg = format!(
-            "workers.prepare_timeout ({}) is longer than 48h, the most a lifecycle hook can hold an instance",
-            show(t)
-        );
-        return Err(at_key(text, "prepare_timeout", &msg));
-    }
-    Ok(())
+    raw.workers.check_prepare_timeout(raw.agent.limit())?;
+    raw.join.check(raw.workers.max)?;
+    raw.job.check()?;
+    let launcher = raw.job.launcher.is_some();
+    (raw.workers.reports).check(raw.agent.health.is_some(), launcher)?;
+    raw.check_master()
 }
 
 /// The host files with their templates read, so a bad one stops `dtd` at start, not mid-run.
@@ -272,7 +151,7 @@ fn hostfiles(
     raw: &[RawHostfile],
     shared_dir: &Path,
     text: &str,
-) -> Result<Vec<HostfileSpec>, String> {
+) -> Result<Vec<HostfileSpec>, InvalidConfig> {
     if raw.is_empty() {
         return Ok(vec![HostfileSpec {
             path: shared_dir.join(DEFAULT_HOSTFILE),
@@ -280,10 +159,17 @@ fn hostfiles(
             template: None,
         }]);
     }
-    let spec = |(i, h): (usize, &RawHostfile)| {
+    let spec = |(index, h): (usize, &RawHostfile)| {
         let (format, template) = match &h.form {
             HostfileForm::Format(format) => (*format, None),
-            HostfileForm::Template(path) => (Format::Mxnet, Some(template(i, path, text)?)),
+            HostfileForm::Template(path) => {
+                let template = template(path).map_err(|error| InvalidConfig::Template {
+                    index,
+                    error,
+                    line: template_line(text, path),
+                })?;
+                (Format::Mxnet, Some(template))
+            }
         };
         let path = h.path.clone();
         Ok(HostfileSpec {
@@ -295,20 +181,21 @@ fn hostfiles(
     raw.iter().enumerate().map(spec).collect()
 }
 
-fn template(i: usize, path: &Path, text: &str) -> Result<HostTemplate, String> {
-    // The key usually sits inside a flow mapping (`- { path: .., template: .. }`), where at_key's
-    // search for a line starting with the key would miss it.
-    let shown = path.display().to_string();
-    let line = text
-        .lines()
-        .position(|l| l.contains("template:") && l.contains(&shown))
-        .map(|n| format!(" at line {}", n + 1))
-        .unwrap_or_default();
-    let fail = |message: String| format!("hostfiles[{i}].template: {message}{line}");
+fn template(path: &Path) -> Result<HostTemplate, TemplateUnusable> {
+    let path = path.to_path_buf();
     if !path.is_absolute() {
-        return Err(fail(format!("{shown} must be an absolute path")));
+        return Err(TemplateUnusable::Relative { path });
     }
-    let body =
-        std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read {shown}: {e}")))?;
-    HostTemplate::parse(&body).map_err(|e| fail(format!("{shown} {e}")))
+    let body = match std::fs::read_to_string(&path) {
+        Ok(body) => body,
+        Err(error) => return Err(TemplateUnusable::Unreadable { path, error }),
+    };
+    HostTemplate::parse(&body).map_err(|error| TemplateUnusable::Invalid { path, error })
+}
+
+/// The key usually sits inside a flow mapping (`- { path: .., template: .. }`), where the search
+/// for a line starting with the key would miss it.
+fn template_line(text: &str, path: &Path) -> Line {
+    let shown = path.display().to_string();
+    Line::first(text, |l| l.contains("template:") && l.contains(&shown))
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::de::{duration, named, sha256};
+use super::error::Rule;
 use crate::digest::Sha256;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -40,6 +41,16 @@ impl Default for Events {
     }
 }
 
+impl Events {
+    /// SQS long polling waits 1 to 20 seconds.
+    pub(super) fn check(&self) -> Result<(), Rule> {
+        match (Duration::from_secs(1)..=Duration::from_secs(20)).contains(&self.wait) {
+            true => Ok(()),
+            false => Err(Rule::QueueWait),
+        }
+    }
+}
+
 fn default_scheduled_change_lead() -> Duration {
     Duration::from_secs(3600)
 }
@@ -66,6 +77,22 @@ pub struct Health {
     /// The digest the check's program (the command's first element) must have, if pinned.
     #[serde(default, deserialize_with = "health_sha256")]
     pub sha256: Option<Sha256>,
+}
+
+impl Health {
+    /// A check needs a program; and one that may run as long as the interval could not report
+    /// once every interval, which is what the master relies on to see a report that is out of
+    /// date.
+    pub(super) fn check(&self) -> Result<(), Rule> {
+        if self.command.first().is_none_or(|p| p.is_empty()) {
+            return Err(Rule::HealthWithoutProgram);
+        }
+        if self.timeout >= self.interval {
+            let (timeout, interval) = (self.timeout, self.interval);
+            return Err(Rule::HealthTimeout { timeout, interval });
+        }
+        Ok(())
+    }
 }
 
 // Inside `health` serde loses the key's path (the error names `agent.health` only), so these
@@ -161,6 +188,19 @@ pub enum Reports {
     /// `prepare_data_success_<ip>`, which makes it join; a failure marker is only shown; every
     /// other report is ignored. Any worker can then make any other join early, nothing more.
     Unsigned,
+}
+
+impl Reports {
+    /// Health and launcher reports come only from `dtd agent`, which signs what it writes: a
+    /// cluster that runs it has no use for unsigned reports, which any worker could write.
+    pub(super) fn check(self, health: bool, launcher: bool) -> Result<(), Rule> {
+        match (self, health, launcher) {
+            (Reports::Signed, _, _) => Ok(()),
+            (Reports::Unsigned, true, _) => Err(Rule::UnsignedWithAgent("agent.health")),
+            (Reports::Unsigned, false, true) => Err(Rule::UnsignedWithAgent("job.launcher")),
+            (Reports::Unsigned, false, false) => Ok(()),
+        }
+    }
 }
 
 fn default_queue_wait() -> Duration {

@@ -3,6 +3,8 @@
 //! status, errors) shows only `scheme://host[:port]/…`; the full URL leaves this type only as the
 //! request's target.
 
+use std::path::{Path, PathBuf};
+
 use hyper::Uri;
 use serde::{Deserialize, Deserializer};
 
@@ -12,25 +14,67 @@ pub struct WebhookUrl {
     shown: String,
 }
 
+/// Why a webhook's text is not a URL to post to. Never repeats the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("webhook is not a URL (write e.g. https://hooks.slack.com/services/…)")]
+    NotAUrl,
+    #[error("webhook must be an http:// or https:// URL")]
+    Scheme,
+    #[error(
+        "webhook must not carry user:password@; put the token where the service says (usually \
+         the path)"
+    )]
+    Credentials,
+    #[error("webhook URL has no host")]
+    NoHost,
+}
+
+/// An `http://` webhook not allowed to be one; shown redacted.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "webhook {0} is http://: its token would cross the network in the clear; use https://, or \
+     set allow_http: true for a webhook on a network of your own"
+)]
+pub struct InClear(WebhookUrl);
+
+/// Why `alerts[].webhook_file` gives no webhook. Never repeats the file's content.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookFileError {
+    #[error("webhook_file {0} does not exist")]
+    Missing(PathBuf),
+    #[error("webhook_file {path}: {error}")]
+    Unreadable {
+        path: PathBuf,
+        error: crate::untrusted::ReadError,
+    },
+    #[error("webhook_file {path} {why}")]
+    Exposed { path: PathBuf, why: Exposure },
+    #[error("webhook_file {0} is not text")]
+    NotText(PathBuf),
+    #[error("webhook_file {path}: {error}")]
+    NotAUrl { path: PathBuf, error: UrlError },
+    #[error(transparent)]
+    InClear(#[from] InClear),
+}
+
 impl WebhookUrl {
     /// An absolute http or https URL with a host. The error never repeats the URL.
-    pub fn parse(text: &str) -> Result<WebhookUrl, String> {
-        let uri: Uri = text
-            .parse()
-            .map_err(|_| "webhook is not a URL (write e.g. https://hooks.slack.com/services/…)")?;
+    pub fn parse(text: &str) -> Result<WebhookUrl, UrlError> {
+        let uri: Uri = text.parse().map_err(|_| UrlError::NotAUrl)?;
         let scheme = uri.scheme_str().unwrap_or("");
         if scheme != "http" && scheme != "https" {
-            return Err("webhook must be an http:// or https:// URL".into());
+            return Err(UrlError::Scheme);
         }
         let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
         // Credentials in the URL would be sent nowhere (hyper does not turn them into a header)
         // and would be one more secret to keep out of messages.
         if authority.contains('@') {
-            return Err("webhook must not carry user:password@; put the token where the service says (usually the path)".into());
+            return Err(UrlError::Credentials);
         }
         let host = uri.host().unwrap_or("");
         if host.is_empty() {
-            return Err("webhook URL has no host".into());
+            return Err(UrlError::NoHost);
         }
         let port = uri.port_u16().map_or(String::new(), |p| format!(":{p}"));
         let shown = format!("{scheme}://{host}{port}/…");
@@ -39,34 +83,30 @@ impl WebhookUrl {
 
     /// An `https://` URL, or `http://` when `allow_http`: a token sent in the clear is one anyone
     /// on the path can read and replay.
-    pub fn require_https(&self, allow_http: bool) -> Result<(), String> {
+    pub fn require_https(&self, allow_http: bool) -> Result<(), InClear> {
         match self.uri.scheme_str() {
-            Some("http") if !allow_http => Err(format!(
-                "webhook {} is http://: its token would cross the network in the clear; use \
-                 https://, or set allow_http: true for a webhook on a network of your own",
-                self.shown
-            )),
+            Some("http") if !allow_http => Err(InClear(self.clone())),
             _ => Ok(()),
         }
     }
 
     /// The URL in a file (`alerts[].webhook_file`): owned by root or dtd's own user, readable by
     /// no one else, one line. The error never repeats the file's content.
-    pub fn read_file(path: &std::path::Path, allow_http: bool) -> Result<WebhookUrl, String> {
-        let at = path.display();
+    pub fn read_file(path: &Path, allow_http: bool) -> Result<WebhookUrl, WebhookFileError> {
+        let at = || path.to_path_buf();
         let (file, meta) = match crate::untrusted::open(path) {
             Ok(Some(opened)) => opened,
-            Ok(None) => return Err(format!("webhook_file {at} does not exist")),
-            Err(e) => return Err(format!("webhook_file {at}: {e}")),
+            Ok(None) => return Err(WebhookFileError::Missing(at())),
+            Err(error) => return Err(WebhookFileError::Unreadable { path: at(), error }),
         };
         if let Some(why) = exposed(&meta) {
-            return Err(format!("webhook_file {at} {why}"));
+            return Err(WebhookFileError::Exposed { path: at(), why });
         }
         let bytes = crate::untrusted::read_opened(file, &meta, WEBHOOK_FILE_LIMIT)
-            .map_err(|e| format!("webhook_file {at}: {e}"))?;
-        let text =
-            std::str::from_utf8(&bytes).map_err(|_| format!("webhook_file {at} is not text"))?;
-        let url = WebhookUrl::parse(text.trim()).map_err(|e| format!("webhook_file {at}: {e}"))?;
+            .map_err(|error| WebhookFileError::Unreadable { path: at(), error })?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| WebhookFileError::NotText(at()))?;
+        let url = WebhookUrl::parse(text.trim())
+            .map_err(|error| WebhookFileError::NotAUrl { path: at(), error })?;
         url.require_https(allow_http)?;
         Ok(url)
     }
@@ -131,23 +171,24 @@ impl<'de> Deserialize<'de> for WebhookUrl {
     }
 }
 
-/// Why a file holding a secret (a webhook's URL) is not safe to hold it: owned by someone other
-/// than root or dtd's own user, or readable by its group or others. `None`: it is safe.
-pub(super) fn exposed(meta: &std::fs::Metadata) -> Option<String> {
+/// Why a file holding a secret (a webhook's URL) is not safe to hold it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Exposure {
+    #[error("is owned by uid {0}: only root or dtd's own user may own it")]
+    Owner(u32),
+    #[error("has mode {0:o}: a secret must be readable by its owner only (chmod 600)")]
+    Mode(u32),
+}
+
+/// Whether a file is safe to hold a secret: owned by root or dtd's own user, and readable by
+/// neither its group nor others. `None`: it is safe.
+pub(super) fn exposed(meta: &std::fs::Metadata) -> Option<Exposure> {
     use std::os::unix::fs::MetadataExt;
     let own = crate::fsutil::own_uid();
     if meta.uid() != 0 && meta.uid() != own {
-        return Some(format!(
-            "is owned by uid {}: only root or dtd's own user may own it",
-            meta.uid()
-        ));
+        return Some(Exposure::Owner(meta.uid()));
     }
-    (meta.mode() & 0o077 != 0).then(|| {
-        format!(
-            "has mode {:o}: a secret must be readable by its owner only (chmod 600)",
-            meta.mode() & 0o7777
-        )
-    })
+    (meta.mode() & 0o077 != 0).then(|| Exposure::Mode(meta.mode() & 0o7777))
 }
 
 #[cfg(test)]
@@ -193,7 +234,7 @@ mod tests {
             "https:///SeCrEt",
             "not a url SeCrEt",
         ] {
-            let e = WebhookUrl::parse(bad).expect_err(bad);
+            let e = WebhookUrl::parse(bad).expect_err(bad).to_string();
             assert!(!e.contains("SeCrEt"), "{bad}: {e}");
         }
     }

@@ -84,9 +84,9 @@ pub fn events(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Resu
 }
 
 /// One event as `dtctl events` prints it: a JSON line, or a line for people.
-pub fn event_line(e: &Event, json: bool) -> anyhow::Result<String> {
+pub fn event_line(e: &Event, json: bool) -> Result<String, serde_json::Error> {
     if json {
-        return Ok(serde_json::to_string(e)?);
+        return serde_json::to_string(e);
     }
     let when = crate::model::rfc3339(e.time);
     let gen = e.generation.map_or("-".into(), |g| format!("g{g}"));
@@ -104,7 +104,7 @@ pub fn ack(cfg: &Config, generation: u64) -> anyhow::Result<()> {
         bail!("generation {generation} does not exist yet: dtd has written up to {written}");
     }
     let path = &cfg.job.ack.file;
-    let owner = cfg.job.owner_uid().map_err(anyhow::Error::msg)?;
+    let owner = cfg.job.owner_uid()?;
     // dtd reads the ack file only when the job's user owns it: root hands it over.
     let owner = (nix::unistd::geteuid().is_root()).then_some(owner);
     write_atomic_owned(

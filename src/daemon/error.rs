@@ -26,7 +26,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Metrics(#[from] ServeError),
     #[error("{0}")]
-    JobOwner(String),
+    JobOwner(crate::config::JobOwnerError),
     #[error("alerts: {0}")]
-    Alerts(String),
+    Alerts(crate::config::WebhookFileError),
 }

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::agent::launcher::user::{self, RunAs};
+use crate::agent::launcher::user::{self, RunAs, RunAsError};
 use crate::agent::program::{self, Program, Status};
 use crate::config::{Config, InPlace};
 
@@ -69,7 +69,7 @@ struct Job {
     program: std::path::PathBuf,
     args: Vec<String>,
     settings: InPlace,
-    run_as: Result<RunAs, String>,
+    run_as: Result<RunAs, RunAsError>,
     state: Arc<Mutex<String>>,
 }
 

@@ -15,6 +15,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
 
+use super::health::{Reason, Unhealthy};
 use super::Health;
 
 /// The exposition format's content type (OpenMetrics 1.0, "OpenMetrics text format").
@@ -132,7 +133,7 @@ fn metrics(registry: &Registry) -> Response<Full<Bytes>> {
 fn healthz(health: &Mutex<Health>) -> Response<Full<Bytes>> {
     let verdict = match health.lock() {
         Ok(h) => h.verdict(Instant::now()),
-        Err(_) => Err("the daemon's health record is poisoned (a pass panicked)".into()),
+        Err(_) => Err(Unhealthy(vec![Reason::Poisoned])),
     };
     match verdict {
         Ok(ok) => text(StatusCode::OK, format!("{ok}\n")),

@@ -82,7 +82,9 @@ impl ProgressReader {
             (read.as_ref().err()).and_then(|e| untrusted::not_owned_line(&self.path, e));
         let parsed = match read {
             Ok(None) => return None,
-            Ok(Some(body)) => ProgressLine::parse(&body).map(progress),
+            Ok(Some(body)) => ProgressLine::parse(&body)
+                .map(progress)
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match &parsed {

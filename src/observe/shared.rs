@@ -90,7 +90,11 @@ pub async fn read(
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         r.read()
     };
-    match fs.run("reading markers and acknowledgements", read).await {
+    match fs
+        .run("reading markers and acknowledgements", read)
+        .await
+        .map_err(|e| e.to_string())
+    {
         Ok(view) => view,
         // Not "no progress file": a stall already shown stays shown until the file is read.
         Err(stalled) => SharedView {

@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ParseError;
+
 /// The check's exit code for "the GPUs are gone" (fewer than the instance type has, or the
 /// driver cannot reach them): no graceful drain can help, the job loses the worker now.
 pub const GPUS_LOST_EXIT: i32 = 3;
@@ -40,9 +42,8 @@ impl HealthReport {
 
     /// Parses a body read from the shared directory (untrusted: any worker can write it); the
     /// reason is cut to one printable line.
-    pub fn parse(body: &[u8]) -> Result<HealthReport, String> {
-        let mut r: HealthReport = serde_json::from_slice(body)
-            .map_err(|e| format!("health report is not the agent's JSON: {e}"))?;
+    pub fn parse(body: &[u8]) -> Result<HealthReport, ParseError> {
+        let mut r: HealthReport = serde_json::from_slice(body).map_err(ParseError::Health)?;
         r.reason = one_line(&r.reason);
         Ok(r)
     }

@@ -10,6 +10,8 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+use super::ParseError;
+
 /// The plan's name in the shared directory (not configurable: agents look for it).
 pub const PLAN_FILE: &str = "launch_plan";
 
@@ -34,12 +36,11 @@ impl LaunchPlan {
 
     /// Parses a plan read from the shared directory: IPs parse as IPs (serde refuses anything
     /// else), and a host listed twice makes the plan no plan (ranks would collide).
-    pub fn parse(body: &[u8]) -> Result<LaunchPlan, String> {
-        let plan: LaunchPlan = serde_json::from_slice(body)
-            .map_err(|e| format!("the launch plan is not dtd's JSON: {e}"))?;
+    pub fn parse(body: &[u8]) -> Result<LaunchPlan, ParseError> {
+        let plan: LaunchPlan = serde_json::from_slice(body).map_err(ParseError::Plan)?;
         let mut seen = std::collections::HashSet::new();
         if let Some(twice) = plan.hosts.iter().find(|ip| !seen.insert(**ip)) {
-            return Err(format!("the launch plan lists {twice} twice"));
+            return Err(ParseError::PlanListsTwice(*twice));
         }
         Ok(plan)
     }

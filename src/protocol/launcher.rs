@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::ParseError;
+
 /// How often the agent replaces its report even when nothing changed: the master's evidence that
 /// the node still answers.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -89,9 +91,8 @@ impl LauncherReport {
 
     /// Parses a body read from the shared directory (untrusted); the reason and the rendezvous id
     /// are cut to one printable line.
-    pub fn parse(body: &[u8]) -> Result<LauncherReport, String> {
-        let mut r: LauncherReport = serde_json::from_slice(body)
-            .map_err(|e| format!("launcher report is not the agent's JSON: {e}"))?;
+    pub fn parse(body: &[u8]) -> Result<LauncherReport, ParseError> {
+        let mut r: LauncherReport = serde_json::from_slice(body).map_err(ParseError::Launcher)?;
         r.reason = super::health::one_line(&r.reason);
         r.rdzv_id = r.rdzv_id.map(|id| super::health::one_line(&id));
         Ok(r)

@@ -20,6 +20,7 @@
 //! The host files themselves are rendered by [`crate::hostfile`]: only the master writes them.
 
 pub mod capacity_refusals;
+mod error;
 pub mod generation;
 pub mod health;
 pub mod host_worker_log;
@@ -31,3 +32,5 @@ pub mod notices;
 pub mod progress;
 pub mod report;
 pub mod signed;
+
+pub use error::ParseError;

@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ParseError;
+
 /// The progress file's default name in the shared directory.
 pub const PROGRESS_FILE: &str = "progress";
 
@@ -71,10 +73,8 @@ impl ProgressLine {
     }
 
     /// Parses what was read from the shared directory (untrusted: any worker can write it).
-    pub fn parse(body: &[u8]) -> Result<ProgressLine, String> {
-        serde_json::from_slice(body).map_err(|e| {
-            format!("does not hold the job's progress ({{\"step\": N, \"time\": \"…\"}}): {e}")
-        })
+    pub fn parse(body: &[u8]) -> Result<ProgressLine, ParseError> {
+        serde_json::from_slice(body).map_err(ParseError::Progress)
     }
 }
 

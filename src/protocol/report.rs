@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::ParseError;
+
 /// The master reads at most [`MAX_REPORT_BYTES`](super::markers::MAX_REPORT_BYTES) of a report;
 /// the agent drops the oldest output lines to stay well under it.
 pub(super) const RENDER_LIMIT: usize = 12 * 1024;
@@ -75,9 +77,8 @@ pub fn owner(body: &[u8]) -> Option<String> {
 
 /// A failure report in one line for people: `exit 3 after 2 attempt(s): disk full`. Any JSON
 /// object will do; what it lacks is shown as unknown.
-pub fn summary(body: &str) -> Result<String, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("failure report is not JSON: {e}"))?;
+pub fn summary(body: &str) -> Result<String, ParseError> {
+    let v: serde_json::Value = serde_json::from_str(body).map_err(ParseError::Failure)?;
     let code = v.get("exit_code").map_or("?".into(), |c| c.to_string());
     let attempts = v.get("attempts").and_then(|a| a.as_u64()).unwrap_or(1);
     let last = match v.get("output_tail") {
@@ -162,7 +163,7 @@ mod tests {
     fn other_shapes_are_read_leniently_and_garbage_is_rejected() {
         assert_eq!(owner(b""), None);
         assert_eq!(owner(b"{\"instance_id\": 7}"), None);
-        let e = summary("{truncated").unwrap_err();
+        let e = summary("{truncated").unwrap_err().to_string();
         assert!(e.starts_with("failure report is not JSON"), "{e}");
         let s = summary(r#"{"output_tail": "one\ntwo\u0007"}"#).unwrap();
         assert_eq!(s, "exit ? after 1 attempt(s): two");

@@ -88,13 +88,25 @@ pub enum SignError {
     #[error("it is not signed by an agent (no signature)")]
     Unsigned,
     #[error("its signature is malformed: {0}")]
-    Malformed(String),
+    Malformed(Malformed),
     #[error("its agent_key is not an Ed25519 public key in base64")]
     BadKey,
     #[error("its signature does not verify (changed after signing, or signed for another file)")]
     BadSignature,
     #[error("the agent's key is not a PKCS#8 Ed25519 key")]
     BadPrivateKey,
+}
+
+/// How a signature is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("the signature is not the report's last member")]
+    NotLast,
+    /// serde_json's words, kept as text so that the error can be compared and cloned.
+    #[error("{0}")]
+    NotJson(String),
+    #[error("sig is not 64 bytes in base64")]
+    NotBase64,
 }
 
 /// What a signed report says of its signing: verified against the key it names, which is
@@ -169,19 +181,15 @@ pub fn open(name: &MarkerName, bytes: &[u8]) -> Result<Signed, SignError> {
     };
     let sig_text = line[at + SIG_MEMBER.len()..]
         .strip_suffix(b"\"}")
-        .ok_or_else(|| {
-            SignError::Malformed("the signature is not the report's last member".into())
-        })?;
-    let env: Envelope =
-        serde_json::from_slice(line).map_err(|e| SignError::Malformed(e.to_string()))?;
+        .ok_or(SignError::Malformed(Malformed::NotLast))?;
+    let env: Envelope = serde_json::from_slice(line)
+        .map_err(|e| SignError::Malformed(Malformed::NotJson(e.to_string())))?;
     if env.sig.as_bytes() != sig_text {
-        return Err(SignError::Malformed(
-            "the signature is not the report's last member".into(),
-        ));
+        return Err(SignError::Malformed(Malformed::NotLast));
     }
     let sig = match B64.decode(sig_text) {
         Ok(sig) if sig.len() == SIGNATURE_BYTES => sig,
-        _ => return Err(SignError::Malformed("sig is not 64 bytes in base64".into())),
+        _ => return Err(SignError::Malformed(Malformed::NotBase64)),
     };
     let key = AgentKey::parse(&env.agent_key)?;
     UnparsedPublicKey::new(&ED25519, key.bytes())

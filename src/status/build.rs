@@ -99,14 +99,18 @@ fn quorum(snap: &Snapshot, f: &PassFacts) -> Option<QuorumStatus> {
     })
 }
 
+/// A source's line: what it held, or why it was not read.
+fn source<E: std::fmt::Display>(source: Source, read: Result<String, E>) -> SourceStatus {
+    SourceStatus {
+        name: source.name().into(),
+        ok: read.is_ok(),
+        detail: read.unwrap_or_else(|e| e.to_string()),
+    }
+}
+
 /// Every source a pass reads, whether it was read, and what it held.
 fn sources(cfg: &Config, f: &PassFacts) -> Vec<SourceStatus> {
     let snap = f.snap;
-    let source = |source: Source, r: Result<String, String>| SourceStatus {
-        name: source.name().into(),
-        ok: r.is_ok(),
-        detail: r.unwrap_or_else(|e| e),
-    };
     let listed = f.listed_at.map_or("never listed completely".into(), |at| {
         let every = humantime::format_duration(cfg.resync);
         format!(
@@ -114,11 +118,11 @@ fn sources(cfg: &Config, f: &PassFacts) -> Vec<SourceStatus> {
             ago(f.now.saturating_sub(at))
         )
     });
-    let instances = (snap.instances.as_ref().map_err(ToString::to_string))
+    let instances = (snap.instances.as_ref())
         .map(|v| format!("{} instances with the worker tags ({listed})", v.len()));
-    let markers = (snap.markers.as_ref().map_err(ToString::to_string))
+    let markers = (snap.markers.as_ref())
         .map(|m| format!("{} ready, {} failed", m.success.len(), m.failed.len()));
-    let acks = (snap.acks.as_ref().map_err(ToString::to_string)).map(|a| {
+    let acks = (snap.acks.as_ref()).map(|a| {
         let file = a.generation.map_or("-".into(), |g| g.to_string());
         format!("ack file: {file}, host_worker_log: {} lines", a.log_lines)
     });
@@ -129,7 +133,7 @@ fn sources(cfg: &Config, f: &PassFacts) -> Vec<SourceStatus> {
     ];
     if let Some(url) = &cfg.events.queue_url {
         let notices = format!("{url} (notices this pass: {})", snap.notices.len());
-        let read = f.queue_error.map_or(Ok(notices), |e| Err(e.to_string()));
+        let read = f.queue_error.map_or(Ok(notices), Err);
         all.push(source(Source::EventQueue, read));
     }
     // Unknown zones hold nothing: a failed read is a source shown as failed, not a hold.

@@ -31,7 +31,7 @@ fn probe_at(path: &[String]) -> String {
 
 /// The keys the parser lists for the section at `path`, or None when it is not a section.
 fn section_keys(path: &[String]) -> Option<Vec<String>> {
-    let err = Config::parse(&probe_at(path)).err()?;
+    let err = Config::parse(&probe_at(path)).err()?.to_string();
     // serde says "expected `a`", "expected `a` or `b`" or "expected one of `a`, `b`, ...".
     let listed = err
         .split(&format!("unknown field `{PROBE}`, expected "))

@@ -87,7 +87,7 @@ struct Supervisor<'a> {
     hold: Hold,
     reporter: Reporter,
     /// Who the launcher runs as, or why it cannot start.
-    run_as: Result<user::RunAs, String>,
+    run_as: Result<user::RunAs, user::RunAsError>,
 }
 
 /// Runs for ever (until the agent stops, which kills the launcher's process group).
@@ -240,7 +240,7 @@ impl<'a> Supervisor<'a> {
         let run_as = match &self.run_as {
             Ok(u) => u.clone(),
             Err(why) => {
-                self.failed(&at, &Status::Refused(why.clone()), Vec::new());
+                self.failed(&at, &Status::Refused(why.to_string()), Vec::new());
                 return None;
             }
         };

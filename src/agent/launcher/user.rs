@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 
-use crate::config::{Config, JobUser, Launcher};
+use crate::config::{Config, JobUser, Launcher, NoUser};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunAs {
@@ -17,8 +17,29 @@ pub struct RunAs {
     pub home: Option<OsString>,
 }
 
+/// Why the launcher cannot start as the job's user.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RunAsError {
+    #[error("job.launcher.user: {0}")]
+    User(NoUser),
+    #[error(
+        "the job would run as uid {uid}, gid {gid}: set job.launcher.user (or job.owner) to the \
+         job's user; user code never runs as root"
+    )]
+    Root { uid: u32, gid: u32 },
+    #[error(
+        "dtd agent runs as uid {}, gid {}: only root can start the job as uid {uid}, gid {gid}",
+        .agent.0, .agent.1
+    )]
+    NotRoot {
+        agent: (u32, u32),
+        uid: u32,
+        gid: u32,
+    },
+}
+
 /// The user the launcher runs as, or why it cannot start.
-pub fn resolve(cfg: &Config, launcher: &Launcher) -> Result<RunAs, String> {
+pub fn resolve(cfg: &Config, launcher: &Launcher) -> Result<RunAs, RunAsError> {
     let agent = (
         nix::unistd::geteuid().as_raw(),
         nix::unistd::getegid().as_raw(),
@@ -26,20 +47,14 @@ pub fn resolve(cfg: &Config, launcher: &Launcher) -> Result<RunAs, String> {
     let configured =
         (launcher.user.clone()).or_else(|| cfg.job.owner.as_ref().map(JobUser::from_owner));
     let (uid, gid) = match configured {
-        Some(user) => user.ids().map_err(|e| format!("job.launcher.user: {e}"))?,
+        Some(user) => user.ids().map_err(RunAsError::User)?,
         None => agent,
     };
     if uid == 0 || gid == 0 {
-        return Err(format!(
-            "the job would run as uid {uid}, gid {gid}: set job.launcher.user (or job.owner) to \
-             the job's user; user code never runs as root"
-        ));
+        return Err(RunAsError::Root { uid, gid });
     }
     if agent.0 != 0 && (uid, gid) != agent {
-        return Err(format!(
-            "dtd agent runs as uid {}, gid {}: only root can start the job as uid {uid}, gid {gid}",
-            agent.0, agent.1
-        ));
+        return Err(RunAsError::NotRoot { agent, uid, gid });
     }
     let entry = nix::unistd::User::from_uid(uid.into()).ok().flatten();
     Ok(RunAs {
@@ -88,7 +103,7 @@ mod tests {
         Config::parse(&text).unwrap()
     }
 
-    fn resolved(launcher: &str, owner: &str) -> Result<RunAs, String> {
+    fn resolved(launcher: &str, owner: &str) -> Result<RunAs, RunAsError> {
         let cfg = config(launcher, owner);
         resolve(&cfg, cfg.job.launcher.as_ref().unwrap())
     }
@@ -102,10 +117,10 @@ mod tests {
         if as_root {
             assert_eq!(user.map(|u| (u.uid, u.gid)), Ok((50000, 50001)));
             assert_eq!(owner.map(|u| (u.uid, u.gid)), Ok((50002, 50002)));
-            let e = resolved("", "").unwrap_err();
+            let e = resolved("", "").unwrap_err().to_string();
             assert!(e.contains("user code never runs as root"), "{e}");
         } else {
-            let e = user.unwrap_err();
+            let e = user.unwrap_err().to_string();
             assert!(
                 e.contains("only root can start the job as uid 50000"),
                 "{e}"
@@ -115,7 +130,8 @@ mod tests {
         let e = Config::parse(
             "cluster: t\nworkers: { launch_template: lt-1, max: 2 }\nshared_dir: /efs\njob:\n  launcher:\n    torchrun: [/opt/torchrun]\n    script: [/x]\n    user: 0\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("never runs as root"), "{e}");
     }
 }

@@ -150,18 +150,20 @@ fn a_webhook_file_is_read_only_when_private_to_its_owner() {
     let path = dir.path().join("webhook");
     std::fs::write(&path, "https://hooks.example.com/services/SeCrEt\n").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let e = WebhookUrl::read_file(&path, false).unwrap_err();
+    let e = WebhookUrl::read_file(&path, false).unwrap_err().to_string();
     assert!(e.contains("mode 644") && e.contains("chmod 600"), "{e}");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let url = WebhookUrl::read_file(&path, false).unwrap();
     assert_eq!(url.redacted(), "https://hooks.example.com/…");
     std::fs::write(&path, "http://10.0.0.1/SeCrEt\n").unwrap();
-    let e = WebhookUrl::read_file(&path, false).unwrap_err();
+    let e = WebhookUrl::read_file(&path, false).unwrap_err().to_string();
     assert!(e.contains("allow_http") && !e.contains("SeCrEt"), "{e}");
     assert!(WebhookUrl::read_file(&path, true).is_ok());
     std::fs::write(&path, "not a url SeCrEt").unwrap();
-    let e = WebhookUrl::read_file(&path, false).unwrap_err();
+    let e = WebhookUrl::read_file(&path, false).unwrap_err().to_string();
     assert!(!e.contains("SeCrEt"), "{e}");
-    let e = WebhookUrl::read_file(&dir.path().join("none"), false).unwrap_err();
+    let e = WebhookUrl::read_file(&dir.path().join("none"), false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("does not exist"), "{e}");
 }

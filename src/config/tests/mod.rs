@@ -54,7 +54,7 @@ fn good_with(from: &str, to: &str) -> Config {
 }
 
 fn error_of(text: &str) -> String {
-    Config::parse(text).unwrap_err()
+    Config::parse(text).unwrap_err().to_string()
 }
 
 #[test]

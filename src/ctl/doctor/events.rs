@@ -6,7 +6,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
 
 use super::policy::{one_of, statements};
-use super::{Check, Context};
+use super::{Check, Context, ReadFailed};
 use crate::aws::describe_error;
 
 const QUEUE: &str = "event queue";
@@ -75,7 +75,7 @@ async fn rules(cx: &Context<'_>, queue_arn: &str) -> Check {
             return Check::fail(
                 "queue.rules",
                 RULES,
-                e,
+                e.to_string(),
                 "let the role call events:ListRuleNamesByTarget",
             )
         }
@@ -142,7 +142,7 @@ async fn rules(cx: &Context<'_>, queue_arn: &str) -> Check {
 async fn rule_names(
     events: &aws_sdk_eventbridge::Client,
     target: &str,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ReadFailed> {
     let mut names = Vec::new();
     let mut token: Option<String> = None;
     loop {
@@ -150,7 +150,10 @@ async fn rule_names(
             .set_next_token(token.clone())
             .send()
             .await
-            .map_err(|e| format!("ListRuleNamesByTarget {target}: {}", describe_error(&e)))?;
+            .map_err(|e| ReadFailed::RuleNames {
+                target: target.into(),
+                said: describe_error(&e),
+            })?;
         names.extend(out.rule_names().iter().cloned());
         token = out.next_token().map(str::to_string);
         if token.is_none() {

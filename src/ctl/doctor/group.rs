@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_autoscaling::types::{AutoScalingGroup, LifecycleHook};
 
 use super::template::Workers;
-use super::{Check, Context};
+use super::{Check, Context, ReadFailed};
 use crate::aws::describe_error;
 
 const LAUNCHING: &str = "autoscaling:EC2_INSTANCE_LAUNCHING";
@@ -57,10 +57,7 @@ pub async fn checks(cx: &Context<'_>) -> GroupChecks {
         .await
     {
         Ok(out) => Ok(out.lifecycle_hooks().to_vec()),
-        Err(e) => Err(format!(
-            "DescribeLifecycleHooks failed: {}",
-            describe_error(&e)
-        )),
+        Err(e) => Err(ReadFailed::LifecycleHooks(describe_error(&e))),
     };
     let detail = format!(
         "{name}: min {}, desired {}, max {}",
@@ -110,7 +107,7 @@ fn least_heartbeat(cx: &Context<'_>) -> Duration {
 
 fn hook(
     group: &str,
-    hooks: &Result<Vec<LifecycleHook>, String>,
+    hooks: &Result<Vec<LifecycleHook>, ReadFailed>,
     transition: &str,
     least: Duration,
 ) -> Check {
@@ -124,7 +121,7 @@ fn hook(
             return Check::fail(
                 id,
                 title,
-                e.clone(),
+                e.to_string(),
                 "let dtd's role call autoscaling:DescribeLifecycleHooks",
             )
         }

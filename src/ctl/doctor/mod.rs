@@ -20,6 +20,26 @@ use crate::config::Config;
 
 pub use report::{Check, Outcome, Report};
 
+/// An AWS read that a check needed and did not get: the call, and what AWS said (its words,
+/// through [`crate::aws::describe_error`]). A check shows it as its detail.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReadFailed {
+    #[error("DescribeInstances failed: {0}")]
+    Instances(String),
+    #[error("DescribeSubnets failed: {0}")]
+    Subnets(String),
+    #[error("{0}")]
+    MountTargets(crate::observe::efs::MountTargetError),
+    #[error("DescribeMountTargetSecurityGroups {target}: {said}")]
+    MountTargetGroups { target: String, said: String },
+    #[error("DescribeSecurityGroups for {target}: {said}")]
+    SecurityGroups { target: String, said: String },
+    #[error("DescribeLifecycleHooks failed: {0}")]
+    LifecycleHooks(String),
+    #[error("ListRuleNamesByTarget {target}: {said}")]
+    RuleNames { target: String, said: String },
+}
+
 /// What the AWS checks share: one SDK configuration, and what earlier checks learned.
 pub(crate) struct Context<'a> {
     pub cfg: &'a Config,

@@ -12,12 +12,38 @@ const TITLE: &str = "shared_dir mounted";
 /// `<fs-id>.<mount point with / as .>.<local port>` (efs-utils, `get_mount_specific_filename`).
 const EFS_UTILS_STATE: &str = "/var/run/efs";
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Mount {
     point: PathBuf,
     fstype: String,
     source: String,
     options: String,
+}
+
+/// A directory and the mount it is on: `/efs is fs-0123abcd:/ (nfs4) on /efs`.
+#[derive(Debug)]
+struct OnMount {
+    dir: PathBuf,
+    mount: Mount,
+}
+
+impl std::fmt::Display for OnMount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = &self.mount;
+        let (dir, point) = (self.dir.display(), m.point.display());
+        write!(f, "{dir} is {} ({}) on {point}", m.source, m.fstype)
+    }
+}
+
+/// Why `shared_dir` is not on the configured file system.
+#[derive(Debug, thiserror::Error)]
+enum NotMounted {
+    #[error("{0} is on no mount at all")]
+    Nowhere(PathBuf),
+    #[error("{dir} is on the root file system, not on {fs}")]
+    RootDisk { dir: PathBuf, fs: String },
+    #[error("{on}, not {fs}")]
+    Elsewhere { on: Box<OnMount>, fs: String },
 }
 
 /// `region` is the one the SDK resolved (the config's, or the environment's): mount.efs names
@@ -50,8 +76,8 @@ pub fn check(cfg: &Config, region: &str) -> Check {
         }
     };
     match verdict(&table, &dir, fs, region, Path::new(EFS_UTILS_STATE)) {
-        Ok(detail) => Check::pass("efs.mounted", TITLE, detail),
-        Err(detail) => Check::fail("efs.mounted", TITLE, detail, fix),
+        Ok(on) => Check::pass("efs.mounted", TITLE, on.to_string()),
+        Err(e) => Check::fail("efs.mounted", TITLE, e.to_string(), fix),
     }
 }
 
@@ -61,7 +87,7 @@ fn verdict(
     fs: &str,
     region: &str,
     state: &Path,
-) -> Result<String, String> {
+) -> Result<OnMount, NotMounted> {
     let mounts: Vec<Mount> = table.lines().filter_map(parse_line).collect();
     // The longest mount point above `dir`; of equal ones the last, which hides the others.
     let Some(m) = mounts
@@ -69,29 +95,28 @@ fn verdict(
         .filter(|m| dir.starts_with(&m.point))
         .max_by_key(|m| m.point.components().count())
     else {
-        return Err(format!("{} is on no mount at all", dir.display()));
+        return Err(NotMounted::Nowhere(dir.to_path_buf()));
     };
-    let shown = format!(
-        "{} is {} ({}) on {}",
-        dir.display(),
-        m.source,
-        m.fstype,
-        m.point.display()
-    );
     if m.point == Path::new("/") {
-        return Err(format!(
-            "{} is on the root file system, not on {fs}",
-            dir.display()
-        ));
+        let (dir, fs) = (dir.to_path_buf(), fs.to_string());
+        return Err(NotMounted::RootDisk { dir, fs });
     }
     let host = m
         .source
         .split_once(':')
         .map_or(m.source.as_str(), |(h, _)| h);
-    if names_file_system(host, fs, region) || tls_tunnel_of(m, host, fs, state) {
-        return Ok(shown);
+    let matches = names_file_system(host, fs, region) || tls_tunnel_of(m, host, fs, state);
+    let on = OnMount {
+        dir: dir.to_path_buf(),
+        mount: m.clone(),
+    };
+    match matches {
+        true => Ok(on),
+        false => Err(NotMounted::Elsewhere {
+            on: Box::new(on),
+            fs: fs.to_string(),
+        }),
     }
-    Err(format!("{shown}, not {fs}"))
 }
 
 /// `fs-…:/` as typed, or the DNS name mount.efs resolves it to: `fs-….efs.<region>.amazonaws.com`
@@ -175,7 +200,7 @@ mod tests {
         format!("{ROOT}{extra}")
     }
 
-    fn judge(t: &str, dir: &str, state: &Path) -> Result<String, String> {
+    fn judge(t: &str, dir: &str, state: &Path) -> Result<OnMount, NotMounted> {
         verdict(t, Path::new(dir), FS, "us-east-1", state)
     }
 
@@ -187,7 +212,7 @@ mod tests {
         let zonal = dns.replace("fs-0123abcd.efs", "us-east-1a.fs-0123abcd.efs");
         assert!(judge(&zonal, "/myEFSvolume", none).is_ok());
         let other = dns.replace("fs-0123abcd", "fs-99999999");
-        let e = judge(&other, "/myEFSvolume", none).unwrap_err();
+        let e = judge(&other, "/myEFSvolume", none).unwrap_err().to_string();
         assert!(
             e.contains("fs-99999999.efs.us-east-1.amazonaws.com:/ (nfs4)")
                 && e.ends_with("not fs-0123abcd"),
@@ -200,13 +225,16 @@ mod tests {
     #[test]
     fn the_root_disk_and_a_sibling_mount_are_not() {
         let none = Path::new("/nonexistent");
-        let e = judge(&table(""), "/myEFSvolume", none).unwrap_err();
+        let e = judge(&table(""), "/myEFSvolume", none)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("root file system"), "{e}");
         let sibling = table(
             "90 22 0:50 / /myEFSvolume2 rw - nfs4 fs-0123abcd.efs.us-east-1.amazonaws.com:/ rw\n",
         );
         assert!(judge(&sibling, "/myEFSvolume", none)
             .unwrap_err()
+            .to_string()
             .contains("root file system"));
     }
 
@@ -230,6 +258,9 @@ mod tests {
         let over = table(
             "90 22 0:50 / /efs rw - nfs4 fs-0123abcd:/ rw\n91 90 0:51 / /efs rw - tmpfs tmpfs rw\n",
         );
-        assert!(judge(&over, "/efs", none).unwrap_err().contains("tmpfs"));
+        assert!(judge(&over, "/efs", none)
+            .unwrap_err()
+            .to_string()
+            .contains("tmpfs"));
     }
 }

@@ -6,7 +6,7 @@
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{Filter, LaunchTemplateSpecification, Tag};
 
-use super::{Check, Context};
+use super::{Check, Context, ReadFailed};
 use crate::aws::describe_error;
 use crate::model::STATUS_TAG;
 
@@ -31,7 +31,7 @@ pub async fn checks(cx: &Context<'_>, template: Option<String>) -> Vec<Check> {
         }
         Err(e) => {
             let fix = "let the role call ec2:DescribeInstances";
-            out.push(Check::fail("perm.create_tags", TAG, e, fix));
+            out.push(Check::fail("perm.create_tags", TAG, e.to_string(), fix));
             out.push(Check::skip("perm.delete_tags", UNTAG, "needs a worker"));
             out.push(Check::skip("perm.terminate", TERMINATE, "needs a worker"));
         }
@@ -43,7 +43,7 @@ pub async fn checks(cx: &Context<'_>, template: Option<String>) -> Vec<Check> {
     out
 }
 
-async fn some_worker(cx: &Context<'_>) -> Result<Option<String>, String> {
+async fn some_worker(cx: &Context<'_>) -> Result<Option<String>, ReadFailed> {
     let mut call = cx.ec2.describe_instances().filters(
         Filter::builder()
             .name("instance-state-name")
@@ -55,7 +55,7 @@ async fn some_worker(cx: &Context<'_>) -> Result<Option<String>, String> {
         call = call.filters(Filter::builder().name(format!("tag:{k}")).values(v).build());
     }
     let out = (call.max_results(5).send().await)
-        .map_err(|e| format!("DescribeInstances failed: {}", describe_error(&e)))?;
+        .map_err(|e| ReadFailed::Instances(describe_error(&e)))?;
     let mut ids = out.reservations().iter().flat_map(|r| r.instances());
     Ok(ids.find_map(|i| i.instance_id().map(str::to_string)))
 }

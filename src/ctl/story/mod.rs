@@ -16,18 +16,21 @@ pub enum Target {
     Instance(String),
 }
 
+/// What `dtctl explain` was given instead of an IP or an instance id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is neither an IP address nor an EC2 instance id (i- and 8 or 17 hex digits)")]
+pub struct NotATarget(String);
+
 impl Target {
     /// A private IP, or an EC2 instance id (`i-` and 8 or 17 lowercase hex digits).
-    pub fn parse(s: &str) -> Result<Target, String> {
+    pub fn parse(s: &str) -> Result<Target, NotATarget> {
         if let Ok(ip) = s.parse::<IpAddr>() {
             return Ok(Target::Ip(ip));
         }
         if is_ec2_instance_id(s) {
             return Ok(Target::Instance(s.to_string()));
         }
-        Err(format!(
-            "{s:?} is neither an IP address nor an EC2 instance id (i- and 8 or 17 hex digits)"
-        ))
+        Err(NotATarget(s.to_string()))
     }
 
     /// Whether a journal line is about this IP or instance (and names its instance).

@@ -202,7 +202,7 @@ fn only_an_ip_or_an_instance_id_is_a_target() {
         "../state.json",
         "host",
     ] {
-        let e = Target::parse(bad).unwrap_err();
+        let e = Target::parse(bad).unwrap_err().to_string();
         assert!(
             e.contains("neither an IP address nor an EC2 instance id"),
             "{bad}: {e}"

@@ -125,7 +125,7 @@ fn failed(version: FileVersion, modified: Option<Millis>, why: BodyError) -> Rea
 }
 
 fn parse(name: &MarkerName, bytes: &[u8]) -> Result<Body, BodyError> {
-    let malformed = BodyError::Malformed;
+    let malformed = |e: crate::protocol::ParseError| BodyError::Malformed(e.to_string());
     match name.kind {
         MarkerKind::Success => Ok(Body::Success {
             instance_id: report::owner(bytes).map(|id| short(&id)),

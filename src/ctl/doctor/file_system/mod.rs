@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::policy::{one_of, statements};
 use super::template::Workers;
-use super::{Check, Context};
+use super::{Check, Context, ReadFailed};
 use crate::aws::describe_error;
 
 const AVAILABLE: &str = "file system";
@@ -79,12 +79,12 @@ async fn available(efs: &aws_sdk_efs::Client, fs: &str) -> Check {
 }
 
 /// The mount targets, or why they could not be read.
-type Targets = Result<Vec<MountTargetDescription>, String>;
+type Targets = Result<Vec<MountTargetDescription>, ReadFailed>;
 /// Worker subnets by id: (Availability Zone, IPv4 CIDR), or why they could not be read.
-pub type Subnets = Result<BTreeMap<String, (String, String)>, String>;
+pub type Subnets = Result<BTreeMap<String, (String, String)>, ReadFailed>;
 
 async fn mount_targets(efs: &aws_sdk_efs::Client, fs: &str) -> Targets {
-    (crate::observe::efs::mount_targets(efs, fs).await).map_err(|e| e.to_string())
+    (crate::observe::efs::mount_targets(efs, fs).await).map_err(ReadFailed::MountTargets)
 }
 
 pub async fn subnets(cx: &Context<'_>, ids: &BTreeSet<String>) -> Subnets {
@@ -95,7 +95,7 @@ pub async fn subnets(cx: &Context<'_>, ids: &BTreeSet<String>) -> Subnets {
         .set_subnet_ids(Some(ids.iter().cloned().collect()))
         .send()
         .await
-        .map_err(|e| format!("DescribeSubnets failed: {}", describe_error(&e)))?;
+        .map_err(|e| ReadFailed::Subnets(describe_error(&e)))?;
     Ok((out.subnets().iter())
         .filter_map(|s| {
             let id = s.subnet_id()?.to_string();
@@ -111,7 +111,7 @@ fn zones_check(fs: &str, targets: &Targets, subnets: &Subnets) -> Check {
             return Check::fail(
                 "efs.mount_targets",
                 TARGETS,
-                e.clone(),
+                e.to_string(),
                 "let the role read them",
             )
         }

@@ -9,7 +9,7 @@ use super::{Subnets, Targets};
 use crate::aws::describe_error;
 use crate::ctl::doctor::ingress;
 use crate::ctl::doctor::template::Workers;
-use crate::ctl::doctor::{Check, Context};
+use crate::ctl::doctor::{Check, Context, ReadFailed};
 
 pub(super) const NFS: &str = "file system: NFS from workers";
 const NFS_PORT: i32 = 2049;
@@ -50,7 +50,10 @@ pub(super) async fn check(
         match target_groups(cx, efs, id).await {
             Ok(groups) if ingress::admits(&groups, NFS_PORT, &workers.security_groups, &cidrs) => {}
             Ok(_) => closed.push(id.to_string()),
-            Err(e) => return Check::fail("efs.security_groups", NFS, e, "let the role read them"),
+            Err(e) => {
+                let detail = e.to_string();
+                return Check::fail("efs.security_groups", NFS, detail, "let the role read them");
+            }
         }
     }
     let from = workers.groups_text();
@@ -83,17 +86,15 @@ async fn target_groups(
     cx: &Context<'_>,
     efs: &aws_sdk_efs::Client,
     target: &str,
-) -> Result<Vec<SecurityGroup>, String> {
+) -> Result<Vec<SecurityGroup>, ReadFailed> {
     let ids = (efs
         .describe_mount_target_security_groups()
         .mount_target_id(target))
     .send()
     .await
-    .map_err(|e| {
-        format!(
-            "DescribeMountTargetSecurityGroups {target}: {}",
-            describe_error(&e)
-        )
+    .map_err(|e| ReadFailed::MountTargetGroups {
+        target: target.into(),
+        said: describe_error(&e),
     })?
     .security_groups()
     .to_vec();
@@ -101,11 +102,9 @@ async fn target_groups(
         .set_group_ids(Some(ids))
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "DescribeSecurityGroups for {target}: {}",
-                describe_error(&e)
-            )
+        .map_err(|e| ReadFailed::SecurityGroups {
+            target: target.into(),
+            said: describe_error(&e),
         })?;
     Ok(out.security_groups().to_vec())
 }

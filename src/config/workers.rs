@@ -1,0 +1,155 @@
+//! `workers` as written: which instances are workers, how many, and where they come from; the
+//! section's own rules, checked as it is read, and its prepare timeout against the agent's limit,
+//! checked once the whole file is.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::de::prepare_timeout;
+use super::error::Rule;
+use super::{Slots, HOOK_GLOBAL_TIMEOUT_MAX};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWorkers {
+    #[serde(default)]
+    pub launch_template: Option<super::TemplateRef>,
+    #[serde(default)]
+    pub auto_scaling_group: Option<String>,
+    #[serde(default)]
+    pub elastic_tag: Option<String>,
+    #[serde(default = "default_worker_tags")]
+    pub tags: BTreeMap<String, String>,
+    #[serde(default)]
+    pub min: usize,
+    pub max: usize,
+    #[serde(default)]
+    pub base_hosts: Vec<IpAddr>,
+    #[serde(default)]
+    pub slots: Option<Slots>,
+    #[serde(default = "default_page_size")]
+    pub page_size: i32,
+    #[serde(default = "default_max_prepare_failures")]
+    pub max_prepare_failures: u32,
+    #[serde(default, deserialize_with = "prepare_timeout")]
+    pub prepare_timeout: Option<Duration>,
+    #[serde(default)]
+    pub replace_unhealthy: bool,
+    #[serde(default)]
+    pub capacity: Option<super::Capacity>,
+    #[serde(default)]
+    pub reports: super::Reports,
+}
+
+/// The section's own rules, checked while it is parsed so the error names `workers` and its line.
+pub(super) fn checked<'de, D: Deserializer<'de>>(d: D) -> Result<RawWorkers, D::Error> {
+    let workers = RawWorkers::deserialize(d)?;
+    workers.check().map_err(serde::de::Error::custom)?;
+    Ok(workers)
+}
+
+/// Why the `workers` section is refused.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum WorkersError {
+    #[error("one of launch_template or auto_scaling_group is required")]
+    NoSource,
+    #[error("max must be at least 1")]
+    NoMax,
+    #[error("min ({min}) is greater than max ({max})")]
+    MinAboveMax { min: usize, max: usize },
+    #[error("{n} base_hosts do not fit under max ({max})")]
+    BaseHostsAboveMax { n: usize, max: usize },
+    #[error("base_hosts lists {0} twice")]
+    BaseHostTwice(IpAddr),
+    #[error("page_size must be within 5..=1000, got {0}")]
+    PageSize(i32),
+    #[error("max_prepare_failures must be at least 1")]
+    NoPrepareFailure,
+    #[error(
+        "replace_unhealthy launches from launch_template, which is not set (group workers are \
+         replaced by their group)"
+    )]
+    ReplaceWithoutTemplate,
+    #[error(
+        "capacity overrides launch_template, which is not set (a group's choices are its mixed \
+         instances policy)"
+    )]
+    CapacityWithoutTemplate,
+    #[error("tags must name at least one worker tag (default NodeType: Worker)")]
+    NoTags,
+}
+
+impl RawWorkers {
+    fn check(&self) -> Result<(), WorkersError> {
+        if self.launch_template.is_none() && self.auto_scaling_group.is_none() {
+            return Err(WorkersError::NoSource);
+        }
+        if self.max == 0 {
+            return Err(WorkersError::NoMax);
+        }
+        if self.min > self.max {
+            let (min, max) = (self.min, self.max);
+            return Err(WorkersError::MinAboveMax { min, max });
+        }
+        self.check_base_hosts()?;
+        if !(5..=1000).contains(&self.page_size) {
+            return Err(WorkersError::PageSize(self.page_size));
+        }
+        if self.max_prepare_failures == 0 {
+            return Err(WorkersError::NoPrepareFailure);
+        }
+        if self.replace_unhealthy && self.launch_template.is_none() {
+            return Err(WorkersError::ReplaceWithoutTemplate);
+        }
+        if self.capacity.is_some() && self.launch_template.is_none() {
+            return Err(WorkersError::CapacityWithoutTemplate);
+        }
+        if self.tags.is_empty() {
+            return Err(WorkersError::NoTags);
+        }
+        Ok(())
+    }
+
+    /// A prepare timeout shorter than the agent's own limit would abandon a worker whose agent
+    /// is still retrying, before it could report either way.
+    pub(super) fn check_prepare_timeout(&self, limit: Duration) -> Result<(), Rule> {
+        let Some(timeout) = self.prepare_timeout else {
+            return Ok(());
+        };
+        if timeout < limit {
+            return Err(Rule::PrepareTimeoutShort { timeout, limit });
+        }
+        if timeout > HOOK_GLOBAL_TIMEOUT_MAX {
+            return Err(Rule::PrepareTimeoutLong(timeout));
+        }
+        Ok(())
+    }
+
+    fn check_base_hosts(&self) -> Result<(), WorkersError> {
+        let hosts = &self.base_hosts;
+        if hosts.len() > self.max {
+            let (n, max) = (hosts.len(), self.max);
+            return Err(WorkersError::BaseHostsAboveMax { n, max });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        match hosts.iter().find(|ip| !seen.insert(**ip)) {
+            Some(dup) => Err(WorkersError::BaseHostTwice(*dup)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn default_max_prepare_failures() -> u32 {
+    5
+}
+
+fn default_page_size() -> i32 {
+    1000
+}
+
+fn default_worker_tags() -> BTreeMap<String, String> {
+    BTreeMap::from([("NodeType".to_string(), "Worker".to_string())])
+}
