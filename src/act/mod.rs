@@ -1,5 +1,6 @@
-//! Act: applies a plan. Every action is idempotent, so a pass that died half-way is simply
-//! applied again by the next one.
+//! Act: applies a pass's `Outcome` (the plan's half that is work; decide keeps the state) and
+//! reports what happened as `Applied`. Every action is idempotent, so a pass that died half-way
+//! is simply applied again by the next one.
 
 pub mod apply;
 pub mod asg;
