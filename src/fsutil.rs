@@ -147,49 +147,6 @@ fn refused_link(e: io::Error, path: &Path) -> io::Error {
     }
 }
 
-/// An RFC 3339 time (as AWS events and agent markers write them) in milliseconds since the
-/// epoch; an unparseable time is treated as absent.
-pub fn millis_from_rfc3339(text: &str) -> Option<u64> {
-    let t = humantime::parse_rfc3339_weak(text).ok()?;
-    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-    Some(d.as_millis() as u64)
-}
-
-/// A date as AWS Health (`startTime`: `Sat, 05 Jun 2016 15:10:09 GMT`) and the instance metadata's
-/// scheduled events (`NotBefore`: `21 Jan 2019 09:00:43 GMT`) write it: an optional weekday, which
-/// is not checked (AWS's own samples name the wrong one), then day, month, year and a UTC time.
-pub fn millis_from_gmt_date(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let text = match text.split_once(',') {
-        Some((_weekday, rest)) => rest.trim_start(),
-        None => text,
-    };
-    let mut parts = text.split_ascii_whitespace();
-    let (day, month, year, clock, zone) = (
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-    );
-    if parts.next().is_some() || !matches!(zone, "GMT" | "UTC") {
-        return None;
-    }
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| *m == month)? + 1;
-    let (day, year): (u32, u32) = (day.parse().ok()?, year.parse().ok()?);
-    let mut hms = clock.split(':').map(|p| p.parse::<u32>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if hms.next().is_some() || h > 23 || m > 59 || s > 60 {
-        return None;
-    }
-    // Built as RFC 3339 so one parser checks the calendar (31 Feb is refused there).
-    let rfc = format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z");
-    millis_from_rfc3339(&rfc)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,24 +251,5 @@ mod tests {
         std::os::unix::fs::symlink("/dev/null", &link).unwrap();
         let e = append_synced(&link, b"x\n").unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
-    }
-
-    #[test]
-    fn gmt_dates_as_aws_health_and_imds_write_them() {
-        let imds = millis_from_gmt_date("21 Jan 2019 09:00:43 GMT");
-        assert_eq!(imds, millis_from_rfc3339("2019-01-21T09:00:43Z"));
-        let health = millis_from_gmt_date("Sat, 05 Jun 2016 15:10:09 GMT");
-        assert_eq!(health, millis_from_rfc3339("2016-06-05T15:10:09Z"));
-        for bad in [
-            "",
-            "31 Feb 2019 09:00:43 GMT",
-            "21 Jan 2019 09:00:43 PST",
-            "21 Foo 2019 09:00:43 GMT",
-            "21 Jan 2019 25:00:43 GMT",
-            "21 Jan 2019 09:00 GMT",
-            "21 Jan 2019 09:00:43 GMT extra",
-        ] {
-            assert_eq!(millis_from_gmt_date(bad), None, "{bad}");
-        }
     }
 }

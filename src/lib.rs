@@ -24,6 +24,7 @@ pub mod protocol;
 pub mod status;
 pub mod store;
 pub mod tags;
+pub mod time;
 pub mod untrusted;
 
 /// Logs to stderr; `RUST_LOG` overrides the default `info`.

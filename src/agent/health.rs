@@ -4,7 +4,7 @@
 //! are gone, anything else (a signal, a timeout, a program that cannot start) unhealthy.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::program::{self, Outcome, Program, Status};
 use super::reports::Reports;
@@ -74,7 +74,12 @@ impl Checker {
             dir: None,
         })
         .await;
-        let report = verdict(&outcome, self.timeout, &self.instance_id, SystemTime::now());
+        let report = verdict(
+            &outcome,
+            self.timeout,
+            &self.instance_id,
+            crate::clock::now_millis(),
+        );
         let ok = report.ok;
         self.log_change(&report);
         // Rewritten after every run: logged only when the write fails (every `interval` would
@@ -105,7 +110,7 @@ fn verdict(
     outcome: &Outcome,
     timeout: Duration,
     instance_id: &str,
-    at: SystemTime,
+    at: crate::time::Millis,
 ) -> HealthReport {
     let last_line = || outcome.tail.iter().rev().find(|l| !l.trim().is_empty());
     let (ok, gpus_lost, reason) = match &outcome.status {
@@ -127,7 +132,7 @@ fn verdict(
         ok,
         gpus_lost,
         reason,
-        when: humantime::format_rfc3339_seconds(at).to_string(),
+        when: crate::time::rfc3339(at).to_string(),
         output_tail: outcome.tail.clone(),
     }
 }
@@ -144,7 +149,7 @@ mod tests {
     }
 
     fn judge(status: Status, tail: &[&str]) -> HealthReport {
-        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let at = 1_795_000_000_000;
         verdict(
             &outcome(status, tail),
             Duration::from_secs(120),

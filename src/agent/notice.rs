@@ -3,8 +3,8 @@
 
 use serde::Deserialize;
 
-use crate::fsutil::millis_from_gmt_date;
 use crate::protocol::interruption::{InterruptionMarker, NoticeKind};
+use crate::time::parse_gmt_date;
 
 /// IMDS paths (under `/latest/meta-data/`) that carry notices.
 pub const SPOT_PATH: &str = "spot/instance-action";
@@ -87,12 +87,11 @@ pub fn scheduled(body: &str) -> Option<Notice> {
         .filter_map(|v| serde_json::from_value::<ScheduledEvent>(v).ok())
         .filter(|e| !is_over(e))
         .filter_map(|e| {
-            let at = e.not_before.as_deref().and_then(millis_from_gmt_date)?;
+            let at = e.not_before.as_deref().and_then(parse_gmt_date)?;
             Some((at, e))
         });
     let (at, event) = pending.min_by_key(|(at, _)| *at)?;
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at);
-    let time = humantime::format_rfc3339_seconds(time).to_string();
+    let time = crate::time::rfc3339(at).to_string();
     let name = event
         .event_id
         .as_deref()
@@ -145,7 +144,7 @@ fn notice(kind: NoticeKind, body: &str, time: Option<String>) -> Notice {
 fn json_field(body: &str, key: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
     let text = v.get(key)?.as_str()?;
-    humantime::parse_rfc3339_weak(text).ok()?;
+    crate::time::parse_rfc3339(text)?;
     Some(text.to_string())
 }
 

@@ -2,7 +2,7 @@
 //! notice.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::imds::{Imds, ImdsFailure};
 use super::notice::{self, Notice};
@@ -85,7 +85,7 @@ impl Watcher {
             ip: self.identity.ip,
             detail: n.detail,
             action_time: n.action_time,
-            noticed_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            noticed_at: crate::time::rfc3339(crate::clock::now_millis()).to_string(),
         };
         let json = marker.render();
         let path = self.reports.path(MarkerKind::Interruption);

@@ -1,7 +1,5 @@
 //! What is posted for a journal event: pure functions of the cluster's name and the event.
 
-use std::time::{Duration, UNIX_EPOCH};
-
 use serde_json::json;
 
 use crate::config::AlertFormat;
@@ -71,8 +69,7 @@ fn slack_escape(text: &str) -> String {
 
 /// The journal's milliseconds as RFC 3339 in UTC, e.g. `2026-11-22T10:00:00.123Z`.
 fn rfc3339(ms: u64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(ms);
-    humantime::format_rfc3339_millis(at).to_string()
+    crate::time::rfc3339_millis(ms).to_string()
 }
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ impl Job {
             Err(status) => return format!("not started: {}", status.describe(Duration::ZERO)),
         };
         let pid = running.pid().unwrap_or_default();
-        let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        let since = crate::time::rfc3339(crate::clock::now_millis());
         tracing::info!(pid, address = %self.settings.lighthouse, "torchft's Lighthouse started");
         self.set(format!("running (pid {pid}, since {since})"));
         let status = running.wait().await;

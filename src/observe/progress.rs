@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use super::file_version::FileVersion;
-use crate::fsutil::millis_from_rfc3339;
 use crate::model::Progress;
 use crate::protocol::progress::{ProgressLine, MAX_BYTES};
+use crate::time::parse_rfc3339;
 use crate::untrusted::{self, WarnOnce};
 
 /// Why the progress file says nothing: nothing is concluded from it. The causes are kept as
@@ -106,7 +106,7 @@ impl ProgressReader {
 fn progress(line: ProgressLine) -> Progress {
     Progress {
         step: line.step,
-        time: line.time.as_deref().and_then(millis_from_rfc3339),
+        time: line.time.as_deref().and_then(parse_rfc3339),
         checkpoint_step: line.checkpoint_step,
         quorum: line.in_place,
     }

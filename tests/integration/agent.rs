@@ -508,10 +508,7 @@ fn a_scheduled_maintenance_event_is_a_notice_the_master_reads_and_a_canceled_one
         ip: IP.parse().unwrap(),
     };
     assert_eq!(n.target, target);
-    assert_eq!(
-        n.deadline,
-        dt::fsutil::millis_from_rfc3339("2019-01-21T09:00:43Z")
-    );
+    assert_eq!(n.deadline, dt::time::parse_rfc3339("2019-01-21T09:00:43Z"));
 }
 
 #[test]

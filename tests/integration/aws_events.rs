@@ -3,9 +3,9 @@
 //! it is no notice. The stack test delivers the same files through the stack's rules.
 
 use crate::support::fixtures::{filled, published};
-use dt::fsutil::millis_from_rfc3339;
 use dt::model::{Notice, NoticeKind, NoticeTarget};
 use dt::observe::eventbridge::{parse, Parsed};
+use dt::time::parse_rfc3339;
 
 fn notices(event: &serde_json::Value) -> Vec<Notice> {
     match parse(&event.to_string()) {
@@ -32,7 +32,7 @@ fn spot_and_capacity_reservation_warnings_are_interruptions_due_when_aws_acts() 
     assert_eq!(spot.id, "12345678-1234-1234-1234-123456789012");
     // The Spot sample has no termination time: the warning is emitted "two minutes prior to the
     // actual interruption" ("Spot Instance interruption notices", EC2 User Guide).
-    assert_eq!(spot.deadline, millis_from_rfc3339("2026-11-23T10:02:00Z"));
+    assert_eq!(spot.deadline, parse_rfc3339("2026-11-23T10:02:00Z"));
 
     // The interruptible Capacity Reservation warning, under the page's current name and its
     // earlier one.
@@ -45,7 +45,7 @@ fn spot_and_capacity_reservation_warnings_are_interruptions_due_when_aws_acts() 
         assert_eq!(icr.target, instance("i-1234567890abcdef0"), "{name}");
         assert_eq!(
             icr.deadline,
-            millis_from_rfc3339("2026-11-23T10:00:00Z"),
+            parse_rfc3339("2026-11-23T10:00:00Z"),
             "{name}"
         );
     }
@@ -70,11 +70,7 @@ fn both_capacity_block_names_drain_the_reservation_30_minutes_before_its_end() {
         let cr = NoticeTarget::CapacityReservation("cr-0123456789abcdef0".into());
         assert_eq!(n.target, cr, "{name}");
         assert_eq!(n.id, "cr-0123456789abcdef0-approaching-expiry", "{name}");
-        assert_eq!(
-            n.deadline,
-            millis_from_rfc3339("2026-11-23T11:00:00Z"),
-            "{name}"
-        );
+        assert_eq!(n.deadline, parse_rfc3339("2026-11-23T11:00:00Z"), "{name}");
         // As published, placeholders and all: still the reservation's notice, with no deadline.
         let raw = notices(&published(name));
         assert_eq!(raw[0].kind, NoticeKind::CapacityBlockExpiring, "{name}");
@@ -88,7 +84,7 @@ fn an_aws_health_ec2_scheduled_change_drains_at_its_start_time() {
     let n = one("aws-health-ec2-scheduled-change.json");
     assert_eq!(n.kind, NoticeKind::ScheduledChange);
     assert_eq!(n.target, instance("i-1234567890abcdef0"));
-    assert_eq!(n.deadline, millis_from_rfc3339("2026-08-27T13:19:03Z"));
+    assert_eq!(n.deadline, parse_rfc3339("2026-08-27T13:19:03Z"));
     assert_eq!(n.source, "queue");
     assert_eq!(
         n.id,
@@ -136,7 +132,7 @@ fn an_ec2_planned_lifecycle_event_drains_its_pending_instances_only() {
         [&instance(ids[0]), &instance(ids[1]), &instance(ids[2])]
     );
     assert!(got.iter().all(|n| n.kind == NoticeKind::ScheduledChange
-        && n.deadline == millis_from_rfc3339("2026-08-27T13:19:03Z")));
+        && n.deadline == parse_rfc3339("2026-08-27T13:19:03Z")));
 }
 
 #[test]

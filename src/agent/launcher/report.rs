@@ -136,5 +136,5 @@ impl Reporter {
 }
 
 fn now() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+    crate::time::rfc3339(crate::clock::now_millis()).to_string()
 }

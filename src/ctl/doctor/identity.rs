@@ -10,7 +10,7 @@ use aws_sdk_sts::error::BoxError;
 
 use super::{Check, Context};
 use crate::aws::describe_error;
-use crate::fsutil::millis_from_gmt_date;
+use crate::time::parse_gmt_date;
 
 /// AWS refuses a request signed more than 5 minutes off its clock ("Signature expired"); dtd's
 /// deadlines (a Spot warning gives two minutes) need far less. A synchronized clock (chrony with
@@ -66,7 +66,7 @@ fn region(cx: &Context<'_>) -> Check {
 }
 
 fn clock(date: Option<String>, local_ms: i64) -> Check {
-    let Some(aws_ms) = date.as_deref().and_then(millis_from_gmt_date) else {
+    let Some(aws_ms) = date.as_deref().and_then(parse_gmt_date) else {
         return Check::skip("clock", "clock", "AWS's answer carried no Date header");
     };
     let skew = local_ms - aws_ms as i64;
@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn skew_beyond_ten_seconds_fails() {
         let aws = "Mon, 23 Nov 2026 10:00:00 GMT".to_string();
-        let at = millis_from_gmt_date(&aws).unwrap() as i64;
+        let at = parse_gmt_date(&aws).unwrap() as i64;
         assert_eq!(
             clock(Some(aws.clone()), at + 400).outcome,
             super::super::Outcome::Pass

@@ -3,10 +3,10 @@
 
 use serde::Deserialize;
 
-use crate::fsutil::{millis_from_gmt_date, millis_from_rfc3339};
 use crate::model::{
     is_ec2_instance_id, Millis, Notice, NoticeKind, NoticeTarget, CAPACITY_BLOCK_TERMINATES_MS,
 };
+use crate::time::{parse_gmt_date, parse_rfc3339};
 
 /// An AWS Health event names the instances it affects; more than this is not a worker notice.
 const MAX_AFFECTED_ENTITIES: usize = 1000;
@@ -87,7 +87,7 @@ pub fn parse(body: &str) -> Parsed {
             match instance() {
                 Some(t) => {
                     let at = match detail("instance-termination-time") {
-                        Some(end) => millis_from_rfc3339(end),
+                        Some(end) => parse_rfc3339(end),
                         None => spot_deadline(kind, env.time.as_deref()),
                     };
                     notice(NoticeKind::Interruption, t, at)
@@ -102,7 +102,7 @@ pub fn parse(body: &str) -> Parsed {
         "Capacity Block Expiration Warning" | "Capacity Block Reservation Expiration Warning" => {
             match detail("capacity-reservation-id") {
                 Some(cr) => {
-                    let end = detail("end-date").and_then(millis_from_rfc3339);
+                    let end = detail("end-date").and_then(parse_rfc3339);
                     let deadline = end.map(|e| e.saturating_sub(CAPACITY_BLOCK_TERMINATES_MS));
                     let target = NoticeTarget::CapacityReservation(cr.to_string());
                     notice(NoticeKind::CapacityBlockExpiring, target, deadline)
@@ -214,7 +214,7 @@ fn health(detail: &serde_json::Value, id: &str) -> Parsed {
         return Parsed::Ignored(format!("{code} is closed"));
     }
     let start = field("startTime");
-    let deadline = start.and_then(|t| millis_from_gmt_date(t).or_else(|| millis_from_rfc3339(t)));
+    let deadline = start.and_then(|t| parse_gmt_date(t).or_else(|| parse_rfc3339(t)));
     // Updates of one change come as new events with the same ARN: heeded once.
     let key = field("eventArn").unwrap_or(id);
     let notices: Vec<Notice> = affected_instances(detail)
@@ -255,7 +255,7 @@ fn affected_instances(detail: &serde_json::Value) -> impl Iterator<Item = &str> 
 /// EC2 User Guide), so its deadline is the event's time plus two minutes. For the Capacity
 /// Reservation warnings no lead time is documented: the event's time, the earliest it can be.
 fn spot_deadline(kind: &str, time: Option<&str>) -> Option<Millis> {
-    let at = millis_from_rfc3339(time?)?;
+    let at = parse_rfc3339(time?)?;
     let lead = match kind {
         "EC2 Spot Instance Interruption Warning" => SPOT_WARNING_LEAD_MS,
         _ => 0,

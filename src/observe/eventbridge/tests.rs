@@ -18,7 +18,7 @@ fn spot_warning_without_account_parses() {
     assert_eq!(n.kind, NoticeKind::Interruption);
     assert_eq!(n.target, NoticeTarget::Instance("i-1".into()));
     // Emitted two minutes before the interruption: that is the job's deadline.
-    assert_eq!(n.deadline, millis_from_rfc3339("2026-11-23T10:02:00Z"));
+    assert_eq!(n.deadline, parse_rfc3339("2026-11-23T10:02:00Z"));
 }
 
 #[test]
@@ -28,7 +28,7 @@ fn capacity_block_targets_its_reservation_before_the_end() {
     let n = notice(parse(body));
     assert_eq!(n.id, "cr-9-approaching-expiry");
     assert_eq!(n.target, NoticeTarget::CapacityReservation("cr-9".into()));
-    assert_eq!(n.deadline, millis_from_rfc3339("2026-11-23T11:00:00Z"));
+    assert_eq!(n.deadline, parse_rfc3339("2026-11-23T11:00:00Z"));
 }
 
 #[test]

@@ -5,7 +5,6 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use crate::fsutil::millis_from_rfc3339;
 use crate::model::{HealthSeen, Millis, Notice, NoticeKind, NoticeTarget};
 use crate::observe::file_version::FileVersion;
 use crate::protocol::health::HealthReport;
@@ -14,6 +13,7 @@ use crate::protocol::launcher::{LauncherReport, LauncherState};
 use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
 use crate::protocol::report;
 use crate::protocol::signed::{self, SignError, Signed};
+use crate::time::parse_rfc3339;
 use crate::untrusted;
 
 /// Longer than any notice id the agent writes (`imds:<kind>:<time or event id>`).
@@ -155,7 +155,7 @@ fn short(id: &str) -> String {
 
 fn health(r: HealthReport) -> HealthSeen {
     HealthSeen {
-        when: millis_from_rfc3339(&r.when),
+        when: parse_rfc3339(&r.when),
         instance_id: short(&r.instance_id),
         ok: r.ok,
         gpus_lost: r.gpus_lost,
@@ -193,7 +193,7 @@ fn notice(bytes: &[u8], ip: IpAddr) -> Result<Notice, BodyError> {
         instance: m.instance_id.clone(),
         ip,
     };
-    let deadline = m.action_time.as_deref().and_then(millis_from_rfc3339);
+    let deadline = m.action_time.as_deref().and_then(parse_rfc3339);
     Ok(Notice {
         id: format!("agent:{}:{}", m.instance_id, m.id),
         kind,
