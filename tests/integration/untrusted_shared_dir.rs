@@ -474,8 +474,13 @@ fn a_stalled_shared_file_system_is_reported_and_held_and_the_queue_waits() {
     c.write_config(&format!(
         "{config}state_dir: {efs}/.dt/{CLUSTER}\nfs_timeout: 1s\nevents:\n  queue_url: {queue}\n"
     ));
+    // Launched before dtd starts, so that its first listing has the worker: launched after, on
+    // a busy machine the listing could come first and miss it, and with no worker's subnet known
+    // yet no report's IP is looked up, so nothing showed it for the 30 s the join is awaited.
+    let (id, ip) = c.launch(1).remove(0);
     c.start_dtd();
-    let (id, ip) = join_one(&c);
+    c.marker(&ip);
+    c.wait_hosts(&format!("{ip} to join"), |h| h.contains(&ip));
 
     fuse.stop();
     put_ec2_event(
