@@ -11,21 +11,19 @@ use crate::model::*;
 
 /// The earliest deadline after `p.now`, if any.
 pub(super) fn next(p: &Inputs, st: &State) -> Option<Millis> {
-    let later = |at: &Millis| *at > p.now;
-    [
+    let groups = [
         removals(p, st),
         launches(p, st),
         joins(p, st),
-        retries(st),
+        retries(p, st),
         watches(p, st),
         super::budget::next_window(p),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(later)
-    .min()
+    ];
+    earliest(groups.into_iter().flatten(), p.now)
 }
 
+/// Past deadlines are dropped before the minimum is taken: one already handled must not hide
+/// a later one of the same kind.
 fn earliest(deadlines: impl Iterator<Item = Millis>, now: Millis) -> Option<Millis> {
     deadlines.filter(|at| *at > now).min()
 }
@@ -68,10 +66,10 @@ fn joins(p: &Inputs, st: &State) -> Option<Millis> {
 }
 
 /// A refused launch sent again, a capacity choice's cool-down ending.
-fn retries(st: &State) -> Option<Millis> {
+fn retries(p: &Inputs, st: &State) -> Option<Millis> {
     let launches = st.replacements.iter().map(|r| r.retry_at);
     let cool_downs = st.no_capacity.values().map(|u| u.until);
-    launches.chain(cool_downs).filter(|at| *at > 0).min()
+    earliest(launches.chain(cool_downs), p.now)
 }
 
 /// The job's step standing still long enough to be a stall, and a member's launcher report
@@ -83,7 +81,7 @@ fn watches(p: &Inputs, st: &State) -> Option<Millis> {
     let silence = p.rules.launcher_silent_ms.and_then(|after| {
         let reports = p.markers?.launchers.values();
         let active = reports.filter(|l| l.state.is_active());
-        active.map(|l| l.heard_at.saturating_add(after)).min()
+        earliest(active.map(|l| l.heard_at.saturating_add(after)), p.now)
     });
     earliest(stall.into_iter().chain(silence), p.now)
 }

@@ -52,3 +52,19 @@ fn a_refused_replacement_asks_for_a_pass_at_its_retry() {
     let plan = pass(&r, &mut w, &state, 2_000);
     assert_eq!(plan.next_pass_at, Some(61_000));
 }
+
+#[test]
+fn a_retry_already_due_does_not_hide_a_later_one() {
+    let (r, mut w, mut state) = two_members();
+    for (replaces, retry_at) in [("i-8", 1_500), ("i-9", 61_000)] {
+        state.replacements.push(Replacement {
+            replaces: replaces.into(),
+            token: replaces.into(),
+            queued_at: 1_000,
+            retry_at,
+            last_error: Some("InsufficientInstanceCapacity".into()),
+        });
+    }
+    let plan = pass(&r, &mut w, &state, 2_000);
+    assert_eq!(plan.next_pass_at, Some(61_000));
+}
