@@ -106,7 +106,7 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             i.tags.insert(ELASTIC.into(), "true".into());
         }
     }
-    state.since = decide(&rules, &warm, &state, NOW - 2_000).state.since;
+    state.workers = decide(&rules, &warm, &state, NOW - 2_000).state.workers;
     (rules, snap, state)
 }
 

@@ -161,7 +161,7 @@ impl Daemon {
     pub async fn pass(&mut self) {
         let started = Instant::now();
         self.ledger.begin_pass();
-        let pins = &self.state.agent_keys;
+        let pins = Pins(&self.state.workers);
         let observed = (self.observer)
             .observe(&self.cfg, &mut self.shared_fs, pins)
             .await;

@@ -91,8 +91,8 @@ fn stay(p: &Inputs, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
     let id = &p.list[at].id;
     // Asked to stay after all: a later removal is journaled again. An unhealthy member whose
     // drain is held stays too, still held.
-    if !st.held.is_empty() && !st.unhealthy.contains_key(id) {
-        st.held.remove(id);
+    if let Some(w) = st.workers.get_mut(id) {
+        w.stays();
     }
     joining::member_view(p, st, out, pos, at);
 }
@@ -104,11 +104,16 @@ fn protected(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, elastic: bo
     } else {
         "base host"
     };
-    if !elastic && !st.held.contains_key(&inst.id) {
+    if !elastic && is_held(st, &inst.id).is_none() {
         let msg = format!("{} is a {what}: never removed or terminated", inst.ip);
         let who = Some(p.who(at));
         out.event(p, EventKind::RemovalRefused, who, None, msg.clone());
-        st.held.insert(inst.id.clone(), msg);
+        st.worker_mut(&inst.id).hold(&msg);
     }
     out.view(at, None, None);
+}
+
+/// Why the worker's requested removal is held, if it is.
+pub(super) fn is_held<'s>(st: &'s State, id: &str) -> Option<&'s str> {
+    st.worker(id)?.held.as_deref()
 }

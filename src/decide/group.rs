@@ -86,7 +86,8 @@ fn drain_for_scale_in(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, de
         false => budget::exhausted(p, st).map(|why| format!("scale-in to {desired} held: {why}")),
     };
     if let Some(msg) = held {
-        if st.held.insert(inst.id.clone(), msg.clone()).is_none() {
+        // The text follows the desired capacity; the event is journaled once.
+        if st.worker_mut(&inst.id).held.replace(msg.clone()).is_none() {
             out.event(p, EventKind::RemovalHeld, Some(p.who(at)), None, msg);
         }
         return;

@@ -53,7 +53,7 @@ pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft) {
 fn journal(p: &Inputs, st: &mut State, out: &mut Draft, bad: &[usize]) {
     for &at in bad {
         let (id, ip) = p.who(at);
-        if st.unhealthy.contains_key(id) {
+        if st.worker(id).is_some_and(|w| w.unhealthy.is_some()) {
             continue;
         }
         let Some(h) = unhealthy(p, at) else {
@@ -67,25 +67,26 @@ fn journal(p: &Inputs, st: &mut State, out: &mut Draft, bad: &[usize]) {
             false => format!("{ip} ({id}): health check failed: {}", h.reason),
         };
         out.event(p, EventKind::Unhealthy, Some((id, ip)), None, msg);
-        st.unhealthy.insert(id.to_string(), h.reason.clone());
+        st.worker_mut(id).fell_ill(&h.reason);
     }
-    if st.unhealthy.len() == bad.len() {
+    let journaled = st.workers.values().filter(|w| w.unhealthy.is_some());
+    if journaled.count() == bad.len() {
         return;
     }
     let still: rustc_hash::FxHashSet<&str> = bad.iter().map(|&at| p.who(at).0).collect();
     let mut healthy = Vec::new();
-    st.unhealthy.retain(|id, _| {
+    for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.unhealthy.is_some()) {
         if still.contains(id.as_str()) {
-            return true;
+            continue;
         }
         // Forgotten once a complete view shows it gone; kept while it may only be unseen.
         match p.at(id) {
             Some(at) => healthy.push(at),
             None if p.can_remove() => {}
-            None => return true,
+            None => continue,
         }
-        false
-    });
+        w.unhealthy = None;
+    }
     for at in healthy {
         let (id, ip) = p.who(at);
         let msg = format!("{ip} ({id}): health check passes again");
@@ -165,7 +166,7 @@ fn leave(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     if let Some(why) = budget::exhausted(p, st).filter(|_| !at_once) {
         return hold_drain(p, st, out, at, &why);
     }
-    st.held.remove(&inst.id);
+    super::leaving::released(st, &inst.id);
     take_out(st, out, pos);
     let end = ending(p, at);
     owe_replacement(p, st, at, &end);
@@ -204,18 +205,8 @@ pub(super) fn take_out(st: &mut State, out: &mut Draft, pos: usize) {
 
 /// Journaled once (`removal_held`); `show_kept` shows why it still trains.
 fn hold_drain(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, why: &str) {
-    let inst = &p.list[at];
-    if !st.held.contains_key(&inst.id) {
-        let msg = format!("removal of {} held: {why}", inst.ip);
-        out.event(
-            p,
-            EventKind::RemovalHeld,
-            Some(p.who(at)),
-            None,
-            msg.clone(),
-        );
-        st.held.insert(inst.id.clone(), msg);
-    }
+    let ip = p.list[at].ip;
+    super::leaving::journal_held(p, st, out, at, || format!("removal of {ip} held: {why}"));
 }
 
 /// A worker not in the job never joins: it is replaced at once. One whose tag says it may be
@@ -289,9 +280,13 @@ fn then_text(end: &Ending) -> &'static str {
 
 /// While stopped, an unhealthy member stays in the job: its row says why and what it waits for.
 pub(super) fn show_kept(p: &Inputs, st: &State, out: &mut Draft) {
-    for (id, reason) in &st.unhealthy {
+    let unhealthy = st
+        .workers
+        .iter()
+        .filter_map(|(id, w)| Some((id, w.unhealthy.as_ref()?, w)));
+    for (id, reason, w) in unhealthy {
         let Some(at) = p.at(id) else { continue };
-        let why = match (stopped(st), st.held.get(id)) {
+        let why = match (stopped(st), w.held.as_ref()) {
             (true, _) => {
                 format!(
                     "a person: health check failed ({reason}); kept, health.max_unhealthy reached"

@@ -122,7 +122,7 @@ pub(super) fn join(p: &Inputs, st: &mut State, out: &mut Draft, joins: Vec<usize
     }
     // The batch and the checkpoint were waited for: whoever is ready later waits anew.
     if out.added.len() > added {
-        st.ready_since.clear();
+        forget_ready(st, |_| false);
         st.checkpoint_wait = None;
     }
 }
@@ -139,15 +139,14 @@ fn hold(out: &mut Draft, joins: Vec<usize>, why: &str) {
 fn batch_waits(p: &Inputs, st: &mut State, joins: &[usize]) -> Option<String> {
     let batch = p.rules.join_batch_ms;
     if batch == 0 {
-        st.ready_since.clear();
         return None;
     }
     let ids: BTreeSet<&str> = joins.iter().map(|at| p.list[*at].id.as_str()).collect();
-    st.ready_since.retain(|id, _| ids.contains(id.as_str()));
+    forget_ready(st, |id| ids.contains(id));
     for id in &ids {
-        st.ready_since.entry(id.to_string()).or_insert(p.now);
+        st.worker_mut(id).ready_since.get_or_insert(p.now);
     }
-    let first = st.ready_since.values().min().copied()?;
+    let first = first_ready(st)?;
     if !p.can_join() {
         // They wait for a complete view (`join` says so), their window running on.
         return None;
@@ -262,4 +261,18 @@ pub(super) fn member_view(p: &Inputs, st: &mut State, out: &mut Draft, pos: usiz
         )
     };
     out.view(at, Some(status), waiting);
+}
+
+/// When the first of the ready workers waiting for `join.batch` became ready.
+pub(super) fn first_ready(st: &State) -> Option<Millis> {
+    st.workers.values().filter_map(|w| w.ready_since).min()
+}
+
+/// Forgets when the workers not to `keep` became ready: they wait anew if they are ready later.
+fn forget_ready(st: &mut State, keep: impl Fn(&str) -> bool) {
+    for (id, w) in st.workers.iter_mut() {
+        if w.ready_since.is_some() && !keep(id) {
+            w.ready_since = None;
+        }
+    }
 }

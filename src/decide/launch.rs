@@ -47,12 +47,7 @@ fn held_at_launch(
     failed: Option<&String>,
 ) {
     let id = p.list[at].id.as_str();
-    let wait = (st.launch_waits.entry(id.to_string()))
-        .or_insert_with(|| LaunchWait {
-            since: p.now,
-            ..LaunchWait::default()
-        })
-        .clone();
+    let wait = st.worker_mut(id).wait_at_launch(p.now).clone();
     let why = match failed {
         Some(f) => f.clone(),
         None => never_reported_why(p, at),
@@ -104,7 +99,7 @@ fn never_reported(
     journaled: bool,
 ) {
     let (id, ip) = p.who(at);
-    if let Some(w) = st.launch_waits.get_mut(id) {
+    if let Some(w) = launch_wait(st, id) {
         w.timed_out = true;
     }
     let abandoning = replacing(p, st, out);
@@ -154,7 +149,7 @@ fn abandon_or_hold(
         prepare_failed::journal(p, st, out, at, why, &then);
     }
     count_failure(p, st, out, at, why);
-    if let Some(w) = st.launch_waits.get_mut(id) {
+    if let Some(w) = launch_wait(st, id) {
         w.abandoned = true;
     }
     out.complete(id, &hook.name, HookResult::Abandon);
@@ -181,11 +176,16 @@ fn held_why(p: &Inputs, st: &mut State, out: &mut Draft, why: &str) -> Option<St
 
 /// Keeps a long prepare-data from running into the launching hook's timeout (ABANDON).
 fn heartbeat(p: &Inputs, st: &mut State, out: &mut Draft, id: &str, hook: &Hook) {
-    let since = *st.launch_heartbeats.entry(id.to_string()).or_insert(p.now);
+    let beat = &mut st.worker_mut(id).heartbeat_at;
+    let since = *beat.get_or_insert(p.now);
     if p.now.saturating_sub(since) >= hook.heartbeat_timeout_ms / 2 {
         out.heartbeat(id, &hook.name);
-        st.launch_heartbeats.insert(id.to_string(), p.now);
+        *beat = Some(p.now);
     }
+}
+
+fn launch_wait<'s>(st: &'s mut State, id: &str) -> Option<&'s mut LaunchWait> {
+    st.workers.get_mut(id)?.launch_wait.as_mut()
 }
 
 /// Forgets heartbeat times and waits of instances no longer held by the launching hook.
@@ -194,8 +194,12 @@ pub(super) fn prune(p: &Inputs, st: &mut State) {
     let held = |id: &String| {
         (g.instances.get(id)).is_some_and(|m| m.lifecycle_state == LifecycleState::PendingWait)
     };
-    st.launch_heartbeats.retain(|id, _| held(id));
-    st.launch_waits.retain(|id, _| held(id));
+    let waiting = |w: &WorkerRecord| w.launch_wait.is_some() || w.heartbeat_at.is_some();
+    for (id, w) in st.workers.iter_mut().filter(|(_, w)| waiting(w)) {
+        if !held(id) {
+            w.launch_ended();
+        }
+    }
 }
 
 /// Replacing stops after `max_prepare_failures` in a row, until `dtctl resume`.

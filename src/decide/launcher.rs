@@ -60,19 +60,19 @@ pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
             journal(p, st, out, at, l);
         }
     }
-    if p.can_remove() {
-        st.launchers.retain(|id, _| p.is_running(id));
-    }
     finished(p, st, out);
 }
 
 fn journal(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, l: &LauncherSeen) {
     let (id, ip) = p.who(at);
     let now = (l.state, l.generation);
-    if st.launchers.get(id) == Some(&now) {
+    let changed = match st.workers.get_mut(id) {
+        Some(w) => w.launcher_seen(now),
+        None => st.worker_mut(id).launcher_seen(now),
+    };
+    if !changed {
         return;
     }
-    st.launchers.insert(id.to_string(), now);
     let kind = match l.state {
         LauncherState::Running => EventKind::LauncherStarted,
         LauncherState::Stopped => EventKind::LauncherStopped,

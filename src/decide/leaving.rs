@@ -28,7 +28,7 @@ pub(super) fn leave(p: &Inputs, st: &mut State, out: &mut Draft, leaves: Vec<usi
             continue;
         }
         let inst = &p.list[at];
-        st.held.remove(&inst.id);
+        released(st, &inst.id);
         gone.insert(inst.id.as_str());
         out.removed.push(inst.ip);
         removal::queue(p, st, out, r);
@@ -43,12 +43,9 @@ pub(super) fn leave(p: &Inputs, st: &mut State, out: &mut Draft, leaves: Vec<usi
 /// waiting for `why`.
 fn hold(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, held_by: &str, why: String) {
     let inst = &p.list[at];
-    if !st.held.contains_key(&inst.id) {
-        let msg = format!("removal of {} held: {held_by}", inst.ip);
-        let who = Some(p.who(at));
-        out.event(p, EventKind::RemovalHeld, who, None, msg.clone());
-        st.held.insert(inst.id.clone(), msg);
-    }
+    journal_held(p, st, out, at, || {
+        format!("removal of {} held: {held_by}", inst.ip)
+    });
     if let Some(pos) = st.members.iter().position(|m| m.id == inst.id) {
         joining::member_view(p, st, out, pos, at);
     }
@@ -107,4 +104,33 @@ pub(super) fn reconsider(
         return false;
     }
     true
+}
+
+/// Holds the worker's removal, journaled (`removal_held`) the first time: `msg` is made only then.
+pub(super) fn journal_held(
+    p: &Inputs,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    msg: impl FnOnce() -> String,
+) {
+    let id = &p.list[at].id;
+    if super::classify::is_held(st, id).is_none() {
+        let msg = msg();
+        out.event(
+            p,
+            EventKind::RemovalHeld,
+            Some(p.who(at)),
+            None,
+            msg.clone(),
+        );
+        st.worker_mut(id).hold(&msg);
+    }
+}
+
+/// The worker's removal goes ahead: no longer held.
+pub(super) fn released(st: &mut State, id: &str) {
+    if let Some(w) = st.workers.get_mut(id) {
+        w.held = None;
+    }
 }

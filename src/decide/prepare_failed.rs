@@ -17,10 +17,9 @@ pub(super) fn journal(
     then: &str,
 ) {
     let (id, ip) = p.who(at);
-    if st.prepare_failed.contains(id) {
+    if !st.worker_mut(id).prepare_failed_once() {
         return;
     }
-    st.prepare_failed.insert(id.to_string());
     let msg = format!("{ip} ({id}): {why}; {then}");
     out.event(p, EventKind::PrepareFailed, Some((id, ip)), None, msg);
 }

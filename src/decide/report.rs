@@ -10,10 +10,9 @@ pub(super) fn finish(p: &Inputs, mut st: State, mut out: Draft) -> Plan {
     if !out.added.is_empty() || !out.removed.is_empty() {
         generation::bump(p, &mut st, &mut out);
     }
-    if p.ec2_ok {
-        st.held.retain(|id, _| p.is_running(id));
-        st.no_mount_target.retain(|id| p.is_running(id));
-        st.prepare_failed.retain(|id| p.is_running(id));
+    // Records outnumbering the listed workers: some are of instances gone.
+    if p.ec2_ok && st.workers.len() > p.index.len() {
+        st.forget_gone(|id| p.is_running(id));
     }
     for (status, instances) in status_tags::tags(p, &out) {
         out.act(Action::Tag { status, instances });

@@ -39,12 +39,7 @@ pub(super) fn rows(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Row> {
                     .events
                     .extend(first_seen(p, at, s, waiting_for.as_deref()));
             }
-            let since = Since {
-                id: inst.id.clone(),
-                status: s,
-                at: p.now,
-            };
-            st.since.insert(inst.ip, since);
+            st.worker_mut(&inst.id).set_status(s, p.now);
         }
         rows.push(Row {
             source: RowSource::Instance(at),
@@ -53,24 +48,33 @@ pub(super) fn rows(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Row> {
         });
     }
     // More remembered than shown: some instances left or lost their status.
-    if st.since.len() > with_status {
-        let shown: rustc_hash::FxHashSet<IpAddr> = (rows.iter())
-            .filter(|r| matches!(r.shown, Shown::Status(_)))
-            .filter_map(|r| match r.source {
-                RowSource::Instance(at) => Some(list[at].ip),
-                RowSource::Member(_) => None,
-            })
-            .collect();
-        st.since.retain(|ip, _| shown.contains(ip));
+    if st.workers.values().filter(|w| w.status.is_some()).count() > with_status {
+        forget_unshown(st, list, &rows);
     }
     rows
+}
+
+fn forget_unshown(st: &mut State, list: &[Instance], rows: &[Row]) {
+    let shown: rustc_hash::FxHashSet<&str> = (rows.iter())
+        .filter(|r| matches!(r.shown, Shown::Status(_)))
+        .filter_map(|r| match r.source {
+            RowSource::Instance(at) => Some(list[at].id.as_str()),
+            RowSource::Member(_) => None,
+        })
+        .collect();
+    st.workers.retain(|id, w| {
+        if !shown.contains(id.as_str()) {
+            w.status = None;
+        }
+        !w.is_empty()
+    });
 }
 
 /// Seen with a managed status for the first time: no status tag yet, and no status remembered
 /// for this instance (a tag write that failed leaves the tag empty, but the memory says it).
 fn is_new(p: &Inputs, st: &State, at: usize) -> bool {
     let inst = &p.list[at];
-    p.facts[at].status.is_none() && st.since.get(&inst.ip).is_none_or(|s| s.id != inst.id)
+    p.facts[at].status.is_none() && st.worker(&inst.id).is_none_or(|w| w.status.is_none())
 }
 
 /// The beginning of a worker's story: `preparing`, or `ready` when it is ready at once but
@@ -161,10 +165,8 @@ pub fn worker_views(rows: &[Row], snap: &Snapshot, state: &State) -> Vec<WorkerV
                 az: az.to_string(),
                 market: market.to_string(),
                 status: row.label().to_string(),
-                since: state
-                    .since
-                    .get(&ip)
-                    .filter(|s| s.id == *id && Shown::Status(s.status) == row.shown)
+                since: (state.worker(id).and_then(|w| w.status))
+                    .filter(|s| Shown::Status(s.status) == row.shown)
                     .map(|s| s.at),
                 waiting_for: row.waiting_for.clone(),
                 launcher: launcher_line(snap, state, id, ip),

@@ -55,25 +55,29 @@ pub(super) fn forget_stale(p: &Inputs, st: &mut State, out: &Draft) {
 pub(super) fn pin_keys(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers else { return };
     for (id, key) in &m.key_tags {
-        let Some(pinned) = st.agent_keys.get(id) else {
-            st.agent_keys.insert(id.clone(), key.clone());
+        // A lookup, not an insert, for each of 10,000 workers every pass.
+        let pinned = match st.workers.get_mut(id) {
+            Some(w) => w.pin_key(key),
+            None => {
+                st.worker_mut(id).pin_key(key);
+                continue;
+            }
+        };
+        let Pinned::Changed(pinned) = pinned else {
             continue;
         };
+        let pinned = pinned.short().to_string();
         let who = p.at(id).map(|at| p.who(at));
         let msg = format!(
             "the {} tag of {id} changed from {}… to {}…: reports signed with the new key are \
              refused; dtd keeps the key its agent first put there (terminate the worker if its \
              agent really lost its key)",
             crate::protocol::signed::KEY_TAG,
-            pinned.short(),
+            pinned,
             key.short()
         );
         let refusal = format!("agent-key:{id}:{}", key.short());
         refuse(p, st, out, refusal, EventKind::MarkerRefused, who, msg);
-    }
-    // Pins outnumbering the listed workers: some are of instances gone.
-    if p.can_remove() && st.agent_keys.len() > p.index.len() {
-        st.agent_keys.retain(|id, _| p.is_running(id));
     }
 }
 

@@ -7,6 +7,7 @@
 //! waits on something a deadline does not bring (a complete view).
 
 use super::inputs::Inputs;
+use super::joining;
 use crate::model::*;
 
 /// The earliest deadline after `p.now`, if any.
@@ -45,20 +46,24 @@ fn removals(p: &Inputs, st: &State) -> Option<Millis> {
 }
 
 /// A worker held by the launching hook: its prepare timeout and its next heartbeat.
+/// Only a launching hook holds workers, so without one no worker's record is looked through.
 fn launches(p: &Inputs, st: &State) -> Option<Millis> {
-    let beat =
-        (p.group.and_then(|g| g.launching_hook.as_ref())).map(|h| h.heartbeat_timeout_ms / 2);
-    let timeouts = (st.launch_waits.values())
+    let hook = p.group.and_then(|g| g.launching_hook.as_ref())?;
+    let beat = hook.heartbeat_timeout_ms / 2;
+    let records = st.workers.values();
+    let timeouts = (records.clone().filter_map(|w| w.launch_wait.as_ref()))
         .filter(|w| !w.timed_out && !w.abandoned)
         .map(|w| w.since.saturating_add(p.rules.prepare_timeout_ms));
-    let beats = (st.launch_heartbeats.values()).filter_map(|at| beat.map(|b| at.saturating_add(b)));
+    let beats = records.filter_map(|w| Some(w.heartbeat_at?.saturating_add(beat)));
     earliest(timeouts.chain(beats), p.now)
 }
 
 /// The join batch's end and the checkpoint wait's `join.max_wait`.
 fn joins(p: &Inputs, st: &State) -> Option<Millis> {
-    let batch =
-        (st.ready_since.values().min()).map(|first| first.saturating_add(p.rules.join_batch_ms));
+    let batch = (p.rules.join_batch_ms > 0)
+        .then(|| joining::first_ready(st))
+        .flatten()
+        .map(|first| first.saturating_add(p.rules.join_batch_ms));
     let checkpoint = (st.checkpoint_wait.as_ref())
         .filter(|w| !w.passed)
         .map(|w| w.since.saturating_add(p.rules.join_max_wait_ms));

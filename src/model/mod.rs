@@ -7,8 +7,10 @@ mod outcome;
 mod part;
 mod removal;
 mod state;
+mod state_before_records;
 mod totals;
 mod worker;
+mod worker_record;
 
 pub use crate::tags::Tags;
 pub use capacity::{
@@ -25,5 +27,6 @@ pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;
 pub use totals::Totals;
 pub use worker::*;
+pub use worker_record::{LaunchWait, Pinned, Pins, StatusSince, WorkerRecord};
 
 pub use crate::time::{rfc3339, span, span_left, span_measured, Millis};

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Millis, Removal, WorkerStatus};
+use super::{Millis, Removal, WorkerRecord};
 
 /// A worker in the host files (base hosts are not stored: they come from the config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,20 +75,17 @@ pub fn join_ips(ips: &[IpAddr]) -> String {
 }
 
 /// What the daemon remembers across restarts: only what AWS and EFS cannot tell it.
+///
+/// Read through [`State::deserialize`]'s wrapper below, so a state.json written before the
+/// worker records still reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct State {
     pub generation: u64,
     pub members: Vec<Member>,
     pub removals: Vec<Removal>,
     #[serde(default)]
     pub pending_notification: Option<Notification>,
-    /// When each worker's status last changed, for `dtctl status`. Keyed by IP, which compares
-    /// far cheaper than an instance id in a pass over 10,000 workers; the id guards IP reuse.
-    #[serde(default)]
-    pub since: BTreeMap<IpAddr, Since>,
-    /// Instances whose requested removal is held (base host, `min`), so the event is journaled once.
-    #[serde(default)]
-    pub held: BTreeMap<String, String>,
     /// Notice ids already heeded, with when: the queue delivers at least once, agents' markers
     /// stay on disk, and a restart must not act on either twice.
     #[serde(default)]
@@ -102,18 +99,6 @@ pub struct State {
     /// The last of those failures, for `dtctl status`.
     #[serde(default)]
     pub last_prepare_failure: Option<String>,
-    /// When the launching hook of each instance held in `Pending:Wait` last got a heartbeat.
-    #[serde(default)]
-    pub launch_heartbeats: BTreeMap<String, Millis>,
-    /// Each instance held in `Pending:Wait` by the launching hook: since when, and how its wait
-    /// ended. Remembered so that a restarted dtd neither resets the prepare timeout nor counts
-    /// or journals an abandoned worker twice.
-    #[serde(default)]
-    pub launch_waits: BTreeMap<String, LaunchWait>,
-    /// Ready workers waiting for `join.batch` to end, since when each was first ready: kept so
-    /// that a restarted dtd neither restarts the window nor lets them join one by one.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub ready_since: BTreeMap<String, Millis>,
     /// With `join.at_checkpoint`, since when ready workers wait for the job's next checkpoint,
     /// the checkpoint step then, and whether it has passed (they join at the next chance).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,18 +109,6 @@ pub struct State {
     /// The newest capacity refusal of `dtctl add` already heeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_refusals_seen: Option<Millis>,
-    /// Instances already journaled as waiting in a zone without a mount target, so a pass (or
-    /// a restarted dtd) does not journal them again.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub no_mount_target: BTreeSet<String>,
-    /// Instances already journaled as `prepare_failed`, so a pass (or a restarted dtd) reading
-    /// their failure marker again does not journal them again.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub prepare_failed: BTreeSet<String>,
-    /// Instances journaled `unhealthy`, with the reason: journaled once, and `healthy` when
-    /// one that was kept (removing stopped) reports healthy again.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub unhealthy: BTreeMap<String, String>,
     /// Since when removing and replacing unhealthy workers is stopped (`health.max_unhealthy`).
     #[serde(default)]
     pub health_stopped: Option<Millis>,
@@ -157,10 +130,6 @@ pub struct State {
     /// The job's step as last read from its progress file, with `job.stall` configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,
-    /// Each worker's launcher state and generation as last journaled (`job.launcher`), by
-    /// instance id: a change is journaled once.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub launchers: BTreeMap<String, (crate::protocol::launcher::LauncherState, Option<u64>)>,
     /// The generation whose every launcher finished (exit code 0): `job_finished` journaled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<u64>,
@@ -171,10 +140,39 @@ pub struct State {
     /// The newest generation every member's launcher reported running (`job.ack.by: launcher`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launcher_acked: Option<u64>,
-    /// Each worker's agent key, by instance id, as its `dt:agent-key` tag first said: a report
-    /// is believed only when signed with it, and a tag changed later does not change it.
+    /// What dtd remembers of each worker, by instance id (see [`WorkerRecord`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub agent_keys: BTreeMap<String, crate::protocol::signed::AgentKey>,
+    pub workers: BTreeMap<String, WorkerRecord>,
+}
+
+impl Serialize for State {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        State::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for State {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<State, D::Error> {
+        let read = super::state_before_records::Read::deserialize(d)?;
+        Ok(read.into_state())
+    }
+}
+
+impl State {
+    pub fn worker(&self, id: &str) -> Option<&WorkerRecord> {
+        self.workers.get(id)
+    }
+
+    /// The worker's record, begun empty if it had none.
+    pub fn worker_mut(&mut self, id: &str) -> &mut WorkerRecord {
+        self.workers.entry(id.to_string()).or_default()
+    }
+
+    /// Forgets every worker `listed` no longer shows, and records left with nothing in them.
+    /// Only on a complete listing of EC2: an instance a partial one missed may still run.
+    pub fn forget_gone(&mut self, listed: impl Fn(&str) -> bool) {
+        self.workers.retain(|id, w| !w.is_empty() && listed(id));
+    }
 }
 
 /// Ready workers waiting for the job's next checkpoint (`join.at_checkpoint`).
@@ -214,23 +212,4 @@ pub struct JobProgress {
     /// `stalled` was journaled for this step, and `stall_cleared` not yet.
     #[serde(default)]
     pub stalled: bool,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaunchWait {
-    /// The first pass that saw it in `Pending:Wait`.
-    pub since: Millis,
-    /// No marker within the prepare timeout: `prepare_never_reported` is journaled.
-    #[serde(default)]
-    pub timed_out: bool,
-    /// ABANDON decided: counted as one prepare-data failure, and resent until the group acts.
-    #[serde(default)]
-    pub abandoned: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Since {
-    pub id: String,
-    pub status: WorkerStatus,
-    pub at: Millis,
 }

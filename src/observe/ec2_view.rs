@@ -9,10 +9,10 @@ use tokio::task::JoinHandle;
 
 use super::lookups::{Lookups, Wanted};
 use crate::clock::SharedClock;
-use crate::model::{Instance, Millis, WorkerStatus, STATUS_TAG};
+use crate::model::{Instance, Millis, Pins, WorkerStatus, STATUS_TAG};
 use crate::observe::ec2::{Ec2Error, Ec2Observer, Listing};
 use crate::observe::fleet::{Fleet, ReadSeq, Targets};
-use crate::protocol::signed::{AgentKey, KEY_TAG};
+use crate::protocol::signed::KEY_TAG;
 
 pub struct Ec2View {
     observer: Ec2Observer,
@@ -126,7 +126,7 @@ impl Ec2View {
         &mut self,
         named: BTreeSet<String>,
         reported: Option<&BTreeSet<IpAddr>>,
-        pins: &BTreeMap<String, AgentKey>,
+        pins: Pins<'_>,
     ) -> Refreshed {
         let now = Instant::now();
         self.read_subnets(now).await;
@@ -171,12 +171,7 @@ impl Ec2View {
         }
     }
 
-    fn wanted(
-        &mut self,
-        reported: &BTreeSet<IpAddr>,
-        pins: &BTreeMap<String, AgentKey>,
-        now: Instant,
-    ) -> Wanted {
+    fn wanted(&mut self, reported: &BTreeSet<IpAddr>, pins: Pins<'_>, now: Instant) -> Wanted {
         let unknown = self.fleet.unknown_ips(reported.iter().copied());
         let unkeyed: Vec<String> = (self.fleet.at_ips(reported))
             .filter(|i| !i.tags.contains_key(KEY_TAG) && !pins.contains_key(&i.id))

@@ -134,7 +134,7 @@ impl Observer {
         &mut self,
         cfg: &Config,
         shared_fs: &mut Deadline,
-        pins: &BTreeMap<String, AgentKey>,
+        pins: Pins<'_>,
     ) -> Observed {
         let listing_calls = self.ec2.first_listing().await;
         let shared = shared::read(&self.readers, shared_fs, reads_progress(cfg)).await;
@@ -183,7 +183,7 @@ impl Observer {
         cfg: &Config,
         scan: &Scan,
         instances: &Result<Vec<Instance>, Ec2Error>,
-        pins: &BTreeMap<String, AgentKey>,
+        pins: Pins<'_>,
     ) -> Markers {
         let reported = book::reported_ips(scan);
         let mut keys = Keys::default();

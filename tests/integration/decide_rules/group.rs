@@ -30,7 +30,7 @@ fn a_new_group_worker_is_held_by_the_launching_hook_until_its_marker_appears() {
     );
     w.lifecycle("i-1", "InService");
     let joined = pass(&r, &mut w, &ready.state, 3_000 + HEARTBEAT / 2);
-    assert!(joined.state.launch_heartbeats.is_empty());
+    assert!(remembered(&joined.state, |w| w.heartbeat_at.is_some()).is_empty());
     assert_eq!(hosts(&joined), with_base(&["10.0.1.1"]));
 }
 
@@ -161,7 +161,9 @@ fn a_held_worker_that_never_reports_is_heartbeated_until_the_prepare_timeout_the
         HELD_AT + PREPARE_TIMEOUT + 10 * HEARTBEAT,
     );
     assert!(gone.outcome.complete_hooks().is_empty() && gone.outcome.heartbeats().is_empty());
-    assert!(gone.state.launch_waits.is_empty() && gone.state.launch_heartbeats.is_empty());
+    assert!(remembered(&gone.state, |w| w.launch_wait.is_some()
+        || w.heartbeat_at.is_some())
+    .is_empty());
 }
 
 #[test]
@@ -641,7 +643,7 @@ fn unknown_zones_claim_nothing() {
         "prepare-data marker prepare_data_success_10.0.1.2"
     );
     assert_eq!(count_kind(&plan, "no_mount_target"), 0);
-    assert!(plan.state.no_mount_target.is_empty());
+    assert!(remembered(&plan.state, |w| w.no_mount_target).is_empty());
     // An instance whose zone EC2 did not give is not judged either.
     w.mount_targets = mount_targets_in(&["us-east-1a"]);
     w.inst("i-2").az = String::new();
@@ -654,10 +656,10 @@ fn an_instance_that_is_gone_is_forgotten() {
     let r = rules();
     let mut w = split_across_zones();
     let first = pass(&r, &mut w, &State::default(), 1_000);
-    assert!(first.state.no_mount_target.contains("i-2"));
+    assert!(remembered(&first.state, |w| w.no_mount_target).contains(&"i-2"));
     w.vanish("i-2");
     let after = pass(&r, &mut w, &first.state, 2_000);
-    assert!(after.state.no_mount_target.is_empty());
+    assert!(remembered(&after.state, |w| w.no_mount_target).is_empty());
 }
 
 #[test]
