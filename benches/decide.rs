@@ -45,6 +45,8 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
             acked: true,
         });
         markers.success.insert(ip(n));
+        // dtd remembers since when each member is ADDED, as it does once they joined.
+        remember_added(&mut state, &instances[n], NOW - 3_000_000);
         // With `agent.health`, every worker's agent reports; all pass here.
         let health = HealthSeen {
             instance_id: instances[n].id.clone(),
@@ -108,6 +110,12 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
     }
     state.workers = decide(&rules, &warm, &state, NOW - 2_000).state.workers;
     (rules, snap, state)
+}
+
+fn remember_added(state: &mut State, inst: &Instance, at: Millis) {
+    state
+        .worker_mut(&inst.id)
+        .set_status(WorkerStatus::Added, at);
 }
 
 fn show(d: Duration) -> String {

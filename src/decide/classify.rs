@@ -49,6 +49,7 @@ pub(super) fn classify(
     // Members that stay are the bulk of a pass and their order does not matter; everything
     // else is decided in launch order, so that joins under max and holds at min are fair.
     let mut others = Vec::new();
+    let mut stayed = vec![false; list.len()];
     for at in 0..list.len() {
         if !p.facts[at].cluster {
             continue;
@@ -58,7 +59,7 @@ pub(super) fn classify(
             && !p.rules.is_protected(list[at].ip)
             && super::group::serving(p, at);
         match member_of[at] {
-            Some(pos) if staying => stay(p, st, out, pos, at),
+            Some(pos) if staying => stay(p, st, out, pos, at, &mut stayed),
             _ => others.push(at),
         }
     }
@@ -74,7 +75,7 @@ pub(super) fn classify(
             continue;
         } else if let Some(pos) = member_of[at] {
             if elastic && super::group::serving(p, at) {
-                stay(p, st, out, pos, at);
+                stay(p, st, out, pos, at, &mut stayed);
             } else {
                 leaves.push(at);
             }
@@ -84,17 +85,24 @@ pub(super) fn classify(
             joining::candidate(p, st, out, at, &mut joins);
         }
     }
+    release_stayers(p, st, &stayed);
     (joins, leaves)
 }
 
-fn stay(p: &Inputs, st: &mut State, out: &mut Draft, pos: usize, at: usize) {
-    let id = &p.list[at].id;
-    // Asked to stay after all: a later removal is journaled again. An unhealthy member whose
-    // drain is held stays too, still held.
-    if let Some(w) = st.workers.get_mut(id) {
-        w.stays();
-    }
+fn stay(p: &Inputs, st: &mut State, out: &mut Draft, pos: usize, at: usize, stayed: &mut [bool]) {
+    stayed[at] = true;
     joining::member_view(p, st, out, pos, at);
+}
+
+/// Members asked to stay after all: a later removal is journaled again. An unhealthy member
+/// whose drain is held stays too, still held. The few held are looked through rather than every
+/// staying member looked up: those are the bulk of a pass.
+fn release_stayers(p: &Inputs, st: &mut State, stayed: &[bool]) {
+    for (id, w) in st.pending.iter_mut().filter(|(_, w)| w.held.is_some()) {
+        if p.at(id).is_some_and(|at| stayed[at]) {
+            w.stays();
+        }
+    }
 }
 
 fn protected(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, elastic: bool) {
@@ -108,12 +116,12 @@ fn protected(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, elastic: bo
         let msg = format!("{} is a {what}: never removed or terminated", inst.ip);
         let who = Some(p.who(at));
         out.event(p, EventKind::RemovalRefused, who, None, msg.clone());
-        st.worker_mut(&inst.id).hold(&msg);
+        st.pending_mut(&inst.id).hold(&msg);
     }
     out.view(at, None, None);
 }
 
 /// Why the worker's requested removal is held, if it is.
 pub(super) fn is_held<'s>(st: &'s State, id: &str) -> Option<&'s str> {
-    st.worker(id)?.held.as_deref()
+    st.pending(id)?.held.as_deref()
 }

@@ -87,7 +87,8 @@ fn drain_for_scale_in(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, de
     };
     if let Some(msg) = held {
         // The text follows the desired capacity; the event is journaled once.
-        if st.worker_mut(&inst.id).held.replace(msg.clone()).is_none() {
+        let was = st.pending_mut(&inst.id).held.replace(msg.clone());
+        if was.is_none() {
             out.event(p, EventKind::RemovalHeld, Some(p.who(at)), None, msg);
         }
         return;

@@ -53,7 +53,7 @@ pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft) {
 fn journal(p: &Inputs, st: &mut State, out: &mut Draft, bad: &[usize]) {
     for &at in bad {
         let (id, ip) = p.who(at);
-        if st.worker(id).is_some_and(|w| w.unhealthy.is_some()) {
+        if st.pending(id).is_some_and(|w| w.unhealthy.is_some()) {
             continue;
         }
         let Some(h) = unhealthy(p, at) else {
@@ -67,15 +67,15 @@ fn journal(p: &Inputs, st: &mut State, out: &mut Draft, bad: &[usize]) {
             false => format!("{ip} ({id}): health check failed: {}", h.reason),
         };
         out.event(p, EventKind::Unhealthy, Some((id, ip)), None, msg);
-        st.worker_mut(id).fell_ill(&h.reason);
+        st.pending_mut(id).fell_ill(&h.reason);
     }
-    let journaled = st.workers.values().filter(|w| w.unhealthy.is_some());
+    let journaled = st.pending.values().filter(|w| w.unhealthy.is_some());
     if journaled.count() == bad.len() {
         return;
     }
     let still: rustc_hash::FxHashSet<&str> = bad.iter().map(|&at| p.who(at).0).collect();
     let mut healthy = Vec::new();
-    for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.unhealthy.is_some()) {
+    for (id, w) in st.pending.iter_mut().filter(|(_, w)| w.unhealthy.is_some()) {
         if still.contains(id.as_str()) {
             continue;
         }
@@ -280,10 +280,7 @@ fn then_text(end: &Ending) -> &'static str {
 
 /// While stopped, an unhealthy member stays in the job: its row says why and what it waits for.
 pub(super) fn show_kept(p: &Inputs, st: &State, out: &mut Draft) {
-    let unhealthy = st
-        .workers
-        .iter()
-        .filter_map(|(id, w)| Some((id, w.unhealthy.as_ref()?, w)));
+    let unhealthy = (st.pending.iter()).filter_map(|(id, w)| Some((id, w.unhealthy.as_ref()?, w)));
     for (id, reason, w) in unhealthy {
         let Some(at) = p.at(id) else { continue };
         let why = match (stopped(st), w.held.as_ref()) {

@@ -144,7 +144,7 @@ fn batch_waits(p: &Inputs, st: &mut State, joins: &[usize]) -> Option<String> {
     let ids: BTreeSet<&str> = joins.iter().map(|at| p.list[*at].id.as_str()).collect();
     forget_ready(st, |id| ids.contains(id));
     for id in &ids {
-        st.worker_mut(id).ready_since.get_or_insert(p.now);
+        st.pending_mut(id).ready_since.get_or_insert(p.now);
     }
     let first = first_ready(st)?;
     if !p.can_join() {
@@ -265,13 +265,13 @@ pub(super) fn member_view(p: &Inputs, st: &mut State, out: &mut Draft, pos: usiz
 
 /// When the first of the ready workers waiting for `join.batch` became ready.
 pub(super) fn first_ready(st: &State) -> Option<Millis> {
-    st.workers.values().filter_map(|w| w.ready_since).min()
+    st.pending.values().filter_map(|w| w.ready_since).min()
 }
 
 /// Forgets when the workers not to `keep` became ready: they wait anew if they are ready later.
 fn forget_ready(st: &mut State, keep: impl Fn(&str) -> bool) {
-    for (id, w) in st.workers.iter_mut() {
-        if w.ready_since.is_some() && !keep(id) {
+    for (id, w) in st.pending.iter_mut() {
+        if !keep(id) {
             w.ready_since = None;
         }
     }

@@ -47,7 +47,7 @@ fn held_at_launch(
     failed: Option<&String>,
 ) {
     let id = p.list[at].id.as_str();
-    let wait = st.worker_mut(id).wait_at_launch(p.now).clone();
+    let wait = st.pending_mut(id).wait_at_launch(p.now).clone();
     let why = match failed {
         Some(f) => f.clone(),
         None => never_reported_why(p, at),
@@ -99,9 +99,7 @@ fn never_reported(
     journaled: bool,
 ) {
     let (id, ip) = p.who(at);
-    if let Some(w) = launch_wait(st, id) {
-        w.timed_out = true;
-    }
+    change_wait(st, id, |w| w.timed_out = true);
     let abandoning = replacing(p, st, out);
     if !journaled {
         let then = match abandoning {
@@ -149,9 +147,7 @@ fn abandon_or_hold(
         prepare_failed::journal(p, st, out, at, why, &then);
     }
     count_failure(p, st, out, at, why);
-    if let Some(w) = launch_wait(st, id) {
-        w.abandoned = true;
-    }
+    change_wait(st, id, |w| w.abandoned = true);
     out.complete(id, &hook.name, HookResult::Abandon);
     let why = format!("the group to replace it: {why}");
     out.view(at, Some(WorkerStatus::PrepareFailed), Some(why));
@@ -176,16 +172,18 @@ fn held_why(p: &Inputs, st: &mut State, out: &mut Draft, why: &str) -> Option<St
 
 /// Keeps a long prepare-data from running into the launching hook's timeout (ABANDON).
 fn heartbeat(p: &Inputs, st: &mut State, out: &mut Draft, id: &str, hook: &Hook) {
-    let beat = &mut st.worker_mut(id).heartbeat_at;
-    let since = *beat.get_or_insert(p.now);
-    if p.now.saturating_sub(since) >= hook.heartbeat_timeout_ms / 2 {
+    if st
+        .pending_mut(id)
+        .heartbeat_due(p.now, hook.heartbeat_timeout_ms / 2)
+    {
         out.heartbeat(id, &hook.name);
-        *beat = Some(p.now);
     }
 }
 
-fn launch_wait<'s>(st: &'s mut State, id: &str) -> Option<&'s mut LaunchWait> {
-    st.workers.get_mut(id)?.launch_wait.as_mut()
+fn change_wait(st: &mut State, id: &str, change: impl FnOnce(&mut LaunchWait)) {
+    if let Some(w) = st.pending.get_mut(id).and_then(|w| w.launch_wait.as_mut()) {
+        change(w);
+    }
 }
 
 /// Forgets heartbeat times and waits of instances no longer held by the launching hook.
@@ -194,8 +192,7 @@ pub(super) fn prune(p: &Inputs, st: &mut State) {
     let held = |id: &String| {
         (g.instances.get(id)).is_some_and(|m| m.lifecycle_state == LifecycleState::PendingWait)
     };
-    let waiting = |w: &WorkerRecord| w.launch_wait.is_some() || w.heartbeat_at.is_some();
-    for (id, w) in st.workers.iter_mut().filter(|(_, w)| waiting(w)) {
+    for (id, w) in st.pending.iter_mut() {
         if !held(id) {
             w.launch_ended();
         }

@@ -124,13 +124,13 @@ pub(super) fn journal_held(
             None,
             msg.clone(),
         );
-        st.worker_mut(id).hold(&msg);
+        st.pending_mut(id).hold(&msg);
     }
 }
 
 /// The worker's removal goes ahead: no longer held.
 pub(super) fn released(st: &mut State, id: &str) {
-    if let Some(w) = st.workers.get_mut(id) {
+    if let Some(w) = st.pending.get_mut(id) {
         w.held = None;
     }
 }

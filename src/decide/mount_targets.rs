@@ -19,7 +19,7 @@ pub(super) fn missing(p: &Inputs, st: &mut State, out: &mut Draft, at: usize) ->
         return None;
     }
     let (az, fs) = (&inst.az, &mt.fs_id);
-    if st.worker_mut(&inst.id).no_mount_target_once() {
+    if st.pending_mut(&inst.id).no_mount_target_once() {
         let message = format!(
             "{} ({}) is in {az}, where {fs} has no mount target: it cannot mount the shared \
              directory, so its prepare-data marker cannot appear until a mount target is \

@@ -17,7 +17,7 @@ pub(super) fn journal(
     then: &str,
 ) {
     let (id, ip) = p.who(at);
-    if !st.worker_mut(id).prepare_failed_once() {
+    if !st.pending_mut(id).prepare_failed_once() {
         return;
     }
     let msg = format!("{ip} ({id}): {why}; {then}");

@@ -10,9 +10,8 @@ pub(super) fn finish(p: &Inputs, mut st: State, mut out: Draft) -> Plan {
     if !out.added.is_empty() || !out.removed.is_empty() {
         generation::bump(p, &mut st, &mut out);
     }
-    // Records outnumbering the listed workers: some are of instances gone.
-    if p.ec2_ok && st.workers.len() > p.index.len() {
-        st.forget_gone(|id| p.is_running(id));
+    if p.ec2_ok {
+        st.forget_gone(|id| p.is_running(id), p.index.len());
     }
     for (status, instances) in status_tags::tags(p, &out) {
         out.act(Action::Tag { status, instances });

@@ -15,7 +15,6 @@ pub(super) fn rows(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Row> {
     }
     let list = p.list;
     let mut rows = Vec::with_capacity(list.len());
-    let mut with_status = 0;
     // Those that joined this pass began their story with `joined`.
     let joined_now: rustc_hash::FxHashSet<IpAddr> = (st.members.iter())
         .filter(|m| m.joined_generation == p.next_gen)
@@ -31,7 +30,6 @@ pub(super) fn rows(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Row> {
             None if p.rules.is_protected(inst.ip) => Shown::Base,
             None => Shown::Unmanaged,
         };
-        with_status += status.is_some() as usize;
         // The tag holds the previous status: only a change needs remembering.
         if let Some(s) = status.filter(|s| p.facts[at].status != Some(*s)) {
             if is_new(p, st, at) && !joined_now.contains(&inst.ip) {
@@ -40,6 +38,9 @@ pub(super) fn rows(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Row> {
                     .extend(first_seen(p, at, s, waiting_for.as_deref()));
             }
             st.worker_mut(&inst.id).set_status(s, p.now);
+        } else if status.is_none() {
+            // A base host or one that lost its elastic tags: no status, so no time it began.
+            lost_status(st, &inst.id);
         }
         rows.push(Row {
             source: RowSource::Instance(at),
@@ -47,27 +48,13 @@ pub(super) fn rows(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Row> {
             waiting_for,
         });
     }
-    // More remembered than shown: some instances left or lost their status.
-    if st.workers.values().filter(|w| w.status.is_some()).count() > with_status {
-        forget_unshown(st, list, &rows);
-    }
     rows
 }
 
-fn forget_unshown(st: &mut State, list: &[Instance], rows: &[Row]) {
-    let shown: rustc_hash::FxHashSet<&str> = (rows.iter())
-        .filter(|r| matches!(r.shown, Shown::Status(_)))
-        .filter_map(|r| match r.source {
-            RowSource::Instance(at) => Some(list[at].id.as_str()),
-            RowSource::Member(_) => None,
-        })
-        .collect();
-    st.workers.retain(|id, w| {
-        if !shown.contains(id.as_str()) {
-            w.status = None;
-        }
-        !w.is_empty()
-    });
+fn lost_status(st: &mut State, id: &str) {
+    if let Some(w) = st.workers.get_mut(id).filter(|w| w.status.is_some()) {
+        w.status = None;
+    }
 }
 
 /// Seen with a managed status for the first time: no status tag yet, and no status remembered

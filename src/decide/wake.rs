@@ -50,7 +50,7 @@ fn removals(p: &Inputs, st: &State) -> Option<Millis> {
 fn launches(p: &Inputs, st: &State) -> Option<Millis> {
     let hook = p.group.and_then(|g| g.launching_hook.as_ref())?;
     let beat = hook.heartbeat_timeout_ms / 2;
-    let records = st.workers.values();
+    let records = st.pending.values();
     let timeouts = (records.clone().filter_map(|w| w.launch_wait.as_ref()))
         .filter(|w| !w.timed_out && !w.abandoned)
         .map(|w| w.since.saturating_add(p.rules.prepare_timeout_ms));

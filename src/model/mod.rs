@@ -27,6 +27,6 @@ pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;
 pub use totals::Totals;
 pub use worker::*;
-pub use worker_record::{LaunchWait, Pinned, Pins, StatusSince, WorkerRecord};
+pub use worker_record::{LaunchWait, Pending, Pinned, Pins, StatusSince, WorkerRecord};
 
 pub use crate::time::{rfc3339, span, span_left, span_measured, Millis};

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Millis, Removal, WorkerRecord};
+use super::{Millis, Pending, Removal, WorkerRecord};
 
 /// A worker in the host files (base hosts are not stored: they come from the config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,6 +143,9 @@ pub struct State {
     /// What dtd remembers of each worker, by instance id (see [`WorkerRecord`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub workers: BTreeMap<String, WorkerRecord>,
+    /// The passing states of the few workers that have one, by instance id (see [`Pending`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending: BTreeMap<String, Pending>,
 }
 
 impl Serialize for State {
@@ -168,10 +171,23 @@ impl State {
         self.workers.entry(id.to_string()).or_default()
     }
 
-    /// Forgets every worker `listed` no longer shows, and records left with nothing in them.
-    /// Only on a complete listing of EC2: an instance a partial one missed may still run.
-    pub fn forget_gone(&mut self, listed: impl Fn(&str) -> bool) {
-        self.workers.retain(|id, w| !w.is_empty() && listed(id));
+    pub fn pending(&self, id: &str) -> Option<&Pending> {
+        self.pending.get(id)
+    }
+
+    /// The worker's passing states, begun empty if it had none.
+    pub fn pending_mut(&mut self, id: &str) -> &mut Pending {
+        self.pending.entry(id.to_string()).or_default()
+    }
+
+    /// Forgets every worker `listed` no longer shows, and passing states that have passed. Only
+    /// on a complete listing of EC2: an instance a partial one missed may still run. The records
+    /// are looked through only when they outnumber the listed workers: there are 10,000 of them.
+    pub fn forget_gone(&mut self, listed: impl Fn(&str) -> bool, listed_count: usize) {
+        self.pending.retain(|id, p| !p.is_empty() && listed(id));
+        if self.workers.len() > listed_count {
+            self.workers.retain(|id, _| listed(id));
+        }
     }
 }
 

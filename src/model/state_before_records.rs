@@ -63,25 +63,25 @@ impl Read {
             });
         }
         for (id, why) in b.held {
-            state.worker_mut(&id).held = Some(why);
+            state.pending_mut(&id).held = Some(why);
         }
         for (id, at) in b.launch_heartbeats {
-            state.worker_mut(&id).heartbeat_at = Some(at);
+            state.pending_mut(&id).heartbeat_at = Some(at);
         }
         for (id, wait) in b.launch_waits {
-            state.worker_mut(&id).launch_wait = Some(wait);
+            state.pending_mut(&id).launch_wait = Some(wait);
         }
         for (id, at) in b.ready_since {
-            state.worker_mut(&id).ready_since = Some(at);
+            state.pending_mut(&id).ready_since = Some(at);
         }
         for id in b.no_mount_target {
-            state.worker_mut(&id).no_mount_target = true;
+            state.pending_mut(&id).no_mount_target = true;
         }
         for id in b.prepare_failed {
-            state.worker_mut(&id).prepare_failed = true;
+            state.pending_mut(&id).prepare_failed = true;
         }
         for (id, why) in b.unhealthy {
-            state.worker_mut(&id).unhealthy = Some(why);
+            state.pending_mut(&id).unhealthy = Some(why);
         }
         for (id, seen) in b.launchers {
             state.worker_mut(&id).launcher = Some(seen);
@@ -115,26 +115,26 @@ mod tests {
         );
         let st: State = serde_json::from_str(&old).unwrap();
         assert_eq!(st.generation, 7);
-        assert_eq!(st.workers.len(), 5);
+        assert_eq!(st.workers.len(), 1);
+        assert_eq!(st.pending.len(), 5);
         let w5 = &st.workers["i-5"];
         let added = StatusSince {
             status: WorkerStatus::Added,
             at: 100,
         };
         assert_eq!(w5.status, Some(added));
-        assert_eq!(w5.unhealthy.as_deref(), Some("gpu 3 gone"));
         assert_eq!(w5.launcher, Some((LauncherState::Running, Some(6))));
         assert_eq!(w5.agent_key.as_ref().map(|k| k.to_string()), Some(key));
-        assert_eq!(st.workers["i-1"].held.as_deref(), Some("a base host"));
-        let w2 = &st.workers["i-2"];
+        let pending = |id: &str| st.pending(id).unwrap();
+        assert_eq!(pending("i-5").unhealthy.as_deref(), Some("gpu 3 gone"));
+        assert_eq!(pending("i-1").held.as_deref(), Some("a base host"));
+        let w2 = pending("i-2");
         assert_eq!(w2.heartbeat_at, Some(300));
-        assert!(w2
-            .launch_wait
-            .as_ref()
-            .is_some_and(|w| w.since == 200 && w.timed_out));
+        let wait = w2.launch_wait.as_ref();
+        assert!(wait.is_some_and(|w| w.since == 200 && w.timed_out));
         assert!(w2.no_mount_target && !w2.prepare_failed);
-        assert_eq!(st.workers["i-3"].ready_since, Some(400));
-        assert!(st.workers["i-4"].prepare_failed);
+        assert_eq!(pending("i-3").ready_since, Some(400));
+        assert!(pending("i-4").prepare_failed);
     }
 
     #[test]
@@ -143,11 +143,11 @@ mod tests {
             generation: 3,
             ..State::default()
         };
-        st.worker_mut("i-9").hold("min");
+        st.pending_mut("i-9").hold("min");
         st.worker_mut("i-9").set_status(WorkerStatus::Added, 5);
         let text = serde_json::to_string(&st).unwrap();
         let top: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text).unwrap();
-        assert!(top["workers"]["i-9"]["held"] == "min", "{text}");
+        assert!(top["pending"]["i-9"]["held"] == "min", "{text}");
         assert!(
             !top.contains_key("held") && !top.contains_key("since"),
             "{text}"

@@ -1,6 +1,8 @@
 //! What dtd remembers about one worker between passes and across restarts: only what EC2's tags
-//! and the worker's own files cannot tell it. One record per instance id, in `State::workers`;
-//! forgetting a worker is dropping its record.
+//! and the worker's own files cannot tell it. Per instance id, a [`WorkerRecord`] of what every
+//! worker has (`State::workers`) and, for the few that have one, its [`Pending`] passing states
+//! (`State::pending`): every pass looks through the passing states, so they are kept apart from
+//! the 10,000 records that do not have any. `State::forget_gone` forgets both.
 //!
 //! A worker's place in the job is not here: the host files' members and the removals are lists
 //! of their own, because their order is the host files' order and a removal has its own stages
@@ -17,6 +19,18 @@ pub struct WorkerRecord {
     /// Its status as decide last set it, and since when (`dtctl status`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<StatusSince>,
+    /// Its launcher's state and generation as last journaled (`job.launcher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<(LauncherState, Option<u64>)>,
+    /// Its agent key as the `dt:agent-key` tag first said: a report is believed only when signed
+    /// with it, and a tag changed later does not change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_key: Option<AgentKey>,
+}
+
+/// A worker's passing states: a held removal, a launch wait, a join batch, a failure journaled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
     /// A requested removal that is held (base host, `min`, removing stopped), as journaled: it is
     /// journaled once, and again only after the worker was asked to stay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,13 +55,6 @@ pub struct WorkerRecord {
     /// Journaled `unhealthy`, with the reason; `healthy` is journaled when it recovers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy: Option<String>,
-    /// Its launcher's state and generation as last journaled (`job.launcher`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launcher: Option<(LauncherState, Option<u64>)>,
-    /// Its agent key as the `dt:agent-key` tag first said: a report is believed only when signed
-    /// with it, and a tag changed later does not change it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_key: Option<AgentKey>,
 }
 
 /// A worker's status and when it began.
@@ -80,9 +87,37 @@ pub enum Pinned<'a> {
 }
 
 impl WorkerRecord {
-    /// Nothing left to remember: the record can go.
+    /// Its status from now: true when it changed (and its time began).
+    pub fn set_status(&mut self, status: WorkerStatus, now: Millis) -> bool {
+        if self.status.is_some_and(|s| s.status == status) {
+            return false;
+        }
+        self.status = Some(StatusSince { status, at: now });
+        true
+    }
+
+    /// Its launcher was seen in `now`: true when that differs from what was journaled last.
+    pub fn launcher_seen(&mut self, now: (LauncherState, Option<u64>)) -> bool {
+        self.launcher.replace(now) != Some(now)
+    }
+
+    /// Pins the first agent key its tag shows; later keys are compared with that one.
+    pub fn pin_key(&mut self, key: &AgentKey) -> Pinned<'_> {
+        if self.agent_key.is_none() {
+            self.agent_key = Some(key.clone());
+            return Pinned::First;
+        }
+        match &self.agent_key {
+            Some(pinned) if pinned != key => Pinned::Changed(pinned),
+            _ => Pinned::Same,
+        }
+    }
+}
+
+impl Pending {
+    /// Nothing left pending: the entry can go.
     pub fn is_empty(&self) -> bool {
-        *self == WorkerRecord::default()
+        *self == Pending::default()
     }
 
     /// Holds a requested removal; true the first time, when it is journaled.
@@ -102,21 +137,23 @@ impl WorkerRecord {
         }
     }
 
-    /// Its status from now: true when it changed (and its time began).
-    pub fn set_status(&mut self, status: WorkerStatus, now: Millis) -> bool {
-        if self.status.is_some_and(|s| s.status == status) {
-            return false;
-        }
-        self.status = Some(StatusSince { status, at: now });
-        true
-    }
-
     /// Its launch wait, begun now if it had none.
     pub fn wait_at_launch(&mut self, now: Millis) -> &mut LaunchWait {
         self.launch_wait.get_or_insert(LaunchWait {
             since: now,
             ..LaunchWait::default()
         })
+    }
+
+    /// A heartbeat is due (and taken as sent) when `every` has passed since the last one; the
+    /// first call only starts the count.
+    pub fn heartbeat_due(&mut self, now: Millis, every: Millis) -> bool {
+        let since = *self.heartbeat_at.get_or_insert(now);
+        let due = now.saturating_sub(since) >= every;
+        if due {
+            self.heartbeat_at = Some(now);
+        }
+        due
     }
 
     /// No longer held by the launching hook.
@@ -142,23 +179,6 @@ impl WorkerRecord {
             self.unhealthy = Some(why.to_string());
         }
         first
-    }
-
-    /// Its launcher was seen in `now`: true when that differs from what was journaled last.
-    pub fn launcher_seen(&mut self, now: (LauncherState, Option<u64>)) -> bool {
-        self.launcher.replace(now) != Some(now)
-    }
-
-    /// Pins the first agent key its tag shows; later keys are compared with that one.
-    pub fn pin_key(&mut self, key: &AgentKey) -> Pinned<'_> {
-        if self.agent_key.is_none() {
-            self.agent_key = Some(key.clone());
-            return Pinned::First;
-        }
-        match &self.agent_key {
-            Some(pinned) if pinned != key => Pinned::Changed(pinned),
-            _ => Pinned::Same,
-        }
     }
 }
 

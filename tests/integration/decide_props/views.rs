@@ -129,7 +129,7 @@ proptest! {
 /// The state but what it remembers of missing mount targets.
 fn without_mount_targets(st: &State) -> State {
     let mut st = st.clone();
-    st.workers.retain(|_, w| {
+    st.pending.retain(|_, w| {
         w.no_mount_target = false;
         !w.is_empty()
     });

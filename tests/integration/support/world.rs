@@ -366,9 +366,10 @@ impl World {
     }
 }
 
-/// The workers whose record in dtd's memory `has` something: what a test asserts it remembers.
-pub(crate) fn remembered(st: &State, has: impl Fn(&WorkerRecord) -> bool) -> Vec<&str> {
-    (st.workers.iter())
+/// The workers whose passing states in dtd's memory `has` something: what a test asserts it
+/// remembers.
+pub(crate) fn remembered(st: &State, has: impl Fn(&Pending) -> bool) -> Vec<&str> {
+    (st.pending.iter())
         .filter(|(_, w)| has(w))
         .map(|(id, _)| id.as_str())
         .collect()
