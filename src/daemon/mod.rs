@@ -133,7 +133,7 @@ impl Daemon {
             self.pass().await;
             let wake_at = self.wake_at();
             let o = &mut self.observer;
-            o.ec2.start_resync(Instant::now());
+            o.ec2.start_resync();
             let sleep = self.clock.sleep_until(wake_at);
             tokio::select! {
                 _ = sleep => {}

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -23,7 +22,7 @@ use super::reservations::{self, ReservationError, ReservationWatch, Reservations
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use crate::aws::Clients;
-use crate::clock::SharedClock;
+use crate::clock::{millis, SharedClock};
 use crate::config::Config;
 use crate::deadline::Deadline;
 use crate::model::*;
@@ -53,7 +52,7 @@ pub struct Observer {
     subnets_unread: Vec<String>,
     /// When the subnets were last asked for: a failed read is tried again a minute later, not
     /// on every pass.
-    subnets_asked: Option<Instant>,
+    subnets_asked: Option<Millis>,
     /// The reservations `workers.capacity` names by id, when it names any.
     reservations: Option<ReservationWatch>,
     /// The reports believed so far, and what a new one must be to be believed.
@@ -142,10 +141,11 @@ impl Observer {
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
         let reported = shared.markers.as_ref().ok().map(book::reported_ips);
+        let now = self.clock.now();
         let (refreshed, (), reservations) = tokio::join!(
             self.ec2.refresh(named, reported.as_ref(), pins),
             read_group(&mut self.group, &mut self.group_due, cfg, &self.clients),
-            read_reservations(self.reservations.as_mut())
+            read_reservations(self.reservations.as_mut(), now)
         );
         let instances = match template {
             Ok(()) => self.ec2.lend(refreshed.error),
@@ -260,18 +260,19 @@ impl Observer {
             return (None, None);
         };
         let zones = (instances.iter().flatten()).map(|i| i.az.as_str());
-        let view = watch
-            .poll(Instant::now(), zones.filter(|z| !z.is_empty()))
-            .await;
+        let now = self.clock.now();
+        let view = watch.poll(now, zones.filter(|z| !z.is_empty())).await;
         (view, watch.cache().error().cloned())
     }
 
     /// The capacity choices' subnets' zones, read until EC2 gave them (a failure is tried again
     /// a minute later): a subnet never moves.
     async fn subnet_zones(&mut self) -> BTreeMap<String, String> {
-        let due = (self.subnets_asked).is_none_or(|at| at.elapsed() >= SUBNETS_RETRY);
+        let now = self.clock.now();
+        let due =
+            (self.subnets_asked).is_none_or(|at| now.saturating_sub(at) >= millis(SUBNETS_RETRY));
         if !self.subnets_unread.is_empty() && due {
-            self.subnets_asked = Some(Instant::now());
+            self.subnets_asked = Some(now);
             let wanted = self.subnets_unread.clone();
             match super::ec2::subnet_zones(&self.clients.ec2, wanted).await {
                 Ok(zones) => {
@@ -325,8 +326,9 @@ fn worded<T, E: std::fmt::Display>(read: Result<T, E>) -> Read<T> {
 /// The reservations the capacity choices name, read again when due; `None` when they name none.
 async fn read_reservations(
     watch: Option<&mut ReservationWatch>,
+    now: Millis,
 ) -> Option<Result<Reservations, ReservationError>> {
-    Some(watch?.poll(Instant::now()).await)
+    Some(watch?.poll(now).await)
 }
 
 /// Reads the worker group when it is due, or when the last read failed.
