@@ -105,7 +105,7 @@ impl Daemon {
         let fleet = (snap.instances.as_ref().ok())
             .map(|list| FleetNow::count(list, snap.markers.as_ref().ok(), &self.state, slots));
         self.metrics.count_gpu_time(now, fleet);
-        let queue_error = self.observer.inbox.error().map(|e| e.to_string());
+        let queue_error = self.observer.queue_error().map(|e| e.to_string());
         let facts = PassFacts {
             outcome,
             snap,
@@ -114,7 +114,7 @@ impl Daemon {
             mount_targets: (self.observer.mount_targets_summary())
                 .map(|zones| zones.map_err(|e| e.to_string())),
             ec2_calls: calls,
-            listed_at: self.observer.ec2.listed_at(),
+            listed_at: self.observer.listed_at(),
             pass_ms: took.as_millis() as u64,
             errors: self.ledger.errors(),
             totals: self.metrics.totals(),

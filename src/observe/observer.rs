@@ -14,10 +14,11 @@ use super::asg::GroupError;
 use super::ec2::{resolve_launch_template, Ec2Error, Ec2Observer};
 use super::ec2_view::Ec2View;
 use super::efs::{MountTargetError, MountTargetWatch};
-use super::inbox::Inbox;
+use super::inbox::{Heeded, Inbox};
 use super::markers::book::{self, Book, Judging, Keys};
 use super::markers::{MarkerScanner, Scan};
 use super::progress::ProgressReader;
+use super::queue::ReceiveError;
 use super::reservations::{self, ReservationError, ReservationWatch, Reservations};
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
@@ -35,12 +36,12 @@ const SUBNETS_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct Observer {
     clients: Clients,
     /// Messages from the event queue, and those received but not yet heeded by a pass.
-    pub inbox: Inbox,
-    pub ec2: Ec2View,
+    inbox: Inbox,
+    ec2: Ec2View,
     /// The worker group as last read, and whether it is to be read again on the next pass (an
     /// event came, a group action was taken, a listing finished): not on every pass.
     group: Option<Result<Group, GroupError>>,
-    pub group_due: bool,
+    group_due: bool,
     /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
     mount_targets: Option<MountTargetWatch>,
     /// Read on a thread of their own, with the shared directory's deadline.
@@ -125,6 +126,66 @@ impl Observer {
             tracing::info!(queue = %url, "listening for interruption and lifecycle events");
             self.inbox.listen(sqs, url, cfg.events.wait);
         }
+    }
+
+    /// Starts a complete listing in the background, when one is due.
+    pub fn start_resync(&mut self) {
+        self.ec2.start_resync();
+    }
+
+    /// Waits for news worth a pass before the clock asks for one: the event queue's messages
+    /// (or its failure), or a complete listing finished, whose view may hold what an event
+    /// missed, and after which the group is read again. Cancel-safe, as both waits are.
+    pub async fn news(&mut self) {
+        tokio::select! {
+            Some(update) = self.inbox.recv() => self.inbox.take(update),
+            _ = self.ec2.finish_resync() => self.group_due = true,
+        }
+    }
+
+    /// Takes in the queue's updates already waiting, so they join this pass; messages that
+    /// arrived since the last pass make it read the group again.
+    pub fn take_waiting_news(&mut self) {
+        self.inbox.take_waiting();
+        self.group_due |= self.inbox.take_fresh();
+    }
+
+    /// A pass acted on the worker group: what it looks like now is read on the next pass.
+    pub fn group_changed(&mut self) {
+        self.group_due = true;
+    }
+
+    /// Takes out the queue messages a pass heeded, to be deleted once what they said is
+    /// recorded; those it deferred (by notice id) stay for the next pass.
+    pub fn heeded(&mut self, deferred: &[String]) -> Heeded {
+        self.inbox.heeded(deferred)
+    }
+
+    /// Heeded messages that could not all be deleted: heeded again (once, by their ids) and
+    /// deleted on the next pass.
+    pub fn undeleted(&mut self, heeded: Heeded) {
+        self.inbox.undeleted(heeded);
+    }
+
+    /// Why the event queue could not be read, while it cannot.
+    pub fn queue_error(&self) -> Option<&ReceiveError> {
+        self.inbox.error()
+    }
+
+    /// When EC2's instances were last listed completely.
+    pub fn listed_at(&self) -> Option<Millis> {
+        self.ec2.listed_at()
+    }
+
+    /// A pass is over: takes back the instances its snapshot was lent, and the status tags EC2
+    /// accepted, so that they are not asked for again.
+    pub fn pass_ended<E>(
+        &mut self,
+        lent: Result<Vec<Instance>, E>,
+        tagged: &BTreeMap<WorkerStatus, Vec<String>>,
+    ) {
+        self.ec2.restore(lent);
+        self.ec2.tagged(tagged);
     }
 
     /// Reads every source (see the module's comment). `pins`: the agent keys dtd keeps, by
