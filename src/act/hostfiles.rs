@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use crate::config::HostfileSpec;
 use crate::fsutil::write_if_changed;
-use crate::hostfile::{render, Host};
 use crate::protocol;
+use crate::protocol::host_files::{render, Host};
 
 /// Which file of the membership could not be written.
 #[derive(Debug, thiserror::Error)]

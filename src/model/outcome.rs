@@ -7,7 +7,7 @@ use std::fmt;
 use super::{
     Choice, Event, EventKind, LaunchChoice, Millis, Notification, Row, State, Step, WorkerStatus,
 };
-use crate::hostfile::Host;
+use crate::protocol::host_files::Host;
 
 /// What decide returns: the state to remember, the outcome to apply, and when it next needs a
 /// pass if nothing new is heard before.

@@ -46,7 +46,7 @@ fn a_report_is_built_from_what_a_pass_saw_and_decided() {
         ..State::default()
     };
     let outcome = Outcome {
-        hosts: vec![crate::hostfile::Host {
+        hosts: vec![crate::protocol::host_files::Host {
             ip: "10.0.0.5".parse().expect("an IP"),
             slots: 1,
         }],
