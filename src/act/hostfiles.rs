@@ -15,9 +15,9 @@ pub enum HostfileError {
     /// The launch plan or the generation file.
     #[error("writing {}: {why}", path.display())]
     File { path: PathBuf, why: std::io::Error },
-    /// The shared directory did not answer in time (the deadline's words).
-    #[error("{0}")]
-    Stalled(String),
+    /// The shared directory did not answer in time.
+    #[error(transparent)]
+    Stalled(crate::deadline::DeadlineError),
 }
 
 /// Returns whether any file changed.

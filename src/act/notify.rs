@@ -30,9 +30,9 @@ pub enum NotifyError {
     Notices { path: PathBuf, why: std::io::Error },
     #[error(transparent)]
     Hook(#[from] HookError),
-    /// The shared directory did not answer in time (the deadline's words).
-    #[error("{0}")]
-    Stalled(String),
+    /// The shared directory did not answer in time.
+    #[error(transparent)]
+    Stalled(crate::deadline::DeadlineError),
 }
 
 /// `now`: the daemon's clock, against which a pidfile's age is judged.

@@ -18,7 +18,8 @@ pub use capacity::{
 pub use event::{Event, EventKind, QuorumCost, EVENT_LINE_LIMIT};
 pub use observed::*;
 pub use outcome::{
-    Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange, LAUNCH_RETRY_MS,
+    Action, Applied, HookAction, HookResult, LaunchFailed, Outcome, Plan, StallChange,
+    LAUNCH_RETRY_MS,
 };
 pub use part::{Part, Source, Step};
 pub use removal::{Cause, Ending, Removal, Stage};
