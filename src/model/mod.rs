@@ -5,6 +5,7 @@ mod event;
 mod observed;
 mod outcome;
 mod part;
+mod refusal;
 mod removal;
 mod state;
 mod totals;
@@ -22,6 +23,7 @@ pub use outcome::{
     LAUNCH_RETRY_MS,
 };
 pub use part::{Part, Source, Step};
+pub use refusal::RefusalKey;
 pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;
 pub use totals::Totals;
