@@ -260,15 +260,21 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
 
-    #[test]
-    fn a_resync_is_due_once_the_clock_passes_its_period_and_not_before() {
-        let clock = ManualClock::starting_at(1_000_000);
+    /// A resync every minute, whose first listing ended at the clock's time.
+    fn listed(clock: &ManualClock, ok: bool) -> Schedule {
         let mut resync = Schedule {
             every: 60_000,
             next: clock.now(),
         };
         assert!(resync.due(clock.now()), "the first listing is due at once");
-        resync.ended(clock.now(), true);
+        resync.ended(clock.now(), ok);
+        resync
+    }
+
+    #[test]
+    fn a_resync_is_due_once_the_clock_passes_its_period_and_not_before() {
+        let clock = ManualClock::starting_at(1_000_000);
+        let resync = listed(&clock, true);
         clock.advance(59_999);
         assert!(!resync.due(clock.now()));
         clock.advance(1);
@@ -278,11 +284,7 @@ mod tests {
     #[test]
     fn a_failed_listing_is_due_again_after_five_seconds() {
         let clock = ManualClock::starting_at(1_000_000);
-        let mut resync = Schedule {
-            every: 60_000,
-            next: clock.now(),
-        };
-        resync.ended(clock.now(), false);
+        let resync = listed(&clock, false);
         clock.advance(4_999);
         assert!(!resync.due(clock.now()));
         clock.advance(1);
