@@ -86,6 +86,12 @@ impl Clock for ManualClock {
     }
 }
 
+/// A duration on the clock's scale, for deadlines counted from a [`Clock::now`] (saturating: a
+/// configured period too long for a `u64` of milliseconds is "never").
+pub fn millis(d: Duration) -> Millis {
+    u64::try_from(d.as_millis()).unwrap_or(Millis::MAX)
+}
+
 /// The machine's time of day in milliseconds since the Unix epoch (0 before 1970). For the
 /// daemon, through [`SystemClock`]; `dtctl` and the agent read it directly.
 pub fn now_millis() -> Millis {

@@ -114,14 +114,6 @@ pub enum DeadlineError {
     ThreadDied { what: &'static str },
 }
 
-/// For the callers whose work still fails with text (the record's writes, the host files): the
-/// text of the stall, as their own errors read.
-impl From<DeadlineError> for String {
-    fn from(e: DeadlineError) -> String {
-        e.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

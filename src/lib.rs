@@ -15,7 +15,6 @@ pub mod deadline;
 pub mod decide;
 pub mod digest;
 pub mod fsutil;
-pub mod hostfile;
 pub mod manual;
 pub mod metrics;
 pub mod model;

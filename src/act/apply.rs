@@ -128,7 +128,7 @@ async fn write_hostfiles(
         Ok::<bool, HostfileError>(written)
     };
     let written = (shared_fs.run("writing host files", write).await)
-        .map_err(|e| HostfileError::Stalled(e.to_string()))
+        .map_err(HostfileError::Stalled)
         .and_then(|written| written)?;
     if written {
         let workers = outcome.hosts.len();
@@ -160,12 +160,12 @@ async fn deliver(
             let (notices, file, owner) = (n.clone(), a.notices_file.clone(), a.job_owner);
             let send = move || {
                 notify::write_notices(&file, &notices)?;
-                notify::signal_job(signal, &pidfile, expect.as_deref(), owner)
+                notify::signal_job(signal, &pidfile, expect.as_deref(), owner, now)
             };
             let sent = shared_fs.run("signalling the job", send).await;
-            sent.unwrap_or_else(|e| Err(NotifyError::Stalled(e.to_string())))
+            sent.unwrap_or_else(|e| Err(NotifyError::Stalled(e)))
         }
-        how => notify::send(&how, n, &hostfile).await,
+        how => notify::send(&how, n, &hostfile, now).await,
     };
     let generation = Some(n.generation);
     match sent {
@@ -276,11 +276,12 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done
             }
             Ok(None) => done
                 .launches
-                .push((token, Err("RunInstances launched nothing".into()))),
+                .push((token, Err(LaunchFailed::NothingLaunched))),
             Err(e) => {
                 let again = span(LAUNCH_RETRY_MS);
                 error = Some(format!("{e} (retried in {again})"));
-                done.launches.push((token, Err(e.to_string())));
+                done.launches
+                    .push((token, Err(LaunchFailed::Refused(e.to_string()))));
             }
         }
     }

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use crate::config::HostfileSpec;
 use crate::fsutil::write_if_changed;
-use crate::hostfile::{render, Host};
 use crate::protocol;
+use crate::protocol::host_files::{render, Host};
 
 /// Which file of the membership could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -15,9 +15,9 @@ pub enum HostfileError {
     /// The launch plan or the generation file.
     #[error("writing {}: {why}", path.display())]
     File { path: PathBuf, why: std::io::Error },
-    /// The shared directory did not answer in time (the deadline's words).
-    #[error("{0}")]
-    Stalled(String),
+    /// The shared directory did not answer in time.
+    #[error(transparent)]
+    Stalled(crate::deadline::DeadlineError),
 }
 
 /// Returns whether any file changed.

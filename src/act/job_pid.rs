@@ -6,6 +6,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::clock::millis;
+use crate::model::Millis;
 use crate::untrusted::{self, ReadError};
 
 /// A PID and its newline; anything longer is not a pidfile.
@@ -78,8 +80,14 @@ pub enum ProcError {
 }
 
 /// The PID the pidfile names, checked to be the job's: `Err` says why it is not. With `owner`
-/// (the job's uid) the pidfile must be the job user's, and so must the process.
-pub fn job_pid(pidfile: &Path, expect: Option<&str>, owner: Option<u32>) -> Result<i32, PidError> {
+/// (the job's uid) the pidfile must be the job user's, and so must the process. `now` is the
+/// daemon's clock: the process's start is known only as an age.
+pub fn job_pid(
+    pidfile: &Path,
+    expect: Option<&str>,
+    owner: Option<u32>,
+    now: Millis,
+) -> Result<i32, PidError> {
     let (pid, written) = read_pidfile(pidfile, owner)?;
     refuse_special(pid)?;
     let proc_dir = format!("/proc/{pid}");
@@ -97,8 +105,8 @@ pub fn job_pid(pidfile: &Path, expect: Option<&str>, owner: Option<u32>) -> Resu
         }
     }
     let stat = read_proc(&proc_dir, "stat", 4096).map_err(of_pid)?;
-    let started = started_at(&stat)?;
-    if started > written + START_SLACK {
+    let started = started_at(&stat, now)?;
+    if started > written.saturating_add(millis(START_SLACK)) {
         let pidfile = pidfile.to_path_buf();
         return Err(PidError::Stale { pid, pidfile });
     }
@@ -116,7 +124,7 @@ pub fn job_pid(pidfile: &Path, expect: Option<&str>, owner: Option<u32>) -> Resu
 }
 
 /// The PID, and when the pidfile was last written.
-fn read_pidfile(pidfile: &Path, owner: Option<u32>) -> Result<(i32, SystemTime), PidError> {
+fn read_pidfile(pidfile: &Path, owner: Option<u32>) -> Result<(i32, Millis), PidError> {
     let path = || pidfile.to_path_buf();
     let (file, meta) = match untrusted::open_owned(pidfile, owner) {
         Ok(Some(opened)) => opened,
@@ -136,7 +144,7 @@ fn read_pidfile(pidfile: &Path, owner: Option<u32>) -> Result<(i32, SystemTime),
     let written = meta
         .modified()
         .map_err(|why| PidError::NoModified { path: path(), why })?;
-    Ok((pid, written))
+    Ok((pid, since_epoch(written)))
 }
 
 /// 0, 1 and negative numbers address process groups or init; `dtd` and its ancestors are never
@@ -174,8 +182,13 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     Some(after.split_whitespace().collect())
 }
 
+/// A file's time on the clock's scale (0 before 1970).
+fn since_epoch(at: SystemTime) -> Millis {
+    at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, millis)
+}
+
 /// When the process started, from its start tick (field 22) and the boot-based uptime.
-fn started_at(stat: &str) -> Result<SystemTime, ProcError> {
+fn started_at(stat: &str, now: Millis) -> Result<Millis, ProcError> {
     let ticks: f64 = stat_fields(stat)
         .and_then(|f| f.get(19)?.parse().ok())
         .ok_or(ProcError::NoStartTime)?;
@@ -186,7 +199,7 @@ fn started_at(stat: &str) -> Result<SystemTime, ProcError> {
         .and_then(|u| u.parse().ok())
         .ok_or(ProcError::NoUptime)?;
     let age = Duration::from_secs_f64((up - ticks / TICKS_PER_SECOND).max(0.0));
-    Ok(SystemTime::now() - age)
+    Ok(now.saturating_sub(millis(age)))
 }
 
 fn read_proc(dir: &str, name: &str, limit: u64) -> Result<String, ProcError> {
@@ -203,6 +216,7 @@ fn read_proc(dir: &str, name: &str, limit: u64) -> Result<String, ProcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::now_millis;
     use std::process::Command;
 
     fn pidfile(dir: &Path, pid: impl std::fmt::Display) -> std::path::PathBuf {
@@ -215,17 +229,17 @@ mod tests {
     fn dtd_itself_its_parent_and_init_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id();
-        let e = job_pid(&pidfile(dir.path(), me), None, None)
+        let e = job_pid(&pidfile(dir.path(), me), None, None, now_millis())
             .unwrap_err()
             .to_string();
         assert!(e.contains("dtd itself"), "{e}");
         let parent = nix::unistd::getppid();
-        let e = job_pid(&pidfile(dir.path(), parent), None, None)
+        let e = job_pid(&pidfile(dir.path(), parent), None, None, now_millis())
             .unwrap_err()
             .to_string();
         assert!(e.contains("ancestor"), "{e}");
         for pid in ["1", "0", "-1"] {
-            let e = job_pid(&pidfile(dir.path(), pid), None, None)
+            let e = job_pid(&pidfile(dir.path(), pid), None, None, now_millis())
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("not a job"), "{e}");
@@ -242,9 +256,17 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let p = pidfile(dir.path(), child.id());
-        assert_eq!(job_pid(&p, None, None).unwrap(), child.id() as i32);
-        assert_eq!(job_pid(&p, Some("sleep"), None).unwrap(), child.id() as i32);
-        let e = job_pid(&p, Some("train.py"), None).unwrap_err().to_string();
+        assert_eq!(
+            job_pid(&p, None, None, now_millis()).unwrap(),
+            child.id() as i32
+        );
+        assert_eq!(
+            job_pid(&p, Some("sleep"), None, now_millis()).unwrap(),
+            child.id() as i32
+        );
+        let e = job_pid(&p, Some("train.py"), None, now_millis())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not contain"), "{e}");
         let old = SystemTime::now() - Duration::from_secs(600);
         std::fs::File::options()
@@ -253,7 +275,9 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        let e = job_pid(&p, None, None).unwrap_err().to_string();
+        let e = job_pid(&p, None, None, now_millis())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("stale"), "{e}");
         child.kill().unwrap();
         child.wait().unwrap();

@@ -10,7 +10,7 @@ use super::hook::{self, HookError};
 use super::job_pid::{job_pid, PidError};
 use crate::config::Notify;
 use crate::fsutil::write_atomic;
-use crate::model::{join_ips, rfc3339, Notification};
+use crate::model::{join_ips, rfc3339, Millis, Notification};
 
 /// `DT_EVENT` of a membership notification, so a hook that also gets stalls tells them apart.
 pub const MEMBERSHIP_EVENT: &str = "membership";
@@ -30,19 +30,25 @@ pub enum NotifyError {
     Notices { path: PathBuf, why: std::io::Error },
     #[error(transparent)]
     Hook(#[from] HookError),
-    /// The shared directory did not answer in time (the deadline's words).
-    #[error("{0}")]
-    Stalled(String),
+    /// The shared directory did not answer in time.
+    #[error(transparent)]
+    Stalled(crate::deadline::DeadlineError),
 }
 
-pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<String, NotifyError> {
+/// `now`: the daemon's clock, against which a pidfile's age is judged.
+pub async fn send(
+    how: &Notify,
+    n: &Notification,
+    hostfile: &Path,
+    now: Millis,
+) -> Result<String, NotifyError> {
     match how {
         Notify::None => Ok("no notification configured".into()),
         Notify::Signal {
             signal,
             pidfile,
             expect,
-        } => signal_job(*signal, pidfile, expect.as_deref(), None),
+        } => signal_job(*signal, pidfile, expect.as_deref(), None, now),
         Notify::Command(argv) => Ok(run_hook(argv, n, hostfile).await?),
     }
 }
@@ -53,8 +59,9 @@ pub fn signal_job(
     pidfile: &Path,
     expect: Option<&str>,
     owner: Option<u32>,
+    now: Millis,
 ) -> Result<String, NotifyError> {
-    let pid = job_pid(pidfile, expect, owner).map_err(NotifyError::Refused)?;
+    let pid = job_pid(pidfile, expect, owner, now).map_err(NotifyError::Refused)?;
     kill(Pid::from_raw(pid), signal).map_err(|why| NotifyError::Signal { signal, pid, why })?;
     Ok(format!("sent {signal} to PID {pid}"))
 }

@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use dt::config::Config;
 use dt::ctl;
 use dt::ctl::story::Target;
-use dt::hostfile::Format;
+use dt::protocol::host_files::Format;
 
 #[derive(Parser)]
 #[command(

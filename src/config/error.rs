@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::position::{Key, Line};
-use crate::hostfile::TemplateError;
+use crate::protocol::host_files::TemplateError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

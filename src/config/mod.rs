@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::digest::Sha256;
-use crate::hostfile::{Format, HostTemplate};
+use crate::protocol::host_files::{Format, HostTemplate};
 pub use alerts::{
     Alert, AlertFormat, Exposure, InClear, InlineSecret, UrlError, Webhook, WebhookFileError,
     WebhookUrl,

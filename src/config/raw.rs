@@ -15,7 +15,7 @@ use super::error::Rule;
 pub(super) use super::workers::RawWorkers;
 use super::{Alert, Events, Health, HealthPolicy, JournalConfig, MetricsConfig, Notify, Stall};
 use crate::digest::Sha256;
-use crate::hostfile::Format;
+use crate::protocol::host_files::Format;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "struct Config")]

@@ -12,8 +12,8 @@ use super::{
     Ack, Agent, Capacity, Config, HostfileSpec, Job, Slots, Workers, ELASTIC_TAG_SUFFIX,
     PREPARE_MARGIN,
 };
-use crate::hostfile::{Format, HostTemplate};
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
+use crate::protocol::host_files::{Format, HostTemplate};
 use crate::protocol::progress::PROGRESS_FILE;
 
 /// The 2018 `host_worker`, written when the file names no host file.

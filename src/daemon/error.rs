@@ -1,5 +1,7 @@
 //! Why `dtd run` cannot start or go on.
 
+use crate::act::journal::JournalError;
+use crate::deadline::DeadlineError;
 use crate::metrics::server::ServeError;
 use crate::store::StoreError;
 
@@ -29,4 +31,18 @@ pub enum DaemonError {
     JobOwner(crate::config::JobOwnerError),
     #[error("alerts: {0}")]
     Alerts(crate::config::WebhookFileError),
+}
+
+/// Why a write of the state directory left nothing written: its own failure, or the directory's
+/// deadline. Each reads as its cause does (the ledger and the journal show these words).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Deadline(#[from] DeadlineError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    File(#[from] std::io::Error),
 }

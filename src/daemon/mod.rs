@@ -133,20 +133,16 @@ impl Daemon {
             self.pass().await;
             let wake_at = self.wake_at();
             let o = &mut self.observer;
-            o.ec2.start_resync(Instant::now());
+            o.start_resync();
             let sleep = self.clock.sleep_until(wake_at);
             tokio::select! {
                 _ = sleep => {}
-                Some(update) = o.inbox.recv() => o.inbox.take(update),
+                () = o.news() => {}
                 Some(()) = shared_changes::next(&mut changes) => {}
-                // What the listing found is decided on at once: it may be what an event missed.
-                _ = o.ec2.finish_resync() => o.group_due = true,
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
-            // Everything else already waiting joins this pass.
-            o.inbox.take_waiting();
-            o.group_due |= o.inbox.take_fresh();
+            o.take_waiting_news();
         }
         tracing::info!("dtd stopping");
         Ok(())
@@ -187,8 +183,7 @@ impl Daemon {
             true => self.hold(&snap, pass).await,
             false => self.decide_and_act(&snap, pass).await,
         };
-        self.observer.ec2.restore(snap.instances);
-        self.observer.ec2.tagged(&tagged);
+        self.observer.pass_ended(snap.instances, &tagged);
     }
 
     /// Returns the status tags EC2 accepted.
@@ -210,12 +205,12 @@ impl Daemon {
         let tagged = self.apply(&plan.outcome, pass.now).await;
         self.save_state().await;
         // Deleted now that what they said is journaled and settled in the state.
-        let heeded = (self.observer.inbox).heeded(&plan.outcome.deferred_notices);
+        let heeded = self.observer.heeded(&plan.outcome.deferred_notices);
         let deleted = act::queue::delete(self.actuators.queue.as_ref(), &heeded.receipts()).await;
         if deleted.is_err() {
-            self.observer.inbox.undeleted(heeded);
+            self.observer.undeleted(heeded);
         }
-        let read = self.observer.inbox.error().map(|e| e.to_string());
+        let read = self.observer.queue_error().map(|e| e.to_string());
         self.ledger.note(Source::EventQueue, read);
         self.ledger
             .note(Step::QueueDeletes, deleted.err().map(|e| e.to_string()));
@@ -257,7 +252,9 @@ impl Daemon {
                 Action::Tag { .. } | Action::Terminate { .. } | Action::Launch { .. }
             )
         };
-        self.observer.group_due |= outcome.actions.iter().any(group_changes);
+        if outcome.actions.iter().any(group_changes) {
+            self.observer.group_changed();
+        }
         let generation = self.state.generation;
         let notify_failing = self.ledger.failing(Step::JobNotification);
         let (a, shared_fs) = (&self.actuators, &mut self.shared_fs);

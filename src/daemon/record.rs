@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use super::error::WriteError;
 use super::Daemon;
 use crate::act;
 use crate::alerts::saved::Saved;
@@ -38,8 +39,7 @@ impl Daemon {
         }
         let (path, events) = (self.paths.journal(), self.unjournaled.clone());
         let limits = self.cfg.journal;
-        let append =
-            move || act::journal::append(&path, &events, limits).map_err(|e| e.to_string());
+        let append = move || act::journal::append(&path, &events, limits).map_err(WriteError::from);
         let r = self
             .state_fs
             .try_run("appending to the journal", append)
@@ -50,7 +50,8 @@ impl Daemon {
                 tracing::info!(keep = limits.keep, "events journal rotated");
             }
         }
-        self.ledger.note(Step::Journal, r.err());
+        self.ledger
+            .note(Step::Journal, r.err().map(|e| e.to_string()));
     }
 
     /// What waits for the webhooks, when it changed, so that a restarted dtd sends it.
@@ -59,12 +60,13 @@ impl Daemon {
             return;
         };
         let path = self.paths.alerts_outbox();
-        let save = move || fsutil::write_atomic(&path, &saved.render()).map_err(|e| e.to_string());
+        let save = move || fsutil::write_atomic(&path, &saved.render()).map_err(WriteError::from);
         let r = self.state_fs.try_run("saving the alert outbox", save).await;
         if r.is_ok() {
             self.alerts_saved = changes;
         }
-        self.ledger.note(Step::AlertOutbox, r.err());
+        self.ledger
+            .note(Step::AlertOutbox, r.err().map(|e| e.to_string()));
     }
 
     /// The journal, then the state it explains.
@@ -78,10 +80,10 @@ impl Daemon {
         let save = move || {
             save_json(&path, &state)
                 .map(|_| state)
-                .map_err(|e| e.to_string())
+                .map_err(WriteError::from)
         };
         let r = self.state_fs.try_run("saving the state", save).await;
-        let failed = r.as_ref().err().cloned();
+        let failed = r.as_ref().err().map(ToString::to_string);
         if let Ok(saved) = r {
             self.saved = Some(saved);
         }
@@ -105,16 +107,16 @@ impl Daemon {
         let fleet = (snap.instances.as_ref().ok())
             .map(|list| FleetNow::count(list, snap.markers.as_ref().ok(), &self.state, slots));
         self.metrics.count_gpu_time(now, fleet);
-        let queue_error = self.observer.inbox.error().map(|e| e.to_string());
+        let queue_error = self.observer.queue_error().map(|e| e.to_string());
         let facts = PassFacts {
             outcome,
             snap,
             state: &self.state,
             queue_error: queue_error.as_deref(),
             mount_targets: (self.observer.mount_targets_summary())
-                .map(|zones| zones.map_err(|e| e.to_string())),
+                .map(|zones| zones.map_err(Unread::from_error)),
             ec2_calls: calls,
-            listed_at: self.observer.ec2.listed_at(),
+            listed_at: self.observer.listed_at(),
             pass_ms: took.as_millis() as u64,
             errors: self.ledger.errors(),
             totals: self.metrics.totals(),
@@ -130,7 +132,7 @@ impl Daemon {
         };
         self.metrics.after_pass(view, now, took);
         let path = self.paths.status();
-        let save = move || save_json(&path, &report).map_err(|e| e.to_string());
+        let save = move || save_json(&path, &report).map_err(WriteError::from);
         if let Err(e) = self.state_fs.try_run("writing the status", save).await {
             tracing::warn!("{e}");
         }

@@ -19,7 +19,7 @@ pub(super) struct Draft {
     /// Why some of `removed` left, for the job (see `Notification::notices`).
     pub notices: Vec<JobNotice>,
     /// The refusals this pass saw (keys of `State::refused`): the others are forgotten.
-    pub refused_keys: HashSet<String>,
+    pub refused_keys: HashSet<RefusalKey>,
 }
 
 impl Draft {

@@ -2,8 +2,8 @@
 //! order, each with its type's slots.
 
 use super::inputs::Inputs;
-use crate::hostfile::Host;
 use crate::model::*;
+use crate::protocol::host_files::Host;
 
 pub(super) fn hosts(p: &Inputs, st: &State) -> Vec<Host> {
     let slots = &p.rules.slots;

@@ -52,6 +52,11 @@ fn held_at_launch(
         Some(f) => f.clone(),
         None => never_reported_why(p, at),
     };
+    let failing = Failing {
+        at,
+        hook,
+        why: &why,
+    };
     if wait.abandoned {
         // Resent until the group moves it on: a completion that failed is retried.
         out.complete(id, &hook.name, HookResult::Abandon);
@@ -62,9 +67,9 @@ fn held_at_launch(
         let why = Some("the group to put it in service".to_string());
         out.view(at, Some(WorkerStatus::Preparing), why);
     } else if failed.is_some() {
-        abandon_or_hold(p, st, out, at, hook, &why, true);
+        abandon_or_hold(p, st, out, &failing, true);
     } else if p.now.saturating_sub(wait.since) >= p.rules.prepare_timeout_ms && p.can_remove() {
-        never_reported(p, st, out, at, hook, &why, wait.timed_out);
+        never_reported(p, st, out, &failing, wait.timed_out);
     } else {
         heartbeat(p, st, out, id, hook);
         let left = (wait.since + p.rules.prepare_timeout_ms).saturating_sub(p.now);
@@ -87,17 +92,17 @@ fn never_reported_why(p: &Inputs, at: usize) -> String {
     )
 }
 
+/// A worker held in `Pending:Wait` by the launching hook that failed, and why.
+struct Failing<'a> {
+    at: usize,
+    hook: &'a Hook,
+    why: &'a str,
+}
+
 /// Journaled once, then treated like a prepare-data failure: the user data died before the
 /// agent could write a marker, and would die the same way on every replacement.
-fn never_reported(
-    p: &Inputs,
-    st: &mut State,
-    out: &mut Draft,
-    at: usize,
-    hook: &Hook,
-    why: &str,
-    journaled: bool,
-) {
+fn never_reported(p: &Inputs, st: &mut State, out: &mut Draft, f: &Failing, journaled: bool) {
+    let Failing { at, hook, why } = *f;
     let (id, ip) = p.who(at);
     change_wait(st, id, |w| w.timed_out = true);
     let abandoning = replacing(p, st, out);
@@ -115,21 +120,14 @@ fn never_reported(
             msg,
         );
     }
-    abandon_or_hold(p, st, out, at, hook, why, false);
+    abandon_or_hold(p, st, out, f, false);
 }
 
 /// Abandons a worker that failed, counted once; past `max_prepare_failures` in a row it is
 /// held (heartbeats go on) for a person, like any failed group worker. `marker`: it failed by
 /// its failure marker (journaled here), rather than by never reporting (journaled already).
-fn abandon_or_hold(
-    p: &Inputs,
-    st: &mut State,
-    out: &mut Draft,
-    at: usize,
-    hook: &Hook,
-    why: &str,
-    marker: bool,
-) {
+fn abandon_or_hold(p: &Inputs, st: &mut State, out: &mut Draft, f: &Failing, marker: bool) {
+    let Failing { at, hook, why } = *f;
     let id = p.list[at].id.as_str();
     if let Some(held) = held_why(p, st, out, why) {
         if marker && p.can_remove() {

@@ -141,7 +141,9 @@ fn believe_agent(
                 describe(n.kind)
             );
             (
-                format!("agent-drain:{}", n.id),
+                RefusalKey::AgentDrain {
+                    notice: n.id.clone(),
+                },
                 EventKind::Notice,
                 who(&id),
                 msg,
@@ -151,7 +153,9 @@ fn believe_agent(
             let msg = format!("{} in interruption_{ip} {why}: refused", describe(n.kind));
             let id = (p.at(instance).is_some()).then(|| instance.to_string());
             (
-                format!("notice:{}", n.id),
+                RefusalKey::Notice {
+                    notice: n.id.clone(),
+                },
                 EventKind::NoticeRefused,
                 id,
                 msg,

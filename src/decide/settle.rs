@@ -17,7 +17,7 @@ pub fn settle(rules: &Rules, state: &mut State, applied: &Applied, now: Millis) 
             Err(e) => {
                 for r in state.replacements.iter_mut().filter(|r| r.token == *token) {
                     r.retry_at = now.saturating_add(LAUNCH_RETRY_MS);
-                    r.last_error = Some(e.clone());
+                    r.last_error = Some(e.to_string());
                 }
             }
         }
@@ -126,7 +126,7 @@ mod tests {
                 ("dt-replace-a".into(), Ok("i-0new".into())),
                 (
                     "dt-replace-b".into(),
-                    Err("InsufficientInstanceCapacity".into()),
+                    Err(LaunchFailed::Refused("InsufficientInstanceCapacity".into())),
                 ),
             ],
             ..Applied::default()

@@ -28,7 +28,7 @@ pub(super) fn refuse(
     p: &Inputs,
     st: &mut State,
     out: &mut Draft,
-    key: String,
+    key: RefusalKey,
     kind: EventKind,
     who: Who,
     msg: String,
@@ -76,7 +76,10 @@ pub(super) fn pin_keys(p: &Inputs, st: &mut State, out: &mut Draft) {
             pinned,
             key.short()
         );
-        let refusal = format!("agent-key:{id}:{}", key.short());
+        let refusal = RefusalKey::AgentKeyChanged {
+            instance: id.clone(),
+            key: key.short().to_string(),
+        };
         refuse(p, st, out, refusal, EventKind::MarkerRefused, who, msg);
     }
 }
@@ -87,7 +90,10 @@ pub(super) fn refuse_reports(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers else { return };
     for r in &m.refused {
         let who = p.at(&r.instance).map(|at| p.who(at));
-        let key = format!("report:{}:{}", r.file, r.class);
+        let key = RefusalKey::Report {
+            file: r.file.clone(),
+            class: r.class.clone(),
+        };
         refuse(
             p,
             st,
@@ -104,7 +110,7 @@ pub(super) fn refuse_reports(p: &Inputs, st: &mut State, out: &mut Draft) {
 /// read at all by observe; journaled once and shown here.
 pub(super) fn refuse_files(p: &Inputs, st: &mut State, out: &mut Draft) {
     for why in p.acks.map(|a| a.refused.as_slice()).unwrap_or_default() {
-        let key = format!("file:{why}");
+        let key = RefusalKey::File { why: why.clone() };
         refuse(p, st, out, key, EventKind::FileRefused, None, why.clone());
     }
 }
@@ -115,7 +121,7 @@ pub(super) fn refuse_ack(p: &Inputs, st: &mut State, out: &mut Draft, claimed: u
          (leaving workers wait for an acknowledgement dtd wrote, or the ack timeout)",
         st.generation
     );
-    let key = format!("ack:{claimed}");
+    let key = RefusalKey::Ack { claimed };
     refuse(p, st, out, key, EventKind::AckRefused, None, msg);
 }
 
@@ -287,7 +293,11 @@ pub(super) fn foreign_marker(
         "{file}_{} names {shown:?}, but EC2 lists {} at {}: ignored",
         inst.ip, inst.id, inst.ip
     );
-    let key = format!("marker:{file}:{}:{shown}", inst.id);
+    let key = RefusalKey::ForeignMarker {
+        failed,
+        instance: inst.id.clone(),
+        named: shown,
+    };
     refuse(
         p,
         st,

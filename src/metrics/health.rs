@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::status::StatusReport;
 
-pub struct Health {
+pub struct DaemonHealth {
     started: Instant,
     /// A pass older than this means the loop is stuck (or dtd is about to be).
     stale_after: Duration,
@@ -35,9 +35,9 @@ fn lines(reasons: &[Reason]) -> String {
     lines.join("\n")
 }
 
-impl Health {
-    pub fn new(started: Instant, stale_after: Duration) -> Health {
-        Health {
+impl DaemonHealth {
+    pub fn new(started: Instant, stale_after: Duration) -> DaemonHealth {
+        DaemonHealth {
             started,
             stale_after,
             last_pass: None,
@@ -103,7 +103,7 @@ mod tests {
     #[test]
     fn unhealthy_before_the_first_pass_when_late_and_when_a_source_fails() {
         let t0 = Instant::now();
-        let mut h = Health::new(t0, Duration::from_secs(10));
+        let mut h = DaemonHealth::new(t0, Duration::from_secs(10));
         assert!(h
             .verdict(t0)
             .unwrap_err()

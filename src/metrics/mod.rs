@@ -23,7 +23,7 @@ use std::sync::atomic::AtomicU64;
 
 pub use aws_calls::AwsCalls;
 pub use gpu::{FleetNow, GpuClock, GpuSeconds};
-pub use health::Health;
+pub use health::DaemonHealth;
 use latency::Latencies;
 
 use crate::model::{Event, Markers, Millis, Notice, Shown, State, Totals, WorkerStatus};
@@ -82,7 +82,7 @@ pub struct Metrics {
     source_up: Family<SourceLabel, Gauge>,
     events: Family<KindLabel, Counter>,
     alerts: Family<AlertLabel, Gauge>,
-    health: Arc<Mutex<Health>>,
+    health: Arc<Mutex<DaemonHealth>>,
     registry: Option<Registry>,
     clock: GpuClock,
     latencies: Latencies,
@@ -133,7 +133,7 @@ impl Metrics {
             source_up: Family::default(),
             events: Family::default(),
             alerts: Family::default(),
-            health: Arc::new(Mutex::new(Health::new(
+            health: Arc::new(Mutex::new(DaemonHealth::new(
                 Instant::now(),
                 StatusReport::stale_after(interval),
             ))),
@@ -162,7 +162,7 @@ impl Metrics {
         self.registry.take()
     }
 
-    pub fn health(&self) -> Arc<Mutex<Health>> {
+    pub fn health(&self) -> Arc<Mutex<DaemonHealth>> {
         Arc::clone(&self.health)
     }
 

@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
 
 use super::health::{Reason, Unhealthy};
-use super::Health;
+use super::DaemonHealth;
 
 /// The exposition format's content type (OpenMetrics 1.0, "OpenMetrics text format").
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -38,7 +38,7 @@ pub enum ServeError {
 
 struct Shared {
     registry: Registry,
-    health: Arc<Mutex<Health>>,
+    health: Arc<Mutex<DaemonHealth>>,
 }
 
 /// Binds now (so that a taken port fails `dtd run` at once) and serves on a thread of its own.
@@ -46,7 +46,7 @@ struct Shared {
 pub fn spawn(
     addr: SocketAddr,
     registry: Registry,
-    health: Arc<Mutex<Health>>,
+    health: Arc<Mutex<DaemonHealth>>,
 ) -> Result<SocketAddr, ServeError> {
     let bind = |source| ServeError::Bind { addr, source };
     let listener = TcpListener::bind(addr).map_err(bind)?;
@@ -130,7 +130,7 @@ fn metrics(registry: &Registry) -> Response<Full<Bytes>> {
     r
 }
 
-fn healthz(health: &Mutex<Health>) -> Response<Full<Bytes>> {
+fn healthz(health: &Mutex<DaemonHealth>) -> Response<Full<Bytes>> {
     let verdict = match health.lock() {
         Ok(h) => h.verdict(Instant::now()),
         Err(_) => Err(Unhealthy(vec![Reason::Poisoned])),

@@ -5,6 +5,7 @@ mod event;
 mod observed;
 mod outcome;
 mod part;
+mod refusal;
 mod removal;
 mod state;
 mod state_before_records;
@@ -20,9 +21,11 @@ pub use capacity::{
 pub use event::{Event, EventKind, QuorumCost, EVENT_LINE_LIMIT};
 pub use observed::*;
 pub use outcome::{
-    Action, Applied, HookAction, HookResult, Outcome, Plan, StallChange, LAUNCH_RETRY_MS,
+    Action, Applied, HookAction, HookResult, LaunchFailed, Outcome, Plan, StallChange,
+    LAUNCH_RETRY_MS,
 };
 pub use part::{Part, Source, Step};
+pub use refusal::RefusalKey;
 pub use removal::{Cause, Ending, Removal, Stage};
 pub use state::*;
 pub use totals::Totals;

@@ -7,7 +7,7 @@ use std::fmt;
 use super::{
     Choice, Event, EventKind, LaunchChoice, Millis, Notification, Row, State, Step, WorkerStatus,
 };
-use crate::hostfile::Host;
+use crate::protocol::host_files::Host;
 
 /// What decide returns: the state to remember, the outcome to apply, and when it next needs a
 /// pass if nothing new is heard before.
@@ -215,6 +215,16 @@ impl Outcome {
 /// says it).
 pub const LAUNCH_RETRY_MS: Millis = 60_000;
 
+/// Why a replacement launch sent has no instance. Act's own error (`act::capacity::LaunchError`)
+/// lives above the model, so it comes as its words, made once where the launch failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchFailed {
+    #[error("RunInstances launched nothing")]
+    NothingLaunched,
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// What acting on an outcome did. Act changes no state: decide settles this report in it
 /// (`decide::settle`), owning every transition and retry time.
 #[derive(Debug, Default)]
@@ -227,7 +237,7 @@ pub struct Applied {
     /// Instances whose ending AWS accepted, with the words for the call that did it.
     pub ended: Vec<(String, &'static str)>,
     /// Each replacement launch sent, by its token: the instance launched, or why not.
-    pub launches: Vec<(String, Result<String, String>)>,
+    pub launches: Vec<(String, Result<String, LaunchFailed>)>,
     /// Each choice EC2 refused for lack of capacity: the choice, its error code and message.
     pub no_capacity: Vec<(Choice, String, String)>,
 }

@@ -122,7 +122,7 @@ pub struct State {
     /// `ack_refused`, ...), each under a key naming the file and the lie; forgotten once the
     /// file no longer says it, so it is journaled again if it comes back.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub refused: BTreeSet<String>,
+    pub refused: BTreeSet<super::RefusalKey>,
     /// When each worker IP's agent last took a worker out with an interruption notice: agent
     /// notices are heeded at most once an hour per IP (see `decide::trust`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -3,12 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 use super::lookups::{Lookups, Wanted};
-use crate::clock::SharedClock;
+use crate::clock::{millis, SharedClock};
 use crate::model::{Instance, Millis, Pins, WorkerStatus, STATUS_TAG};
 use crate::observe::ec2::{Ec2Error, Ec2Observer, Listing};
 use crate::observe::fleet::{Fleet, ReadSeq, Targets};
@@ -16,11 +16,11 @@ use crate::protocol::signed::KEY_TAG;
 
 pub struct Ec2View {
     observer: Ec2Observer,
-    /// When a listing began, by the daemon's clock (it orders the listing against events).
+    /// The daemon's clock: when a listing began (it orders the listing against events), when the
+    /// next is due, and when a report's lookups are.
     clock: SharedClock,
     fleet: Fleet,
-    resync_every: Duration,
-    next_resync: Instant,
+    resync: Schedule,
     listing: Option<Running>,
     /// Why the last listing failed: until one succeeds the view is not trusted to be complete.
     listing_error: Option<Ec2Error>,
@@ -36,6 +36,28 @@ struct Running {
     task: JoinHandle<Result<Listing, Ec2Error>>,
 }
 
+/// When the next complete listing is due.
+struct Schedule {
+    every: Millis,
+    next: Millis,
+}
+
+impl Schedule {
+    fn due(&self, now: Millis) -> bool {
+        now >= self.next
+    }
+
+    /// A listing ended at `now`; a failed one is tried again sooner than a resync, since
+    /// removals wait for a complete view.
+    fn ended(&mut self, now: Millis, ok: bool) {
+        let wait = match ok {
+            true => self.every,
+            false => self.every.min(millis(Duration::from_secs(5))),
+        };
+        self.next = now.saturating_add(wait);
+    }
+}
+
 /// What a pass's reads of EC2 cost and found.
 pub struct Refreshed {
     pub calls: u32,
@@ -44,16 +66,19 @@ pub struct Refreshed {
 
 impl Ec2View {
     pub fn new(observer: Ec2Observer, resync_every: Duration, clock: SharedClock) -> Self {
+        let now = clock.now();
         Ec2View {
             observer,
             clock,
             fleet: Fleet::default(),
-            resync_every,
-            next_resync: Instant::now(),
+            resync: Schedule {
+                every: millis(resync_every),
+                next: now,
+            },
             listing: None,
             listing_error: None,
             owed: Targets::default(),
-            lookups: Lookups::new(resync_every, Instant::now()),
+            lookups: Lookups::new(resync_every, now),
         }
     }
 
@@ -67,14 +92,15 @@ impl Ec2View {
     }
 
     /// Starts a complete listing in the background when one is due and none is running.
-    pub fn start_resync(&mut self, now: Instant) {
-        if self.listing.is_some() || now < self.next_resync {
+    pub fn start_resync(&mut self) {
+        let now = self.clock.now();
+        if self.listing.is_some() || !self.resync.due(now) {
             return;
         }
         let observer = self.observer.clone();
         self.listing = Some(Running {
             seq: self.fleet.begin(),
-            at: self.clock.now(),
+            at: now,
             task: tokio::spawn(async move { observer.list().await }),
         });
     }
@@ -88,7 +114,7 @@ impl Ec2View {
         let joined = (&mut running.task).await;
         let (seq, at) = (running.seq, running.at);
         self.listing = None;
-        let started = Instant::now();
+        let ended = self.clock.now();
         let result = joined.unwrap_or_else(|e| Err(Ec2Error::ListingTask(e.to_string())));
         match result {
             Ok(listing) => {
@@ -96,13 +122,12 @@ impl Ec2View {
                 self.lookups.subnets.note(subnets);
                 self.fleet.apply_listing(seq, at, listing.instances);
                 self.listing_error = None;
-                self.next_resync = started + self.resync_every;
+                self.resync.ended(ended, true);
                 listing.calls
             }
             Err(e) => {
                 self.listing_error = Some(e);
-                // Sooner than a resync: removals wait for a complete view.
-                self.next_resync = started + self.resync_every.min(Duration::from_secs(5));
+                self.resync.ended(ended, false);
                 0
             }
         }
@@ -114,8 +139,8 @@ impl Ec2View {
             return 0;
         }
         // Even one that failed a moment ago: nothing is decided without it.
-        self.next_resync = Instant::now();
-        self.start_resync(Instant::now());
+        self.resync.next = self.clock.now();
+        self.start_resync();
         self.finish_resync().await
     }
 
@@ -128,7 +153,7 @@ impl Ec2View {
         reported: Option<&BTreeSet<IpAddr>>,
         pins: Pins<'_>,
     ) -> Refreshed {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.read_subnets(now).await;
         let mut targets = std::mem::take(&mut self.owed);
         targets.ids.extend(named);
@@ -171,7 +196,7 @@ impl Ec2View {
         }
     }
 
-    fn wanted(&mut self, reported: &BTreeSet<IpAddr>, pins: Pins<'_>, now: Instant) -> Wanted {
+    fn wanted(&mut self, reported: &BTreeSet<IpAddr>, pins: Pins<'_>, now: Millis) -> Wanted {
         let unknown = self.fleet.unknown_ips(reported.iter().copied());
         let unkeyed: Vec<String> = (self.fleet.at_ips(reported))
             .filter(|i| !i.tags.contains_key(KEY_TAG) && !pins.contains_key(&i.id))
@@ -181,7 +206,7 @@ impl Ec2View {
     }
 
     /// Reads the ranges of subnets not read yet (a failed read is tried a minute later).
-    async fn read_subnets(&mut self, now: Instant) {
+    async fn read_subnets(&mut self, now: Millis) {
         let Some(wanted) = self.lookups.subnets.due(now) else {
             return;
         };
@@ -222,5 +247,42 @@ impl Ec2View {
         if let Ok(instances) = lent {
             self.fleet.restore(instances);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+
+    /// A resync every minute, whose first listing ended at the clock's time.
+    fn listed(clock: &ManualClock, ok: bool) -> Schedule {
+        let mut resync = Schedule {
+            every: 60_000,
+            next: clock.now(),
+        };
+        assert!(resync.due(clock.now()), "the first listing is due at once");
+        resync.ended(clock.now(), ok);
+        resync
+    }
+
+    #[test]
+    fn a_resync_is_due_once_the_clock_passes_its_period_and_not_before() {
+        let clock = ManualClock::starting_at(1_000_000);
+        let resync = listed(&clock, true);
+        clock.advance(59_999);
+        assert!(!resync.due(clock.now()));
+        clock.advance(1);
+        assert!(resync.due(clock.now()));
+    }
+
+    #[test]
+    fn a_failed_listing_is_due_again_after_five_seconds() {
+        let clock = ManualClock::starting_at(1_000_000);
+        let resync = listed(&clock, false);
+        clock.advance(4_999);
+        assert!(!resync.due(clock.now()));
+        clock.advance(1);
+        assert!(resync.due(clock.now()));
     }
 }

@@ -7,14 +7,15 @@
 //! EFS endpoint hold up a pass.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_efs::types::{LifeCycleState, MountTargetDescription};
 use aws_sdk_efs::Client;
 use tokio::task::JoinHandle;
 
 use crate::aws::describe_error;
-use crate::model::MountTargets;
+use crate::clock::millis;
+use crate::model::{Millis, MountTargets};
 
 /// A read triggered by a worker in an unexplained zone comes at most this often.
 pub const MIN_GAP: Duration = Duration::from_secs(60);
@@ -135,7 +136,7 @@ pub struct MountTargetCache {
     /// The last complete read; `None` before the first and after a failed one.
     known: Option<Zones>,
     error: Option<MountTargetError>,
-    last_read: Option<Instant>,
+    last_read: Option<Millis>,
 }
 
 impl MountTargetCache {
@@ -155,23 +156,23 @@ impl MountTargetCache {
 
     /// Whether to read now: never read, the refresh period is over, or a worker is in a zone the
     /// last answer does not cover (or there is no answer), at most once per [`MIN_GAP`].
-    pub fn due<'z>(&self, now: Instant, worker_zones: impl IntoIterator<Item = &'z str>) -> bool {
+    pub fn due<'z>(&self, now: Millis, worker_zones: impl IntoIterator<Item = &'z str>) -> bool {
         let Some(last) = self.last_read else {
             return true;
         };
-        let age = now.saturating_duration_since(last);
-        if age >= self.refresh {
+        let age = now.saturating_sub(last);
+        if age >= millis(self.refresh) {
             return true;
         }
         let unexplained = match &self.known {
             Some(known) => worker_zones.into_iter().any(|z| !known.contains(z)),
             None => true,
         };
-        unexplained && age >= MIN_GAP.min(self.refresh)
+        unexplained && age >= millis(MIN_GAP.min(self.refresh))
     }
 
     /// A read starts at `now`: the schedule counts from here.
-    pub fn begin(&mut self, now: Instant) {
+    pub fn begin(&mut self, now: Millis) {
         self.last_read = Some(now);
     }
 
@@ -249,7 +250,7 @@ impl MountTargetWatch {
     /// "unknown" while one is still out (it may be re-checking a zone just seen uncovered).
     pub async fn poll<'z>(
         &mut self,
-        now: Instant,
+        now: Millis,
         worker_zones: impl IntoIterator<Item = &'z str>,
     ) -> Option<MountTargets> {
         if self.reading.is_none() && self.cache.due(now, worker_zones) {
@@ -292,36 +293,36 @@ mod tests {
 
     #[test]
     fn read_first_then_only_on_the_period_while_every_zone_is_covered() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_700_000_000_000;
         let mut c = MountTargetCache::new("fs-0123abcd", REFRESH);
         assert!(c.due(t0, ["us-east-1a"]));
         assert_eq!(c.view(), None, "unknown before the first read");
         c.begin(t0);
         c.finish(Ok(zones(&["us-east-1a"])));
-        assert!(!c.due(t0 + Duration::from_secs(299), ["us-east-1a"]));
-        assert!(c.due(t0 + REFRESH, ["us-east-1a"]));
+        assert!(!c.due(t0 + 299_000, ["us-east-1a"]));
+        assert!(c.due(t0 + millis(REFRESH), ["us-east-1a"]));
         assert_eq!(c.view().unwrap().zones, zones(&["us-east-1a"]));
     }
 
     #[test]
     fn a_worker_in_an_uncovered_zone_triggers_a_read_at_most_once_a_minute() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_700_000_000_000;
         let mut c = MountTargetCache::new("fs-0123abcd", REFRESH);
         c.begin(t0);
         c.finish(Ok(zones(&["us-east-1a"])));
         let both = ["us-east-1a", "us-east-1c"];
-        assert!(!c.due(t0 + Duration::from_secs(59), both));
-        assert!(c.due(t0 + MIN_GAP, both));
+        assert!(!c.due(t0 + 59_000, both));
+        assert!(c.due(t0 + millis(MIN_GAP), both));
         // A short refresh period bounds it too (the tests use one).
         let mut short = MountTargetCache::new("fs-0123abcd", Duration::from_secs(2));
         short.begin(t0);
         short.finish(Ok(zones(&["us-east-1a"])));
-        assert!(short.due(t0 + Duration::from_secs(2), both));
+        assert!(short.due(t0 + 2_000, both));
     }
 
     #[test]
     fn a_failed_read_is_unknown_and_retried_after_the_gap() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_700_000_000_000;
         let mut c = MountTargetCache::new("fs-0123abcd", REFRESH);
         c.begin(t0);
         c.finish(Ok(zones(&["us-east-1a"])));
@@ -329,9 +330,9 @@ mod tests {
         c.finish(Err(failed()));
         assert_eq!(c.view(), None, "never a smaller set from a failed read");
         assert!(c.summary().unwrap_err().to_string().contains("throttled"));
-        assert!(!c.due(t0 + Duration::from_secs(30), ["us-east-1a"]));
-        assert!(c.due(t0 + MIN_GAP, ["us-east-1a"]));
-        c.begin(t0 + MIN_GAP);
+        assert!(!c.due(t0 + 30_000, ["us-east-1a"]));
+        assert!(c.due(t0 + millis(MIN_GAP), ["us-east-1a"]));
+        c.begin(t0 + millis(MIN_GAP));
         c.finish(Ok(zones(&["us-east-1a", "us-east-1b"])));
         assert_eq!(c.error(), None);
         assert_eq!(

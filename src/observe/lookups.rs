@@ -7,9 +7,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ipnet::IpNet;
+
+use crate::clock::millis;
+use crate::model::Millis;
 
 /// Calls that may be spent at once on lookups a report prompted.
 pub const BURST: u32 = 6;
@@ -22,9 +25,11 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// How long after a failed read of the subnets it is tried again.
 const SUBNETS_RETRY: Duration = Duration::from_secs(60);
 
+/// Times are the daemon's clock's (`crate::clock`), so a test's clock drives the backoffs and
+/// the budget.
 pub struct Lookups {
     /// The longest wait before asking about the same IP again (the listing's period).
-    max_wait: Duration,
+    max_wait: Millis,
     /// IPs no instance had when last read, and when to ask again.
     absent: Backoff<IpAddr>,
     /// Instances at a reported IP whose agent key was not on them when last read.
@@ -38,7 +43,7 @@ pub struct Lookups {
 pub struct Subnets {
     cidrs: BTreeMap<String, Vec<IpNet>>,
     unread: BTreeSet<String>,
-    asked: Option<Instant>,
+    asked: Option<Millis>,
 }
 
 /// What a pass may read because of reports.
@@ -49,9 +54,9 @@ pub struct Wanted {
 }
 
 impl Lookups {
-    pub fn new(max_wait: Duration, now: Instant) -> Lookups {
+    pub fn new(max_wait: Duration, now: Millis) -> Lookups {
         Lookups {
-            max_wait,
+            max_wait: millis(max_wait),
             absent: Backoff::default(),
             unkeyed: Backoff::default(),
             budget: Budget::full(now),
@@ -62,7 +67,7 @@ impl Lookups {
     /// From `unknown` (reported IPs no listed instance has) and `unkeyed` (listed instances at
     /// reported IPs without an agent key), what is due, in the workers' subnets, and within
     /// the budget. Both are forgotten once no report names them.
-    pub fn wanted(&mut self, unknown: &[IpAddr], unkeyed: &[String], now: Instant) -> Wanted {
+    pub fn wanted(&mut self, unknown: &[IpAddr], unkeyed: &[String], now: Millis) -> Wanted {
         self.absent.keep(unknown);
         self.unkeyed.keep(unkeyed);
         let mut ips: Vec<IpAddr> = (unknown.iter())
@@ -82,7 +87,7 @@ impl Lookups {
     }
 
     /// After a read of `asked`: those found are forgotten, the others asked again later.
-    pub fn found(&mut self, asked: &Wanted, found_ips: &[IpAddr], keyed: &[String], now: Instant) {
+    pub fn found(&mut self, asked: &Wanted, found_ips: &[IpAddr], keyed: &[String], now: Millis) {
         for ip in &asked.ips {
             match found_ips.contains(ip) {
                 true => self.absent.forget(ip),
@@ -109,10 +114,10 @@ impl Subnets {
     }
 
     /// The subnets still to read, when a read is due (a failed one is tried a minute later).
-    pub fn due(&mut self, now: Instant) -> Option<Vec<String>> {
+    pub fn due(&mut self, now: Millis) -> Option<Vec<String>> {
         let due = self
             .asked
-            .is_none_or(|at| now.duration_since(at) >= SUBNETS_RETRY);
+            .is_none_or(|at| now.saturating_sub(at) >= millis(SUBNETS_RETRY));
         if self.unread.is_empty() || !due {
             return None;
         }
@@ -135,11 +140,11 @@ impl Subnets {
 /// A token bucket of calls.
 struct Budget {
     tokens: u32,
-    refilled: Instant,
+    refilled: Millis,
 }
 
 impl Budget {
-    fn full(now: Instant) -> Budget {
+    fn full(now: Millis) -> Budget {
         Budget {
             tokens: BURST,
             refilled: now,
@@ -147,12 +152,12 @@ impl Budget {
     }
 
     /// Takes up to `want` calls; returns how many it may make.
-    fn take(&mut self, want: u32, now: Instant) -> u32 {
-        let earned = now.duration_since(self.refilled).as_millis() / REFILL.as_millis();
+    fn take(&mut self, want: u32, now: Millis) -> u32 {
+        let earned = now.saturating_sub(self.refilled) / millis(REFILL);
         if earned > 0 {
             let earned = u32::try_from(earned).unwrap_or(u32::MAX);
             self.tokens = self.tokens.saturating_add(earned).min(BURST);
-            self.refilled += REFILL * earned.min(BURST);
+            self.refilled += millis(REFILL) * u64::from(earned.min(BURST));
             if self.tokens == BURST {
                 self.refilled = now;
             }
@@ -163,9 +168,10 @@ impl Budget {
     }
 }
 
-/// When to ask again about each key: the wait doubles at every miss, up to a maximum.
+/// When to ask again about each key, and the last wait: the wait doubles at every miss, up to a
+/// maximum.
 struct Backoff<K> {
-    next: HashMap<K, (Instant, Duration)>,
+    next: HashMap<K, (Millis, Millis)>,
 }
 
 impl<K> Default for Backoff<K> {
@@ -182,7 +188,7 @@ impl<K: Hash + Eq + Clone> Backoff<K> {
         self.next.retain(|k, _| named.contains(k));
     }
 
-    fn due(&self, k: &K, now: Instant) -> bool {
+    fn due(&self, k: &K, now: Millis) -> bool {
         self.next.get(k).is_none_or(|(at, _)| *at <= now)
     }
 
@@ -190,12 +196,12 @@ impl<K: Hash + Eq + Clone> Backoff<K> {
         self.next.remove(k);
     }
 
-    fn missed(&mut self, k: K, now: Instant, max: Duration) {
+    fn missed(&mut self, k: K, now: Millis, max: Millis) {
         let wait = match self.next.get(&k) {
-            Some((_, last)) => (*last * 2).min(max),
-            None => FIRST_RETRY,
+            Some((_, last)) => last.saturating_mul(2).min(max),
+            None => millis(FIRST_RETRY),
         };
-        self.next.insert(k, (now + wait, wait));
+        self.next.insert(k, (now.saturating_add(wait), wait));
     }
 }
 
@@ -209,7 +215,10 @@ mod tests {
             .collect()
     }
 
-    fn lookups(now: Instant) -> Lookups {
+    /// Any time: only the differences count.
+    const START: Millis = 1_700_000_000_000;
+
+    fn lookups(now: Millis) -> Lookups {
         let mut l = Lookups::new(Duration::from_secs(60), now);
         l.subnets.note(["subnet-a"]);
         assert_eq!(l.subnets.due(now), Some(vec!["subnet-a".to_string()]));
@@ -222,12 +231,11 @@ mod tests {
 
     /// Calls spent on 300 unknown IPs that stay, one pass every 200 ms.
     fn calls_per_half_minute(halves: usize) -> Vec<usize> {
-        let start = Instant::now();
-        let mut l = lookups(start);
+        let mut l = lookups(START);
         let unknown = ips(300);
         let mut spent = vec![0; halves];
         for tick in 0..(halves * 150) {
-            let now = start + Duration::from_millis(200 * tick as u64);
+            let now = START + 200 * tick as u64;
             let w = l.wanted(&unknown, &[], now);
             spent[tick / 150] += w.ips.len().div_ceil(PER_CALL);
             l.found(&w, &[], &[], now);
@@ -248,7 +256,7 @@ mod tests {
 
     #[test]
     fn ips_outside_the_workers_subnets_are_never_looked_up() {
-        let now = Instant::now();
+        let now = START;
         let mut l = lookups(now);
         let outside: Vec<IpAddr> = vec!["192.168.1.5".parse().unwrap()];
         assert_eq!(l.wanted(&outside, &[], now), Wanted::default());
@@ -258,20 +266,34 @@ mod tests {
 
     #[test]
     fn a_found_ip_is_forgotten_and_a_missed_one_waits_longer_each_time() {
-        let now = Instant::now();
+        let now = START;
         let mut l = lookups(now);
         let ip: IpAddr = "10.0.3.4".parse().unwrap();
         let w = l.wanted(&[ip], &[], now);
         l.found(&w, &[], &[], now);
         assert!(l.wanted(&[ip], &[], now).ips.is_empty());
-        let later = now + FIRST_RETRY;
+        let later = now + millis(FIRST_RETRY);
         let w = l.wanted(&[ip], &[], later);
         assert_eq!(w.ips, vec![ip]);
         l.found(&w, &[ip], &[], later);
         assert!(l.absent.next.is_empty());
         // No longer named: forgotten.
-        l.absent.missed(ip, later, Duration::from_secs(60));
+        l.absent.missed(ip, later, 60_000);
         l.wanted(&[], &[], later);
         assert!(l.absent.next.is_empty());
+    }
+
+    #[test]
+    fn a_missed_ip_is_due_again_when_the_daemons_clock_passes_its_retry_and_not_before() {
+        use crate::clock::{Clock, ManualClock};
+        let clock = ManualClock::starting_at(START);
+        let mut l = lookups(clock.now());
+        let ip: IpAddr = "10.0.3.4".parse().unwrap();
+        let w = l.wanted(&[ip], &[], clock.now());
+        l.found(&w, &[], &[], clock.now());
+        clock.advance(millis(FIRST_RETRY) - 1);
+        assert!(l.wanted(&[ip], &[], clock.now()).ips.is_empty());
+        clock.advance(1);
+        assert_eq!(l.wanted(&[ip], &[], clock.now()).ips, vec![ip]);
     }
 }

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -15,15 +14,16 @@ use super::asg::GroupError;
 use super::ec2::{resolve_launch_template, Ec2Error, Ec2Observer};
 use super::ec2_view::Ec2View;
 use super::efs::{MountTargetError, MountTargetWatch};
-use super::inbox::Inbox;
+use super::inbox::{Heeded, Inbox};
 use super::markers::book::{self, Book, Judging, Keys};
 use super::markers::{MarkerScanner, Scan};
 use super::progress::ProgressReader;
+use super::queue::ReceiveError;
 use super::reservations::{self, ReservationError, ReservationWatch, Reservations};
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use crate::aws::Clients;
-use crate::clock::SharedClock;
+use crate::clock::{millis, SharedClock};
 use crate::config::Config;
 use crate::deadline::Deadline;
 use crate::model::*;
@@ -36,12 +36,12 @@ const SUBNETS_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct Observer {
     clients: Clients,
     /// Messages from the event queue, and those received but not yet heeded by a pass.
-    pub inbox: Inbox,
-    pub ec2: Ec2View,
+    inbox: Inbox,
+    ec2: Ec2View,
     /// The worker group as last read, and whether it is to be read again on the next pass (an
     /// event came, a group action was taken, a listing finished): not on every pass.
     group: Option<Result<Group, GroupError>>,
-    pub group_due: bool,
+    group_due: bool,
     /// The shared file system's mount-target zones, when `shared_fs_id` is configured.
     mount_targets: Option<MountTargetWatch>,
     /// Read on a thread of their own, with the shared directory's deadline.
@@ -53,7 +53,7 @@ pub struct Observer {
     subnets_unread: Vec<String>,
     /// When the subnets were last asked for: a failed read is tried again a minute later, not
     /// on every pass.
-    subnets_asked: Option<Instant>,
+    subnets_asked: Option<Millis>,
     /// The reservations `workers.capacity` names by id, when it names any.
     reservations: Option<ReservationWatch>,
     /// The reports believed so far, and what a new one must be to be believed.
@@ -128,6 +128,66 @@ impl Observer {
         }
     }
 
+    /// Starts a complete listing in the background, when one is due.
+    pub fn start_resync(&mut self) {
+        self.ec2.start_resync();
+    }
+
+    /// Waits for news worth a pass before the clock asks for one: the event queue's messages
+    /// (or its failure), or a complete listing finished, whose view may hold what an event
+    /// missed, and after which the group is read again. Cancel-safe, as both waits are.
+    pub async fn news(&mut self) {
+        tokio::select! {
+            Some(update) = self.inbox.recv() => self.inbox.take(update),
+            _ = self.ec2.finish_resync() => self.group_due = true,
+        }
+    }
+
+    /// Takes in the queue's updates already waiting, so they join this pass; messages that
+    /// arrived since the last pass make it read the group again.
+    pub fn take_waiting_news(&mut self) {
+        self.inbox.take_waiting();
+        self.group_due |= self.inbox.take_fresh();
+    }
+
+    /// A pass acted on the worker group: what it looks like now is read on the next pass.
+    pub fn group_changed(&mut self) {
+        self.group_due = true;
+    }
+
+    /// Takes out the queue messages a pass heeded, to be deleted once what they said is
+    /// recorded; those it deferred (by notice id) stay for the next pass.
+    pub fn heeded(&mut self, deferred: &[String]) -> Heeded {
+        self.inbox.heeded(deferred)
+    }
+
+    /// Heeded messages that could not all be deleted: heeded again (once, by their ids) and
+    /// deleted on the next pass.
+    pub fn undeleted(&mut self, heeded: Heeded) {
+        self.inbox.undeleted(heeded);
+    }
+
+    /// Why the event queue could not be read, while it cannot.
+    pub fn queue_error(&self) -> Option<&ReceiveError> {
+        self.inbox.error()
+    }
+
+    /// When EC2's instances were last listed completely.
+    pub fn listed_at(&self) -> Option<Millis> {
+        self.ec2.listed_at()
+    }
+
+    /// A pass is over: takes back the instances its snapshot was lent, and the status tags EC2
+    /// accepted, so that they are not asked for again.
+    pub fn pass_ended<E>(
+        &mut self,
+        lent: Result<Vec<Instance>, E>,
+        tagged: &BTreeMap<WorkerStatus, Vec<String>>,
+    ) {
+        self.ec2.restore(lent);
+        self.ec2.tagged(tagged);
+    }
+
     /// Reads every source (see the module's comment). `pins`: the agent keys dtd keeps, by
     /// instance, which a report must be signed with.
     pub async fn observe(
@@ -142,10 +202,11 @@ impl Observer {
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
         let reported = shared.markers.as_ref().ok().map(book::reported_ips);
+        let now = self.clock.now();
         let (refreshed, (), reservations) = tokio::join!(
             self.ec2.refresh(named, reported.as_ref(), pins),
             read_group(&mut self.group, &mut self.group_due, cfg, &self.clients),
-            read_reservations(self.reservations.as_mut())
+            read_reservations(self.reservations.as_mut(), now)
         );
         let instances = match template {
             Ok(()) => self.ec2.lend(refreshed.error),
@@ -260,18 +321,19 @@ impl Observer {
             return (None, None);
         };
         let zones = (instances.iter().flatten()).map(|i| i.az.as_str());
-        let view = watch
-            .poll(Instant::now(), zones.filter(|z| !z.is_empty()))
-            .await;
+        let now = self.clock.now();
+        let view = watch.poll(now, zones.filter(|z| !z.is_empty())).await;
         (view, watch.cache().error().cloned())
     }
 
     /// The capacity choices' subnets' zones, read until EC2 gave them (a failure is tried again
     /// a minute later): a subnet never moves.
     async fn subnet_zones(&mut self) -> BTreeMap<String, String> {
-        let due = (self.subnets_asked).is_none_or(|at| at.elapsed() >= SUBNETS_RETRY);
+        let now = self.clock.now();
+        let due =
+            (self.subnets_asked).is_none_or(|at| now.saturating_sub(at) >= millis(SUBNETS_RETRY));
         if !self.subnets_unread.is_empty() && due {
-            self.subnets_asked = Some(Instant::now());
+            self.subnets_asked = Some(now);
             let wanted = self.subnets_unread.clone();
             match super::ec2::subnet_zones(&self.clients.ec2, wanted).await {
                 Ok(zones) => {
@@ -325,8 +387,9 @@ fn worded<T, E: std::fmt::Display>(read: Result<T, E>) -> Read<T> {
 /// The reservations the capacity choices name, read again when due; `None` when they name none.
 async fn read_reservations(
     watch: Option<&mut ReservationWatch>,
+    now: Millis,
 ) -> Option<Result<Reservations, ReservationError>> {
-    Some(watch?.poll(Instant::now()).await)
+    Some(watch?.poll(now).await)
 }
 
 /// Reads the worker group when it is due, or when the last read failed.

@@ -4,13 +4,14 @@
 //! before its end). Read again every [`REREAD`]: launches and terminations change what is left.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_ec2::types::{CapacityReservation, CapacityReservationType};
 use aws_sdk_ec2::Client;
 
 use crate::aws::AwsError;
-use crate::model::{Choice, Reservation};
+use crate::clock::millis;
+use crate::model::{Choice, Millis, Reservation};
 
 /// How often the reservations are read again, and a failed read tried again.
 pub const REREAD: Duration = Duration::from_secs(20);
@@ -32,7 +33,7 @@ pub struct ReservationWatch {
     client: Client,
     ids: Vec<String>,
     last: Option<Result<Reservations, ReservationError>>,
-    read_at: Option<Instant>,
+    read_at: Option<Millis>,
 }
 
 impl ReservationWatch {
@@ -47,10 +48,10 @@ impl ReservationWatch {
     }
 
     /// This pass's view: read again when due.
-    pub async fn poll(&mut self, now: Instant) -> Result<Reservations, ReservationError> {
+    pub async fn poll(&mut self, now: Millis) -> Result<Reservations, ReservationError> {
         let due = self
             .read_at
-            .is_none_or(|at| now.duration_since(at) >= REREAD);
+            .is_none_or(|at| now.saturating_sub(at) >= millis(REREAD));
         if due {
             self.read_at = Some(now);
             let read = read(&self.client, &self.ids).await;

@@ -16,13 +16,13 @@
 //! | `ack` | the job, or `dtctl ack G` | `dtd run` | [`generation`] |
 //! | `progress` | the job (optional) | `dtd run`, with `job.stall` | [`progress`] |
 //! | `capacity_refusals` (dtd's state directory) | `dtctl add` | `dtd run` | [`capacity_refusals`] |
-//!
-//! The host files themselves are rendered by [`crate::hostfile`]: only the master writes them.
+//! | the host files (`hostfiles`) | `dtd run`, before `generation` | the job | [`host_files`] |
 
 pub mod capacity_refusals;
 mod error;
 pub mod generation;
 pub mod health;
+pub mod host_files;
 pub mod host_worker_log;
 pub mod interruption;
 pub mod launch_plan;

@@ -28,6 +28,16 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the enum's order.
+    pub const ALL: [Reason; 6] = [
+        Reason::Interruption,
+        Reason::Rebalance,
+        Reason::CapacityBlockExpiring,
+        Reason::ScheduledChange,
+        Reason::GroupTerminating,
+        Reason::Unhealthy,
+    ];
+
     /// As `DT_REASON` and the file's `kind` spell it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -95,16 +105,7 @@ mod tests {
 
     #[test]
     fn each_reason_is_spelled_as_serde_writes_it() {
-        use Reason::*;
-        let all = [
-            Interruption,
-            Rebalance,
-            CapacityBlockExpiring,
-            ScheduledChange,
-            GroupTerminating,
-            Unhealthy,
-        ];
-        for r in all {
+        for r in Reason::ALL {
             assert_eq!(
                 serde_json::to_string(&r).unwrap(),
                 format!("\"{}\"", r.as_str())

@@ -15,7 +15,7 @@ pub struct PassFacts<'a> {
     /// Why the event queue could not be read, if it could not.
     pub queue_error: Option<&'a str>,
     /// The mount-target zones' summary, or why they are unknown; `None` when not configured.
-    pub mount_targets: Option<Result<String, String>>,
+    pub mount_targets: Option<Read<String>>,
     pub ec2_calls: u32,
     pub listed_at: Option<Millis>,
     pub pass_ms: u64,

@@ -9,8 +9,8 @@ mod totals;
 use serde::{Deserialize, Serialize};
 
 use crate::alerts::AlertStatus;
-use crate::hostfile::Host;
 use crate::model::*;
+use crate::protocol::host_files::Host;
 
 pub use build::PassFacts;
 pub use render::ago;

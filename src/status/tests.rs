@@ -25,20 +25,12 @@ fn member(n: u8, generation: u64, acked: bool) -> Member {
 fn a_report_is_built_from_what_a_pass_saw_and_decided() {
     let cfg = Config::parse(CONFIG).expect("config");
     let snap = Snapshot {
-        instances: Ok(Vec::new()),
         markers: Err("shared directory /efs: no answer in 5s".into()),
         acks: Ok(Acks {
             log_lines: 4,
             ..Acks::default()
         }),
-        notices: Vec::new(),
-        group: None,
-        resume_requested: None,
-        subnet_zones: Default::default(),
-        capacity_refusals: Vec::new(),
-        mount_targets: None,
-        progress: None,
-        reservations: None,
+        ..empty_snapshot()
     };
     let state = State {
         generation: 3,
@@ -46,7 +38,7 @@ fn a_report_is_built_from_what_a_pass_saw_and_decided() {
         ..State::default()
     };
     let outcome = Outcome {
-        hosts: vec![crate::hostfile::Host {
+        hosts: vec![crate::protocol::host_files::Host {
             ip: "10.0.0.5".parse().expect("an IP"),
             slots: 1,
         }],

@@ -7,8 +7,8 @@ use std::time::Duration;
 use dt::act::apply::{apply, Actuators};
 use dt::config::Config;
 use dt::deadline::Deadline;
-use dt::hostfile::Host;
 use dt::model::*;
+use dt::protocol::host_files::Host;
 
 use crate::support::*;
 

@@ -116,7 +116,7 @@ fn hostfile_templates_are_read_and_checked_at_load() {
         )
     };
     let cfg = Config::parse(&with(&good)).unwrap();
-    let hosts = [crate::hostfile::Host {
+    let hosts = [crate::protocol::host_files::Host {
         ip: "10.0.0.9".parse().unwrap(),
         slots: 4,
     }];

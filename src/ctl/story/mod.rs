@@ -59,7 +59,7 @@ pub struct Story {
     /// Its EC2 launch time, when a `preparing` or `joined` line carries it.
     pub launched_at: Option<Millis>,
     pub steps: Vec<Step>,
-    pub totals: Totals,
+    pub totals: TimeSpent,
     /// Where it is now, from dtd's last status report; `None` when the report does not list it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub now: Option<WorkerView>,
@@ -81,7 +81,7 @@ pub struct Step {
 /// Time spent in each part of its life. Each says what it is measured between; a part still
 /// under way at the end of the journal is measured up to now and marked `open`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Totals {
+pub struct TimeSpent {
     pub preparing: Option<Span>,
     pub launch_to_training: Option<Span>,
     pub ready_idle: Option<Span>,
@@ -138,7 +138,7 @@ fn story(id: &str, events: &[&Event], now: Millis) -> Story {
         instance: id.to_string(),
         ip: events.iter().rev().find_map(|e| e.ip),
         launched_at,
-        totals: totals(launched_at, events, now),
+        totals: time_spent(launched_at, events, now),
         steps,
         now: None,
     }
@@ -231,7 +231,7 @@ enum Phase {
 }
 
 /// Sums the time spent in each phase, walking the events in order.
-fn totals(launched_at: Option<Millis>, events: &[&Event], now: Millis) -> Totals {
+fn time_spent(launched_at: Option<Millis>, events: &[&Event], now: Millis) -> TimeSpent {
     let mut sums = Sums::default();
     let (mut phase, mut since) = (Phase::Outside, 0);
     let mut ready_at = None;
@@ -273,7 +273,7 @@ fn totals(launched_at: Option<Millis>, events: &[&Event], now: Millis) -> Totals
             open: false,
         })
     };
-    Totals {
+    TimeSpent {
         preparing: from_launch(ready_at, PREPARING),
         launch_to_training: from_launch(training_at, LAUNCH_TO_TRAINING),
         ready_idle: sums.span(Phase::Idle, READY_IDLE),

@@ -72,7 +72,7 @@ fn a_whole_life_is_told_in_order_with_its_totals() {
     assert!(asked.contains("elastic tag was deleted") && asked.contains("dtctl remove"));
     assert_eq!(
         s.totals,
-        Totals {
+        TimeSpent {
             preparing: span(60_000, PREPARING),
             launch_to_training: span(62_000, LAUNCH_TO_TRAINING),
             // 2 s in the host files before the acknowledgement, 1 s let go before terminated.
@@ -115,7 +115,7 @@ fn what_is_still_under_way_is_measured_up_to_now() {
         s.steps[0].note.as_deref(),
         Some("still preparing: 1m so far")
     );
-    assert_eq!(s.totals, Totals::default());
+    assert_eq!(s.totals, TimeSpent::default());
 }
 
 #[test]
@@ -139,9 +139,9 @@ fn a_failed_prepare_never_trains() {
         .is_some_and(|n| n.contains("prepare-data failed")));
     assert_eq!(
         s.totals,
-        Totals {
+        TimeSpent {
             preparing: span(30_000, PREPARING),
-            ..Totals::default()
+            ..TimeSpent::default()
         }
     );
 }

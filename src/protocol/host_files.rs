@@ -195,19 +195,19 @@ mod tests {
         let golden = [
             (
                 Format::Mxnet,
-                include_str!("../tests/fixtures/protocol/hosts.mxnet"),
+                include_str!("../../tests/fixtures/protocol/hosts.mxnet"),
             ),
             (
                 Format::Mpi,
-                include_str!("../tests/fixtures/protocol/hosts.mpi"),
+                include_str!("../../tests/fixtures/protocol/hosts.mpi"),
             ),
             (
                 Format::Deepspeed,
-                include_str!("../tests/fixtures/protocol/hosts.deepspeed"),
+                include_str!("../../tests/fixtures/protocol/hosts.deepspeed"),
             ),
             (
                 Format::Horovod,
-                include_str!("../tests/fixtures/protocol/hosts.horovod"),
+                include_str!("../../tests/fixtures/protocol/hosts.horovod"),
             ),
         ];
         for (format, text) in golden {
