@@ -51,6 +51,26 @@ pub enum InvalidConfig {
     },
 }
 
+impl InvalidConfig {
+    /// serde_yaml places syntax and type errors itself; errors raised by our own checks (durations,
+    /// signals, cross-field rules) carry no position, so the key's line is looked up from its path.
+    pub(super) fn from_yaml(text: &str, e: serde_path_to_error::Error<serde_yaml::Error>) -> Self {
+        let path = e.path().to_string();
+        let error = e.into_inner();
+        // Custom errors carry a location serde_yaml does not print (the document's start).
+        if path == "." || error.to_string().contains(" at line ") {
+            return InvalidConfig::Yaml(error);
+        }
+        let keys: Vec<&str> = path
+            .split('.')
+            .map(|seg| seg.split('[').next().unwrap_or(seg))
+            .filter(|seg| !seg.is_empty() && *seg != "?")
+            .collect();
+        let line = super::position::line_of_path(text, &keys);
+        InvalidConfig::AtKey { path, error, line }
+    }
+}
+
 /// Why a host file's template cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateUnusable {

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Deserializer};
 
-use super::owner::{is_user_name, JobOwner};
+use super::owner::JobOwner;
+use super::users::{is_user_name, lookup, NoUser};
 
 /// A user name (its uid and primary gid from the passwd database, looked up on the worker), a
 /// uid (with the gid of the same number), or both numbers.
@@ -31,30 +32,6 @@ impl JobUser {
             JobUser::Ids { uid, gid } => Ok((*uid, *gid)),
             JobUser::Name(name) => lookup(name).map(|u| (u.uid.as_raw(), u.gid.as_raw())),
         }
-    }
-}
-
-/// A user name this machine's passwd database does not give.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NoUser {
-    #[error("no user named `{0}` on this machine")]
-    Unknown(String),
-    #[error("looking up user `{name}`: {error}")]
-    Lookup {
-        name: String,
-        error: nix::errno::Errno,
-    },
-}
-
-/// The user of that name on this machine.
-pub(super) fn lookup(name: &str) -> Result<nix::unistd::User, NoUser> {
-    match nix::unistd::User::from_name(name) {
-        Ok(Some(user)) => Ok(user),
-        Ok(None) => Err(NoUser::Unknown(name.into())),
-        Err(error) => Err(NoUser::Lookup {
-            name: name.into(),
-            error,
-        }),
     }
 }
 

@@ -24,6 +24,7 @@ mod resolve;
 mod sections;
 #[cfg(test)]
 mod tests;
+mod users;
 mod webhook_url;
 mod workers;
 
@@ -42,7 +43,7 @@ pub use capacity::{Capacity, Choice};
 pub use disruption::{Budget, Disruption, Schedule, Window};
 pub use error::{ConfigError, InvalidConfig, Rule, TemplateUnusable};
 pub use in_place::InPlace;
-pub use job_user::{JobUser, NoUser};
+pub use job_user::JobUser;
 pub use join::Join;
 pub use launch_template::TemplateRef;
 pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
@@ -52,6 +53,7 @@ pub use sections::{
     Events, Health, HealthLeave, HealthPolicy, JournalConfig, MaxUnhealthy, MetricsConfig,
     Rebalance, Reports, Slots, Stall,
 };
+pub use users::NoUser;
 
 /// What happens on a new worker before `dtd agent` starts (boot, EFS mount, release download) and
 /// the pass that reads its marker: added to the agent's own limit for the default prepare timeout.
@@ -256,7 +258,7 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config, InvalidConfig> {
         let de = serde_yaml::Deserializer::from_str(text);
         let raw: raw::RawConfig =
-            serde_path_to_error::deserialize(de).map_err(|e| position::describe(text, e))?;
+            serde_path_to_error::deserialize(de).map_err(|e| InvalidConfig::from_yaml(text, e))?;
         resolve::resolve(raw, text)
     }
 }

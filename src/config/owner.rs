@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 
-use super::job_user::{lookup, NoUser};
+use super::users::{is_user_name, lookup, NoUser};
 use super::{Job, Notify};
 
 /// A uid, or a user name looked up when `dtd` starts.
@@ -34,13 +34,6 @@ impl<'de> Deserialize<'de> for JobOwner {
             ))),
         }
     }
-}
-
-pub(super) fn is_user_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 32
-        && !n.starts_with('-')
-        && (n.bytes()).all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 impl Job {

@@ -1,8 +1,6 @@
 //! Where in the file an error is: serde_yaml places the errors it finds itself; for the rest the
 //! key's line is looked up in the text.
 
-use super::error::InvalidConfig;
-
 /// The line a problem was found at, when it was: shown as ` at line N` after its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Line(Option<usize>);
@@ -41,32 +39,11 @@ impl Key {
     }
 }
 
-/// serde_yaml places syntax and type errors itself; errors raised by our own checks (durations,
-/// signals, cross-field rules) carry no position, so the key's line is looked up from its path.
-pub(super) fn describe(
-    text: &str,
-    e: serde_path_to_error::Error<serde_yaml::Error>,
-) -> InvalidConfig {
-    let path = e.path().to_string();
-    let error = e.into_inner();
-    // Custom errors carry a location serde_yaml does not print (the document's start).
-    if path == "." || error.to_string().contains(" at line ") {
-        return InvalidConfig::Yaml(error);
-    }
-    let keys: Vec<&str> = path
-        .split('.')
-        .map(|seg| seg.split('[').next().unwrap_or(seg))
-        .filter(|seg| !seg.is_empty() && *seg != "?")
-        .collect();
-    let line = line_of_path(text, &keys);
-    InvalidConfig::AtKey { path, error, line }
-}
-
 /// The line of `path`'s last key, found by looking for each key below the line of the one
 /// before (`agent`, then `health`, then `timeout`), so that a key several sections share
 /// (`timeout`, `interval`) is found in its own section. When a key is not at the start of a line
 /// (a flow mapping), falls back to [`line_of_key`] for the last one.
-fn line_of_path(text: &str, path: &[&str]) -> Line {
+pub(super) fn line_of_path(text: &str, path: &[&str]) -> Line {
     match line_of(text, path) {
         Some(n) => Line(Some(n)),
         None => line_of_key(text, path.last().copied().unwrap_or_default()),
