@@ -3,7 +3,7 @@
 
 use super::draft::Draft;
 use super::inputs::Inputs;
-use super::{joining, leaving};
+use super::{holds, joining, leaving};
 use crate::model::*;
 
 /// Finds each member's instance; members whose instance is no longer running leave at once,
@@ -85,24 +85,13 @@ pub(super) fn classify(
             joining::candidate(p, st, out, at, &mut joins);
         }
     }
-    release_stayers(p, st, &stayed);
+    holds::release_stayers(p, st, &stayed);
     (joins, leaves)
 }
 
 fn stay(p: &Inputs, st: &mut State, out: &mut Draft, pos: usize, at: usize, stayed: &mut [bool]) {
     stayed[at] = true;
     joining::member_view(p, st, out, pos, at);
-}
-
-/// Members asked to stay after all: a later removal is journaled again. An unhealthy member
-/// whose drain is held stays too, still held. The few held are looked through rather than every
-/// staying member looked up: those are the bulk of a pass.
-fn release_stayers(p: &Inputs, st: &mut State, stayed: &[bool]) {
-    for (id, w) in st.pending.iter_mut().filter(|(_, w)| w.held.is_some()) {
-        if p.at(id).is_some_and(|at| stayed[at]) {
-            w.stays();
-        }
-    }
 }
 
 fn protected(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, elastic: bool) {
@@ -112,16 +101,11 @@ fn protected(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, elastic: bo
     } else {
         "base host"
     };
-    if !elastic && is_held(st, &inst.id).is_none() {
+    if !elastic && holds::is_held(st, &inst.id).is_none() {
         let msg = format!("{} is a {what}: never removed or terminated", inst.ip);
         let who = Some(p.who(at));
         out.event(p, EventKind::RemovalRefused, who, None, msg.clone());
         st.pending_mut(&inst.id).hold(&msg);
     }
     out.view(at, None, None);
-}
-
-/// Why the worker's requested removal is held, if it is.
-pub(super) fn is_held<'s>(st: &'s State, id: &str) -> Option<&'s str> {
-    st.pending(id)?.held.as_deref()
 }

@@ -11,7 +11,7 @@
 
 use super::draft::Draft;
 use super::inputs::Inputs;
-use super::{budget, group, removal};
+use super::{budget, group, holds, removal};
 use crate::config::HealthLeave;
 use crate::model::*;
 
@@ -166,7 +166,7 @@ fn leave(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     if let Some(why) = budget::exhausted(p, st).filter(|_| !at_once) {
         return hold_drain(p, st, out, at, &why);
     }
-    super::leaving::released(st, &inst.id);
+    holds::released(st, &inst.id);
     take_out(st, out, pos);
     let end = ending(p, at);
     owe_replacement(p, st, at, &end);
@@ -206,7 +206,7 @@ pub(super) fn take_out(st: &mut State, out: &mut Draft, pos: usize) {
 /// Journaled once (`removal_held`); `show_kept` shows why it still trains.
 fn hold_drain(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, why: &str) {
     let ip = p.list[at].ip;
-    super::leaving::journal_held(p, st, out, at, || format!("removal of {ip} held: {why}"));
+    holds::journal_held(p, st, out, at, || format!("removal of {ip} held: {why}"));
 }
 
 /// A worker not in the job never joins: it is replaced at once. One whose tag says it may be

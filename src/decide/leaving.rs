@@ -4,7 +4,7 @@
 
 use super::draft::Draft;
 use super::inputs::Inputs;
-use super::{budget, group, joining, removal, worker_count};
+use super::{budget, group, holds, joining, removal, worker_count};
 use crate::model::*;
 
 pub(super) fn leave(p: &Inputs, st: &mut State, out: &mut Draft, leaves: Vec<usize>) {
@@ -28,7 +28,7 @@ pub(super) fn leave(p: &Inputs, st: &mut State, out: &mut Draft, leaves: Vec<usi
             continue;
         }
         let inst = &p.list[at];
-        released(st, &inst.id);
+        holds::released(st, &inst.id);
         gone.insert(inst.id.as_str());
         out.removed.push(inst.ip);
         removal::queue(p, st, out, r);
@@ -43,7 +43,7 @@ pub(super) fn leave(p: &Inputs, st: &mut State, out: &mut Draft, leaves: Vec<usi
 /// waiting for `why`.
 fn hold(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, held_by: &str, why: String) {
     let inst = &p.list[at];
-    journal_held(p, st, out, at, || {
+    holds::journal_held(p, st, out, at, || {
         format!("removal of {} held: {held_by}", inst.ip)
     });
     if let Some(pos) = st.members.iter().position(|m| m.id == inst.id) {
@@ -104,33 +104,4 @@ pub(super) fn reconsider(
         return false;
     }
     true
-}
-
-/// Holds the worker's removal, journaled (`removal_held`) the first time: `msg` is made only then.
-pub(super) fn journal_held(
-    p: &Inputs,
-    st: &mut State,
-    out: &mut Draft,
-    at: usize,
-    msg: impl FnOnce() -> String,
-) {
-    let id = &p.list[at].id;
-    if super::classify::is_held(st, id).is_none() {
-        let msg = msg();
-        out.event(
-            p,
-            EventKind::RemovalHeld,
-            Some(p.who(at)),
-            None,
-            msg.clone(),
-        );
-        st.pending_mut(id).hold(&msg);
-    }
-}
-
-/// The worker's removal goes ahead: no longer held.
-pub(super) fn released(st: &mut State, id: &str) {
-    if let Some(w) = st.pending.get_mut(id) {
-        w.held = None;
-    }
 }

@@ -19,6 +19,7 @@ mod draft;
 mod generation;
 mod group;
 mod health;
+mod holds;
 mod host_list;
 mod inputs;
 mod joining;
