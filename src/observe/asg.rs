@@ -84,3 +84,18 @@ async fn read_hooks(client: &Client, group: &mut Group) -> Result<(), GroupError
     }
     Ok(())
 }
+
+/// Reads the worker group when it is due, or when the last read failed.
+pub async fn read_when_due(
+    group: &mut Option<Result<Group, GroupError>>,
+    due: &mut bool,
+    cfg: &crate::config::Config,
+    clients: &crate::aws::Clients,
+) {
+    let wanted = *due || matches!(group, Some(Err(_)));
+    let name = cfg.workers.auto_scaling_group.as_deref();
+    if let (true, Some((name, client))) = (wanted, name.zip(clients.autoscaling.as_ref())) {
+        *group = Some(read_group(client, name).await);
+        *due = false;
+    }
+}

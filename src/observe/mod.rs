@@ -18,3 +18,4 @@ pub mod queue;
 pub mod reservations;
 pub mod shared;
 pub mod shared_changes;
+mod sources;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use super::acks::{AckReader, KnownIps};
-use super::asg::GroupError;
+use super::asg::{self, GroupError};
 use super::ec2::{resolve_launch_template, Ec2Error, Ec2Observer};
 use super::ec2_view::Ec2View;
 use super::efs::{MountTargetError, MountTargetWatch};
@@ -19,9 +19,10 @@ use super::markers::book::{self, Book, Judging, Keys};
 use super::markers::{MarkerScanner, Scan};
 use super::progress::ProgressReader;
 use super::queue::ReceiveError;
-use super::reservations::{self, ReservationError, ReservationWatch, Reservations};
+use super::reservations::{self, ReservationWatch};
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
+use super::sources;
 use crate::aws::Clients;
 use crate::clock::{millis, SharedClock};
 use crate::config::Config;
@@ -90,12 +91,13 @@ impl Observer {
             acks: AckReader::new(&ack.file, log, owner, known.clone()),
             resume: paths.resume(),
             capacity_refusals: paths.capacity_refusals(),
-            progress: reads_progress(cfg).then(|| ProgressReader::new(&cfg.job.progress, owner)),
+            progress: sources::reads_progress(cfg)
+                .then(|| ProgressReader::new(&cfg.job.progress, owner)),
         };
         let tags = &cfg.workers.tags;
         let listing = Ec2Observer::new(clients.ec2.clone(), tags, cfg.workers.page_size);
         let mut ec2 = Ec2View::new(listing, cfg.resync, clock.clone());
-        ec2.note_subnets(choices(cfg).filter_map(|c| c.subnet.as_deref()));
+        ec2.note_subnets(sources::choices(cfg).filter_map(|c| c.subnet.as_deref()));
         Observer {
             inbox: Inbox::default(),
             ec2,
@@ -107,10 +109,10 @@ impl Observer {
             launch_template_id: None,
             subnet_zones: BTreeMap::new(),
             subnets_asked: None,
-            subnets_unread: capacity_subnets(cfg),
+            subnets_unread: sources::capacity_subnets(cfg),
             reservations: ReservationWatch::new(
                 clients.ec2.clone(),
-                reservations::ids(choices(cfg)),
+                reservations::ids(sources::choices(cfg)),
             ),
             book: Book::default(),
             clock,
@@ -197,7 +199,7 @@ impl Observer {
         pins: Pins<'_>,
     ) -> Observed {
         let listing_calls = self.ec2.first_listing().await;
-        let shared = shared::read(&self.readers, shared_fs, reads_progress(cfg)).await;
+        let shared = shared::read(&self.readers, shared_fs, sources::reads_progress(cfg)).await;
         let stalled = shared.markers.is_err() && shared_fs.is_stuck();
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
@@ -205,8 +207,8 @@ impl Observer {
         let now = self.clock.now();
         let (refreshed, (), reservations) = tokio::join!(
             self.ec2.refresh(named, reported.as_ref(), pins),
-            read_group(&mut self.group, &mut self.group_due, cfg, &self.clients),
-            read_reservations(self.reservations.as_mut(), now)
+            asg::read_when_due(&mut self.group, &mut self.group_due, cfg, &self.clients),
+            reservations::read_when_due(self.reservations.as_mut(), now)
         );
         let instances = match template {
             Ok(()) => self.ec2.lend(refreshed.error),
@@ -360,49 +362,7 @@ impl Observer {
     }
 }
 
-/// The job's progress file is read for stall detection, for joins at checkpoints, and for the
-/// in-place strategy's quorum.
-fn reads_progress(cfg: &Config) -> bool {
-    let in_place = (cfg.job.launcher.as_ref()).is_some_and(|l| l.in_place().is_some());
-    cfg.job.stall.is_some() || cfg.join.at_checkpoint || in_place
-}
-
-/// The capacity choices, in order.
-fn choices(cfg: &Config) -> impl Iterator<Item = &Choice> {
-    cfg.workers.capacity.iter().flat_map(|c| &c.choices)
-}
-
-/// The subnets the capacity choices name, each once.
-fn capacity_subnets(cfg: &Config) -> Vec<String> {
-    let subnets: std::collections::BTreeSet<String> =
-        choices(cfg).filter_map(|c| c.subnet.clone()).collect();
-    subnets.into_iter().collect()
-}
-
 /// A source's failure as the snapshot carries it: the words a person reads (`Snapshot`).
 fn worded<T, E: std::fmt::Display>(read: Result<T, E>) -> Read<T> {
     read.map_err(Unread::from_error)
-}
-
-/// The reservations the capacity choices name, read again when due; `None` when they name none.
-async fn read_reservations(
-    watch: Option<&mut ReservationWatch>,
-    now: Millis,
-) -> Option<Result<Reservations, ReservationError>> {
-    Some(watch?.poll(now).await)
-}
-
-/// Reads the worker group when it is due, or when the last read failed.
-async fn read_group(
-    group: &mut Option<Result<Group, GroupError>>,
-    due: &mut bool,
-    cfg: &Config,
-    clients: &Clients,
-) {
-    let wanted = *due || matches!(group, Some(Err(_)));
-    let name = cfg.workers.auto_scaling_group.as_deref();
-    if let (true, Some((name, client))) = (wanted, name.zip(clients.autoscaling.as_ref())) {
-        *group = Some(super::asg::read_group(client, name).await);
-        *due = false;
-    }
 }

@@ -104,3 +104,11 @@ fn reservation(r: &CapacityReservation) -> Option<Reservation> {
         capacity_block: r.reservation_type() == Some(&CapacityReservationType::CapacityBlock),
     })
 }
+
+/// The reservations the capacity choices name, read again when due; `None` when they name none.
+pub async fn read_when_due(
+    watch: Option<&mut ReservationWatch>,
+    now: Millis,
+) -> Option<Result<Reservations, ReservationError>> {
+    Some(watch?.poll(now).await)
+}
