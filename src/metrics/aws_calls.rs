@@ -81,12 +81,12 @@ impl Intercept for AwsCalls {
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let Some(key) = Operation::of(cfg) else {
-            return Ok(());
-        };
-        let counter = self.throttled.get_or_create(&key);
-        if context.response().is_some_and(throttled) {
-            counter.inc();
+        let was_throttled = context.response().is_some_and(throttled);
+        if let Some(key) = Operation::of(cfg) {
+            let counter = self.throttled.get_or_create(&key);
+            if was_throttled {
+                counter.inc();
+            }
         }
         Ok(())
     }
