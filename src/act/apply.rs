@@ -160,12 +160,12 @@ async fn deliver(
             let (notices, file, owner) = (n.clone(), a.notices_file.clone(), a.job_owner);
             let send = move || {
                 notify::write_notices(&file, &notices)?;
-                notify::signal_job(signal, &pidfile, expect.as_deref(), owner, now)
+                notify::signal_job(signal, &pidfile, expect.as_deref(), owner)
             };
             let sent = shared_fs.run("signalling the job", send).await;
             sent.unwrap_or_else(|e| Err(NotifyError::Stalled(e)))
         }
-        how => notify::send(&how, n, &hostfile, now).await,
+        how => notify::send(&how, n, &hostfile).await,
     };
     let generation = Some(n.generation);
     match sent {

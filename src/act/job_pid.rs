@@ -75,19 +75,13 @@ pub enum ProcError {
     Metadata(io::Error),
     #[error("cannot read the process's start time from /proc")]
     NoStartTime,
-    #[error("cannot read /proc/uptime")]
-    NoUptime,
+    #[error("cannot read the boot time (btime) from /proc/stat")]
+    NoBootTime,
 }
 
 /// The PID the pidfile names, checked to be the job's: `Err` says why it is not. With `owner`
-/// (the job's uid) the pidfile must be the job user's, and so must the process. `now` is the
-/// daemon's clock: the process's start is known only as an age.
-pub fn job_pid(
-    pidfile: &Path,
-    expect: Option<&str>,
-    owner: Option<u32>,
-    now: Millis,
-) -> Result<i32, PidError> {
+/// (the job's uid) the pidfile must be the job user's, and so must the process.
+pub fn job_pid(pidfile: &Path, expect: Option<&str>, owner: Option<u32>) -> Result<i32, PidError> {
     let (pid, written) = read_pidfile(pidfile, owner)?;
     refuse_special(pid)?;
     let proc_dir = format!("/proc/{pid}");
@@ -105,7 +99,7 @@ pub fn job_pid(
         }
     }
     let stat = read_proc(&proc_dir, "stat", 4096).map_err(of_pid)?;
-    let started = started_at(&stat, now)?;
+    let started = started_at(&stat)?;
     if started > written.saturating_add(millis(START_SLACK)) {
         let pidfile = pidfile.to_path_buf();
         return Err(PidError::Stale { pid, pidfile });
@@ -187,19 +181,24 @@ fn since_epoch(at: SystemTime) -> Millis {
     at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, millis)
 }
 
-/// When the process started, from its start tick (field 22) and the boot-based uptime.
-fn started_at(stat: &str, now: Millis) -> Result<Millis, ProcError> {
+/// When the process started: the boot time plus its start tick (field 22). Both are the kernel's
+/// records of the wall clock, as the pidfile's modification time is, so no clock is read here: a
+/// test's clock, moved ahead, does not make a fresh pidfile look older than its process. The boot
+/// time is in whole seconds, so the start may read up to a second early: the check is that much
+/// more lenient, never stricter.
+fn started_at(stat: &str) -> Result<Millis, ProcError> {
     let ticks: f64 = stat_fields(stat)
         .and_then(|f| f.get(19)?.parse().ok())
         .ok_or(ProcError::NoStartTime)?;
-    let uptime = read_proc("/proc", "uptime", 256)?;
-    let up: f64 = uptime
-        .split_whitespace()
-        .next()
-        .and_then(|u| u.parse().ok())
-        .ok_or(ProcError::NoUptime)?;
-    let age = Duration::from_secs_f64((up - ticks / TICKS_PER_SECOND).max(0.0));
-    Ok(now.saturating_sub(millis(age)))
+    // A line per CPU comes before it: room for a few thousand.
+    let boot = read_proc("/proc", "stat", 1 << 20)?;
+    let btime: u64 = (boot.lines())
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+        .ok_or(ProcError::NoBootTime)?;
+    let after_boot = Duration::from_secs_f64((ticks / TICKS_PER_SECOND).max(0.0));
+    Ok(btime
+        .saturating_mul(1000)
+        .saturating_add(millis(after_boot)))
 }
 
 fn read_proc(dir: &str, name: &str, limit: u64) -> Result<String, ProcError> {
@@ -216,7 +215,6 @@ fn read_proc(dir: &str, name: &str, limit: u64) -> Result<String, ProcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::now_millis;
     use std::process::Command;
 
     fn pidfile(dir: &Path, pid: impl std::fmt::Display) -> std::path::PathBuf {
@@ -229,17 +227,17 @@ mod tests {
     fn dtd_itself_its_parent_and_init_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id();
-        let e = job_pid(&pidfile(dir.path(), me), None, None, now_millis())
+        let e = job_pid(&pidfile(dir.path(), me), None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("dtd itself"), "{e}");
         let parent = nix::unistd::getppid();
-        let e = job_pid(&pidfile(dir.path(), parent), None, None, now_millis())
+        let e = job_pid(&pidfile(dir.path(), parent), None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("ancestor"), "{e}");
         for pid in ["1", "0", "-1"] {
-            let e = job_pid(&pidfile(dir.path(), pid), None, None, now_millis())
+            let e = job_pid(&pidfile(dir.path(), pid), None, None)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("not a job"), "{e}");
@@ -256,17 +254,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let p = pidfile(dir.path(), child.id());
-        assert_eq!(
-            job_pid(&p, None, None, now_millis()).unwrap(),
-            child.id() as i32
-        );
-        assert_eq!(
-            job_pid(&p, Some("sleep"), None, now_millis()).unwrap(),
-            child.id() as i32
-        );
-        let e = job_pid(&p, Some("train.py"), None, now_millis())
-            .unwrap_err()
-            .to_string();
+        assert_eq!(job_pid(&p, None, None).unwrap(), child.id() as i32);
+        assert_eq!(job_pid(&p, Some("sleep"), None).unwrap(), child.id() as i32);
+        let e = job_pid(&p, Some("train.py"), None).unwrap_err().to_string();
         assert!(e.contains("does not contain"), "{e}");
         let old = SystemTime::now() - Duration::from_secs(600);
         std::fs::File::options()
@@ -275,9 +265,7 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        let e = job_pid(&p, None, None, now_millis())
-            .unwrap_err()
-            .to_string();
+        let e = job_pid(&p, None, None).unwrap_err().to_string();
         assert!(e.contains("stale"), "{e}");
         child.kill().unwrap();
         child.wait().unwrap();

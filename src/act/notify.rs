@@ -10,7 +10,7 @@ use super::hook::{self, HookError};
 use super::job_pid::{job_pid, PidError};
 use crate::config::Notify;
 use crate::fsutil::write_atomic;
-use crate::model::{join_ips, rfc3339, Millis, Notification};
+use crate::model::{join_ips, rfc3339, Notification};
 
 /// `DT_EVENT` of a membership notification, so a hook that also gets stalls tells them apart.
 pub const MEMBERSHIP_EVENT: &str = "membership";
@@ -35,20 +35,14 @@ pub enum NotifyError {
     Stalled(crate::deadline::DeadlineError),
 }
 
-/// `now`: the daemon's clock, against which a pidfile's age is judged.
-pub async fn send(
-    how: &Notify,
-    n: &Notification,
-    hostfile: &Path,
-    now: Millis,
-) -> Result<String, NotifyError> {
+pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<String, NotifyError> {
     match how {
         Notify::None => Ok("no notification configured".into()),
         Notify::Signal {
             signal,
             pidfile,
             expect,
-        } => signal_job(*signal, pidfile, expect.as_deref(), None, now),
+        } => signal_job(*signal, pidfile, expect.as_deref(), None),
         Notify::Command(argv) => Ok(run_hook(argv, n, hostfile).await?),
     }
 }
@@ -59,9 +53,8 @@ pub fn signal_job(
     pidfile: &Path,
     expect: Option<&str>,
     owner: Option<u32>,
-    now: Millis,
 ) -> Result<String, NotifyError> {
-    let pid = job_pid(pidfile, expect, owner, now).map_err(NotifyError::Refused)?;
+    let pid = job_pid(pidfile, expect, owner).map_err(NotifyError::Refused)?;
     kill(Pid::from_raw(pid), signal).map_err(|why| NotifyError::Signal { signal, pid, why })?;
     Ok(format!("sent {signal} to PID {pid}"))
 }
