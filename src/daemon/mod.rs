@@ -8,6 +8,7 @@ mod ledger;
 mod lighthouse;
 mod lock;
 mod record;
+mod recover;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -69,7 +70,8 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(cfg: Config, clients: Clients, clock: SharedClock) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(&cfg.state_dir);
-        let state = load_state_resuming(&paths.state(), &cfg.generation_file)?;
+        let mut state = load_state_resuming(&paths.state(), &cfg.generation_file)?;
+        recover::confirm_journaled_endings(&mut state, &paths.journal());
         let mut metrics = Metrics::new(
             &clients.calls,
             crate::status::read_totals(&paths.status()),

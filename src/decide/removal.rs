@@ -155,10 +155,19 @@ fn advance(p: &Inputs, st: &mut State, out: &mut Draft, r: &mut Removal) -> bool
         return true;
     }
     if !p.is_running(&r.id) {
+        let who = Some((r.id.as_str(), r.ip));
         if r.awaits_ack() {
             let msg = format!("{} stopped running before it was terminated", r.ip);
-            let who = Some((r.id.as_str(), r.ip));
             out.event(p, EventKind::Gone, who, Some(r.generation), msg);
+        } else if matches!(r.stage, Stage::Ending(_)) {
+            // Its ending was sent and never confirmed (journaled): the call failed, or dtd died
+            // before the answer was recorded. A confirmation already in the journal was found
+            // when dtd started (`daemon::recover`), so this is the one `terminated` line.
+            let msg = format!(
+                "{} ({}) is no longer running; the call ending it was not confirmed",
+                r.id, r.ip
+            );
+            out.event(p, EventKind::Terminated, who, Some(r.generation), msg);
         }
         return false;
     }

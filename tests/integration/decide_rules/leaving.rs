@@ -439,3 +439,26 @@ fn an_unhealthy_member_that_can_drain_waits_for_the_budget() {
     let plan = pass(&held, &mut w, &state, 10_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.1"]));
 }
+
+#[test]
+fn an_ending_never_confirmed_is_journaled_terminated_once_its_instance_is_gone() {
+    let (r, mut w, state) = two_members();
+    w.delete_elastic_tag("i-1");
+    let plan = pass(&r, &mut w, &state, 10_000);
+    w.acks.generation = Some(2);
+    let plan = pass(&r, &mut w, &plan.state, 30_000);
+    assert_eq!(plan.outcome.terminate(), ["i-1"]);
+    // TerminateInstances went through, but dtd died before its answer was journaled and saved.
+    w.instances.retain(|i| i.id != "i-1");
+    let gone = pass(&r, &mut w, &plan.state, 40_000);
+    assert_eq!(kinds(&gone), ["terminated"]);
+    assert_eq!(gone.outcome.events[0].instance.as_deref(), Some("i-1"));
+    assert_eq!(gone.outcome.events[0].generation, Some(2));
+    assert!(gone.state.removals.is_empty());
+    let later = pass(&r, &mut w, &gone.state, 50_000);
+    assert!(
+        later.outcome.events.is_empty(),
+        "{:?}",
+        later.outcome.events
+    );
+}
