@@ -66,11 +66,7 @@ pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
 fn journal(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, l: &LauncherSeen) {
     let (id, ip) = p.who(at);
     let now = (l.state, l.generation);
-    let changed = match st.workers.get_mut(id) {
-        Some(w) => w.launcher_seen(now),
-        None => st.worker_mut(id).launcher_seen(now),
-    };
-    if !changed {
+    if !st.with_worker(id, |w| w.launcher_seen(now)) {
         return;
     }
     let kind = match l.state {

@@ -55,18 +55,13 @@ pub(super) fn forget_stale(p: &Inputs, st: &mut State, out: &Draft) {
 pub(super) fn pin_keys(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers else { return };
     for (id, key) in &m.key_tags {
-        // A lookup, not an insert, for each of 10,000 workers every pass.
-        let pinned = match st.workers.get_mut(id) {
-            Some(w) => w.pin_key(key),
-            None => {
-                st.worker_mut(id).pin_key(key);
-                continue;
-            }
-        };
-        let Pinned::Changed(pinned) = pinned else {
+        let changed = st.with_worker(id, |w| match w.pin_key(key) {
+            Pinned::Changed(pinned) => Some(pinned.short().to_string()),
+            Pinned::First | Pinned::Same => None,
+        });
+        let Some(pinned) = changed else {
             continue;
         };
-        let pinned = pinned.short().to_string();
         let who = p.at(id).map(|at| p.who(at));
         let msg = format!(
             "the {} tag of {id} changed from {}… to {}…: reports signed with the new key are \

@@ -46,7 +46,7 @@ fn removals(p: &Inputs, st: &State) -> Option<Millis> {
 }
 
 /// A worker held by the launching hook: its prepare timeout and its next heartbeat.
-/// Only a launching hook holds workers, so without one no worker's record is looked through.
+/// Only a launching hook holds workers in `Pending:Wait`: without one, no wait is timed.
 fn launches(p: &Inputs, st: &State) -> Option<Millis> {
     let hook = p.group.and_then(|g| g.launching_hook.as_ref())?;
     let beat = hook.heartbeat_timeout_ms / 2;

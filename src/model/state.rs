@@ -171,6 +171,15 @@ impl State {
         self.workers.entry(id.to_string()).or_default()
     }
 
+    /// `change` applied to the worker's record, begun empty if it had none. For a rule that
+    /// visits every worker each pass: a record it has is found without copying its id.
+    pub fn with_worker<T>(&mut self, id: &str, change: impl FnOnce(&mut WorkerRecord) -> T) -> T {
+        match self.workers.get_mut(id) {
+            Some(w) => change(w),
+            None => change(self.worker_mut(id)),
+        }
+    }
+
     pub fn pending(&self, id: &str) -> Option<&Pending> {
         self.pending.get(id)
     }
