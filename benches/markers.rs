@@ -106,11 +106,13 @@ struct Master {
 impl Master {
     fn pass(&mut self) -> dt::model::Markers {
         let scan = self.scanner.scan().expect("scan");
+        let heard = std::collections::HashMap::new();
         let judging = Judging {
             keys: &self.keys,
             mode: Reports::Signed,
             now: dt::clock::now_millis(),
-            fresh: 30_000,
+            heard: &heard,
+            floor: &|_, _| None,
         };
         self.book.judge(&scan, &judging)
     }

@@ -46,6 +46,14 @@ const TEMP_TRIES: usize = 16;
 /// A new file at an unpredictable name beside the target (`.NAME.tmp.<16 random hex digits>`),
 /// created exclusively: whatever someone planted at a name they could guess (a directory, a
 /// FIFO, a link) cannot stand in the way or be written through.
+/// 16 random hex digits: a name no one can guess before it exists.
+pub fn random_hex() -> String {
+    let mut bytes = [0u8; 8];
+    // The system's random source does not fail on Linux; zeros would still be a fresh name.
+    let _ = aws_lc_rs::rand::SecureRandom::fill(&aws_lc_rs::rand::SystemRandom::new(), &mut bytes);
+    format!("{:016x}", u64::from_ne_bytes(bytes))
+}
+
 fn create_temp(dir: &Path, name: &str) -> io::Result<(std::path::PathBuf, fs::File)> {
     let rng = aws_lc_rs::rand::SystemRandom::new();
     for _ in 0..TEMP_TRIES {

@@ -64,6 +64,7 @@ pub fn rules(base: usize, max: usize) -> Rules {
         replace_unhealthy: false,
         stall_after_ms: None,
         launcher_silent_ms: None,
+        launcher_silent_share: 1.0 / 3.0,
         ack_by_launcher: false,
         join_batch_ms: 0,
         join_at_checkpoint: false,

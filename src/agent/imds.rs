@@ -37,6 +37,16 @@ impl Imds {
         }
     }
 
+    /// A value under `/latest/dynamic/` (the instance identity document and its signature),
+    /// which must be there.
+    pub async fn dynamic(&self, path: &str) -> Result<String, ImdsFailure> {
+        let full = format!("/latest/dynamic/{path}");
+        match self.client.get(full.as_str()).await {
+            Ok(v) => Ok(String::from(v)),
+            Err(e) => Err(failure(full, &e)),
+        }
+    }
+
     /// A value that must be there (the instance's identity): 404 is a failure too.
     pub async fn require(&self, path: &str) -> Result<String, ImdsFailure> {
         self.get(path).await?.ok_or_else(|| ImdsFailure {

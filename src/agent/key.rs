@@ -1,23 +1,17 @@
 //! The agent's signing key: made once per worker, kept where only the agent can read it
-//! (`agent.key_file`, on the worker's own disk, never on the shared directory), and its public
-//! half put on the agent's own instance as the tag `dt:agent-key`, where `dtd` reads it.
+//! (`agent.key_file`, on the worker's own disk, never on the shared directory). Its public half
+//! reaches `dtd` in the agent's hello, with the instance identity document that proves whose
+//! it is (`agent::channel`).
 
+use crate::protocol::signed::{SignError, SigningKey};
+use crate::untrusted;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use aws_sdk_ec2::error::SdkError;
-use aws_sdk_ec2::operation::create_tags::CreateTagsError;
-
-use crate::protocol::signed::{AgentKey, SignError, SigningKey, KEY_TAG};
-use crate::untrusted;
 
 /// A PKCS#8 Ed25519 key is 83 bytes; anything much larger is not one.
 const MAX_KEY_BYTES: u64 = 1024;
-/// The longest pause between two attempts to tag the instance.
-const TAG_RETRY_MAX: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -120,62 +114,6 @@ fn create(path: &Path) -> Result<Vec<u8>, KeyError> {
         .map_err(failed)?;
     tracing::info!(path = %path.display(), "made the agent's signing key");
     Ok(bytes)
-}
-
-/// EC2 did not take the key's tag: what AWS said.
-#[derive(Debug, thiserror::Error)]
-#[error("{}", crate::aws::describe_error(.0))]
-pub struct TagRefused(SdkError<CreateTagsError>);
-
-/// Puts the public key on this instance as [`KEY_TAG`]: until EC2 has it, `dtd` believes none
-/// of this worker's reports. The worker role may tag only the instance it runs on.
-pub async fn tag_instance(
-    ec2: &aws_sdk_ec2::Client,
-    instance_id: &str,
-    key: &AgentKey,
-) -> Result<(), TagRefused> {
-    let tag = aws_sdk_ec2::types::Tag::builder()
-        .key(KEY_TAG)
-        .value(key.as_str())
-        .build();
-    let sent = ec2
-        .create_tags()
-        .resources(instance_id)
-        .tags(tag)
-        .send()
-        .await;
-    match sent {
-        Ok(_) => {
-            tracing::info!(instance_id, %key, "tagged this instance {KEY_TAG}: dtd believes reports signed with it");
-            Ok(())
-        }
-        Err(e) => Err(TagRefused(e)),
-    }
-}
-
-/// After a first attempt failed with `why`: tries again, up to a minute apart, until EC2 takes
-/// the tag; each new error is logged once.
-pub async fn keep_tagging(
-    ec2: &aws_sdk_ec2::Client,
-    instance_id: &str,
-    key: &AgentKey,
-    why: TagRefused,
-) {
-    let mut last: Option<String> = None;
-    let mut wait = Duration::from_secs(1);
-    let mut why = why.to_string();
-    loop {
-        if last.as_deref() != Some(why.as_str()) {
-            tracing::error!(instance_id, "cannot tag this instance {KEY_TAG} (the worker role needs ec2:CreateTags on its own instance); dtd believes no report of this worker until it can: {why}");
-            last = Some(why);
-        }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(TAG_RETRY_MAX);
-        match tag_instance(ec2, instance_id, key).await {
-            Ok(()) => return,
-            Err(e) => why = e.to_string(),
-        }
-    }
 }
 
 #[cfg(test)]

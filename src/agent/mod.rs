@@ -3,11 +3,13 @@
 //! meanwhile it watches the metadata for interruption notices (a Spot warning can come while data
 //! is still being prepared), and once ready runs the health check every interval.
 
+mod channel;
 pub mod health;
 pub mod imds;
 pub mod key;
 pub mod launcher;
 pub mod notice;
+mod outbox;
 mod output;
 pub mod prepare;
 pub(crate) mod program;
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::config::{Config, Health};
+use crate::config::{Config, Health, Reports};
 use imds::Imds;
 use watch::FailureLog;
 
@@ -76,16 +78,27 @@ async fn work(cfg: &Config, overrides: Overrides, signer: signer::Signer) {
     let imds = Imds::new();
     let identity = identity(&imds, &overrides, cfg.agent.imds_interval).await;
     tracing::info!(ip = %identity.ip, instance_id = %identity.instance_id, shared_dir = %cfg.shared_dir.display(), key = %signer.public(), "dtd agent started");
-    // Tagged before anything is written, so dtd can believe the first report at once.
-    let ec2 = crate::aws::ec2_client(cfg).await;
-    let instance_id = identity.instance_id.clone();
-    let first = key::tag_instance(&ec2, &instance_id, signer.public()).await;
-    let tag = async {
-        if let Err(why) = first {
-            key::keep_tagging(&ec2, &instance_id, signer.public(), why).await;
+    let key_file = overrides.key_file.as_ref().unwrap_or(&cfg.agent.key_file);
+    let (reports, sender) = match cfg.workers.reports {
+        Reports::Unsigned => {
+            let files = reports::Reports::files(&cfg.shared_dir, identity.ip, signer.clone());
+            (files, None)
+        }
+        Reports::Signed => {
+            let outbox = outbox::Outbox::default();
+            let own = own_reports_dir(key_file, &identity.instance_id);
+            let to_dtd =
+                reports::Reports::to_dtd(&own, identity.ip, signer.clone(), outbox.clone());
+            to_dtd.resume();
+            let sender = channel::Sender::new(cfg, identity.clone(), signer.clone(), outbox);
+            (to_dtd, Some(sender))
         }
     };
-    let reports = reports::Reports::new(&cfg.shared_dir, identity.ip, signer.clone());
+    let send = async {
+        if let Some(sender) = sender {
+            sender.run().await;
+        }
+    };
     let watcher = watch::Watcher::new(
         imds,
         identity.clone(),
@@ -98,7 +111,14 @@ async fn work(cfg: &Config, overrides: Overrides, signer: signer::Signer) {
             launcher::run(cfg, launcher, identity, reports).await;
         }
     };
-    tokio::join!(tag, watcher.run(), prepare_then_check(cfg, &spec), launch);
+    tokio::join!(send, watcher.run(), prepare_then_check(cfg, &spec), launch);
+}
+
+/// This worker's copies of its reports: beside the agent's key, on its own disk, per instance
+/// (a disk image made from a worker does not speak for the next).
+fn own_reports_dir(key_file: &std::path::Path, instance_id: &str) -> PathBuf {
+    let dir = key_file.parent().unwrap_or(std::path::Path::new("."));
+    dir.join("reports").join(instance_id)
 }
 
 /// Where prepare-data left this instance.

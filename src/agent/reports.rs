@@ -1,11 +1,15 @@
-//! The agent's reports in the shared directory (`prepare_data_success_<ip>`, `health_<ip>`, …):
-//! each written whole (temp file and rename) and signed, and each read back only when this
-//! agent signed it: a report someone else left under this worker's name is not its own.
+//! The agent's reports (`prepare_data_success_<ip>`, `health_<ip>`, …). With signed reports
+//! (the default) each goes to `dtd` on the agent's own connection (`outbox`, `channel`) and a
+//! copy stays on this worker's own disk, beside the agent's key, where only the agent can read
+//! or change it: what an agent restarted said before is read back from there, never from the
+//! shared directory. With `workers.reports: unsigned` (the 2018 protocol) each is a file in the
+//! shared directory, read back only when this agent signed it.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::outbox::Outbox;
 use super::signer::Signer;
 use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
 
@@ -23,17 +27,38 @@ pub enum NotOwn {
 
 #[derive(Clone)]
 pub struct Reports {
-    dir: PathBuf,
     ip: IpAddr,
     signer: Signer,
+    sink: Sink,
+}
+
+#[derive(Clone)]
+enum Sink {
+    /// The shared directory (unsigned reports).
+    Files(PathBuf),
+    /// `dtd`, through the outbox; `own` is the directory of this worker's copies.
+    Dtd { own: PathBuf, outbox: Outbox },
 }
 
 impl Reports {
-    pub fn new(dir: &Path, ip: IpAddr, signer: Signer) -> Reports {
+    /// Reports as files in `shared_dir` (`workers.reports: unsigned`).
+    pub fn files(shared_dir: &Path, ip: IpAddr, signer: Signer) -> Reports {
         Reports {
-            dir: dir.to_path_buf(),
             ip,
             signer,
+            sink: Sink::Files(shared_dir.to_path_buf()),
+        }
+    }
+
+    /// Reports sent to `dtd` through `outbox`, with copies kept in `own`.
+    pub fn to_dtd(own: &Path, ip: IpAddr, signer: Signer, outbox: Outbox) -> Reports {
+        Reports {
+            ip,
+            signer,
+            sink: Sink::Dtd {
+                own: own.to_path_buf(),
+                outbox,
+            },
         }
     }
 
@@ -41,18 +66,35 @@ impl Reports {
         MarkerName::new(kind, self.ip)
     }
 
+    /// Where the report of `kind` is kept: the shared directory's file, or this worker's copy.
     pub fn path(&self, kind: MarkerKind) -> PathBuf {
-        self.name(kind).path_in(&self.dir)
+        match &self.sink {
+            Sink::Files(dir) => self.name(kind).path_in(dir),
+            Sink::Dtd { own, .. } => self.name(kind).path_in(own),
+        }
     }
 
-    /// Signs `line` (a rendered report) and writes it in place of whatever is there.
+    /// Makes `line` (a rendered report) the report of `kind`: signed and written in place of
+    /// whatever is there, or kept and handed to the sender.
     pub fn write(&self, kind: MarkerKind, line: &[u8]) -> std::io::Result<()> {
-        let signed = self.signer.sign(&self.name(kind), line);
-        crate::fsutil::write_atomic(&self.path(kind), &signed)
+        match &self.sink {
+            Sink::Files(_) => {
+                let signed = self.signer.sign(&self.name(kind), line);
+                crate::fsutil::write_atomic(&self.path(kind), &signed)
+            }
+            Sink::Dtd { outbox, .. } if outbox.holds(kind, line) => Ok(()),
+            Sink::Dtd { own, outbox } => {
+                create_private_dir(own)?;
+                crate::fsutil::write_atomic(&self.path(kind), line)?;
+                outbox.put(kind, line);
+                Ok(())
+            }
+        }
     }
 
-    /// [`Reports::write`], tried again every `delay` until it is written (EFS may be briefly
-    /// unavailable; the master must eventually see it); logged when the error changes.
+    /// [`Reports::write`], tried again every `delay` until it is written (EFS, or the worker's
+    /// disk, may be briefly unavailable; the master must eventually hear it); logged when the
+    /// error changes.
     pub async fn write_retrying(&self, kind: MarkerKind, line: &[u8], delay: Duration) {
         let mut last: Option<std::io::ErrorKind> = None;
         while let Err(e) = self.write(kind, line) {
@@ -65,8 +107,9 @@ impl Reports {
         }
     }
 
-    /// The report of `kind` when this agent signed it. Anything else there (another worker's
-    /// file under this name, an earlier instance's, a 2018 script's) is `Err`, with what it is.
+    /// The report of `kind` as this agent last made it (an earlier run's, after a restart).
+    /// Anything else under its name in the shared directory (another worker's file, an earlier
+    /// instance's, a 2018 script's) is `Err`, with what it is.
     pub fn read_own(&self, kind: MarkerKind) -> Result<Option<Vec<u8>>, NotOwn> {
         let path = self.path(kind);
         let body = match crate::untrusted::read_prefix(&path, MAX_REPORT_BYTES) {
@@ -74,18 +117,50 @@ impl Reports {
             Ok(None) => return Ok(None),
             Err(error) => return Err(NotOwn::Unreadable { path, error }),
         };
-        match self.signer.signed_it(&self.name(kind), &body) {
-            true => Ok(Some(body)),
-            false => Err(NotOwn::NotSigned(path)),
+        match &self.sink {
+            Sink::Dtd { .. } => Ok(Some(body)),
+            Sink::Files(_) if self.signer.signed_it(&self.name(kind), &body) => Ok(Some(body)),
+            Sink::Files(_) => Err(NotOwn::NotSigned(path)),
         }
     }
 
+    /// After a restart: what an earlier run of this agent said (its prepare-data verdict, a
+    /// notice) is sent again, so a `dtd` that forgot it, or never heard it, does. The launcher's
+    /// and the health check's reports are not: they are made anew at once.
+    pub fn resume(&self) {
+        let Sink::Dtd { outbox, .. } = &self.sink else {
+            return;
+        };
+        for kind in [
+            MarkerKind::Success,
+            MarkerKind::Failed,
+            MarkerKind::Interruption,
+        ] {
+            if let Ok(Some(line)) = self.read_own(kind) {
+                outbox.put(kind, &line);
+            }
+        }
+    }
+
+    /// The report of `kind` is no more: not sent again, and not read back after a restart.
     pub fn remove(&self, kind: MarkerKind) {
+        if let Sink::Dtd { outbox, .. } = &self.sink {
+            outbox.remove(kind);
+        }
         let path = self.path(kind);
         match std::fs::remove_file(&path) {
-            Ok(()) => tracing::info!(path = %path.display(), "removed stale marker"),
+            Ok(()) => tracing::info!(path = %path.display(), "removed stale report"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(path = %path.display(), "cannot remove a report: {e}"),
         }
     }
+}
+
+/// The copies' directory: the agent's user's alone, like its key's.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }

@@ -29,8 +29,8 @@ impl Signer {
         self.0.key.public()
     }
 
-    /// `line` (a rendered report) signed for the file `name`.
-    pub fn sign(&self, name: &MarkerName, line: &[u8]) -> Vec<u8> {
+    /// `line` (a rendered report, or a hello) signed for `name`.
+    pub fn sign(&self, name: &dyn std::fmt::Display, line: &[u8]) -> Vec<u8> {
         self.0.key.sign(name, line, self.next())
     }
 

@@ -52,6 +52,10 @@ pub struct Launcher {
     /// answering: it leaves the job at once, so the others start a new world without it.
     #[serde(default = "default_silent_after", deserialize_with = "silent_after")]
     pub silent_after: Duration,
+    /// When more than this share of the members are silent at once, none is taken out for its
+    /// silence: so many at once is dtd's or the network's trouble, not theirs.
+    #[serde(default = "default_silent_share", deserialize_with = "silent_share")]
+    pub silent_share: f64,
     /// The digest torchrun's program (the first element) must have, if pinned.
     #[serde(default, deserialize_with = "torchrun_sha256")]
     pub sha256: Option<Sha256>,
@@ -301,6 +305,10 @@ fn default_silent_after() -> Duration {
     Duration::from_secs(30)
 }
 
+fn default_silent_share() -> f64 {
+    1.0 / 3.0
+}
+
 /// An argv: a list of words, where a number or a boolean is taken as it is written (`--epochs,
 /// 90` needs no quotes).
 fn argv<'de, D: Deserializer<'de>>(key: &str, d: D) -> Result<Vec<String>, D::Error> {
@@ -379,6 +387,17 @@ fn silent_after<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         )));
     }
     Ok(after)
+}
+
+fn silent_share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    use serde::de::Error;
+    let share = named("job.launcher.silent_share", f64::deserialize(d))?;
+    if !(share > 0.0 && share <= 1.0) {
+        return Err(D::Error::custom(format!(
+            "job.launcher.silent_share: a share of the members above 0 and at most 1 (e.g. 0.33), not {share}"
+        )));
+    }
+    Ok(share)
 }
 
 fn workdir<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::path::PathBuf>, D::Error> {

@@ -29,12 +29,13 @@ mod webhook_url;
 mod workers;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::digest::Sha256;
 use crate::protocol::host_files::{Format, HostTemplate};
+use crate::protocol::identity::Certificates;
 pub use alerts::{
     Alert, AlertFormat, Exposure, InClear, InlineSecret, UrlError, Webhook, WebhookFileError,
     WebhookUrl,
@@ -148,6 +149,12 @@ pub struct Workers {
     pub capacity: Option<Capacity>,
     /// Whether the workers' reports must be signed by their agents (`workers.reports`).
     pub reports: Reports,
+    /// Where `dtd run` takes the agents' reports (signed reports only).
+    pub listen: SocketAddr,
+    /// Whose signature on an instance identity document proves an agent's instance: AWS's.
+    pub identity: Certificates,
+    /// How far from dtd's clock a report's signing time may be.
+    pub max_clock_skew: Duration,
 }
 
 /// One host file: a built-in `format`, or a `template` file of the user's own.
@@ -235,6 +242,9 @@ pub struct Agent {
     pub health: Option<Health>,
     /// The agent's signing key, on the worker's own disk (made at the first start).
     pub key_file: PathBuf,
+    /// Where the agent sends its reports; `None`: the address `dtd run` publishes in the
+    /// shared directory (`protocol::channel::ADDRESS_FILE`).
+    pub report_to: Option<SocketAddr>,
 }
 
 impl Config {

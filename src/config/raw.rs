@@ -231,6 +231,7 @@ pub(super) struct RawAgent {
     pub imds_interval: Duration,
     pub health: Option<Health>,
     pub key_file: Option<PathBuf>,
+    pub report_to: Option<std::net::SocketAddr>,
 }
 
 impl Default for RawAgent {
@@ -245,6 +246,7 @@ impl Default for RawAgent {
             imds_interval: Duration::from_secs(1),
             health: None,
             key_file: None,
+            report_to: None,
         }
     }
 }

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
 use crate::protocol::host_files::{Format, HostTemplate};
+use crate::protocol::identity::Certificates;
 use crate::protocol::progress::PROGRESS_FILE;
 
 /// The 2018 `host_worker`, written when the file names no host file.
@@ -84,6 +85,9 @@ fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
         max_prepare_failures: w.max_prepare_failures,
         replace_unhealthy: w.replace_unhealthy,
         reports: w.reports,
+        listen: w.listen,
+        identity: w.identity_certificates.unwrap_or_else(Certificates::aws),
+        max_clock_skew: w.max_clock_skew,
     }
 }
 
@@ -123,6 +127,7 @@ fn agent(a: RawAgent) -> Agent {
         imds_interval: a.imds_interval,
         health: a.health,
         key_file: a.key_file.unwrap_or_else(|| DEFAULT_KEY_FILE.into()),
+        report_to: a.report_to,
     }
 }
 

@@ -3,14 +3,17 @@
 //! checked once the whole file is.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::prepare_timeout;
+use super::de::{duration, named, prepare_timeout};
 use super::error::Rule;
 use super::{Slots, HOOK_GLOBAL_TIMEOUT_MAX};
+use crate::protocol::channel::PORT;
+use crate::protocol::identity::Certificates;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +45,15 @@ pub(super) struct RawWorkers {
     pub capacity: Option<super::Capacity>,
     #[serde(default)]
     pub reports: super::Reports,
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    #[serde(default, deserialize_with = "identity_certificates")]
+    pub identity_certificates: Option<Certificates>,
+    #[serde(
+        default = "default_max_clock_skew",
+        deserialize_with = "max_clock_skew"
+    )]
+    pub max_clock_skew: Duration,
 }
 
 /// The section's own rules, checked while it is parsed so the error names `workers` and its line.
@@ -152,4 +164,30 @@ fn default_page_size() -> i32 {
 
 fn default_worker_tags() -> BTreeMap<String, String> {
     BTreeMap::from([("NodeType".to_string(), "Worker".to_string())])
+}
+
+/// Only this machine, unless configured: the stack listens on the master's own address.
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], PORT))
+}
+
+/// Amazon Time Sync keeps instances within milliseconds; a report signed this far from dtd's
+/// clock is a replay, or a clock that is badly off.
+fn default_max_clock_skew() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn max_clock_skew<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    named("workers.max_clock_skew", duration(d))
+}
+
+/// Read when the config is, so a file that is not a certificate stops `dtd` at start.
+fn identity_certificates<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Certificates>, D::Error> {
+    use serde::de::Error;
+    let path = PathBuf::deserialize(d)?;
+    let certs = Certificates::from_file(&path)
+        .map_err(|e| D::Error::custom(format!("workers.identity_certificates: {e}")))?;
+    Ok(Some(certs))
 }

@@ -31,6 +31,10 @@ pub enum DaemonError {
     JobOwner(crate::config::JobOwnerError),
     #[error("alerts: {0}")]
     Alerts(crate::config::WebhookFileError),
+    #[error(transparent)]
+    Listen(#[from] crate::observe::agents::ListenError),
+    #[error(transparent)]
+    Publish(#[from] super::address::PublishError),
 }
 
 /// Why a write of the state directory left nothing written: its own failure, or the directory's

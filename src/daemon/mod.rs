@@ -3,6 +3,7 @@
 //! deadline decide named (an ack timeout, a cool-down, a window opening), and at least every
 //! `interval`.
 
+mod address;
 mod error;
 mod ledger;
 mod lighthouse;
@@ -20,7 +21,7 @@ use crate::act::apply::Actuators;
 use crate::alerts::Alerts;
 use crate::aws::Clients;
 use crate::clock::SharedClock;
-use crate::config::Config;
+use crate::config::{Config, Reports};
 use crate::deadline::Deadline;
 use crate::decide::{decide_from, Rules};
 use crate::metrics::Metrics;
@@ -32,6 +33,12 @@ pub use error::DaemonError;
 use ledger::Ledger;
 pub use lock::{lock_state_dir, Lock};
 use record::PassStats;
+
+/// Before its first pass, a `dtd` with signed reports waits this long for its agents, and
+/// longer (up to [`AGENTS_MOST`]) for those it knew before a restart: what it decides before
+/// hearing them (a leaver's launcher still running, a member's health) it would decide blind.
+const AGENTS_LEAST: std::time::Duration = std::time::Duration::from_millis(500);
+const AGENTS_MOST: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub struct Daemon {
     cfg: Config,
@@ -65,6 +72,8 @@ pub struct Daemon {
     rules: Rules,
     /// When the last plan's next deadline falls (decide's `next_pass_at`).
     next_pass_at: Option<Millis>,
+    /// The address the agents dial (signed reports), and whether the shared directory has it.
+    address: Option<(std::net::SocketAddr, bool)>,
 }
 
 impl Daemon {
@@ -119,6 +128,7 @@ impl Daemon {
             lighthouse: None,
             rules,
             next_pass_at: None,
+            address: None,
         })
     }
 
@@ -128,6 +138,7 @@ impl Daemon {
         let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
         tracing::info!(cluster = %self.cfg.cluster, generation = self.state.generation, state = %self.paths.dir.display(), "dtd started");
         self.observer.listen(&self.cfg);
+        self.take_reports().await?;
         self.alerts.start();
         self.lighthouse = lighthouse::Lighthouse::start(&self.cfg);
         let mut changes = Observer::watch_shared_dir(&self.cfg, &self.paths);
@@ -150,6 +161,26 @@ impl Daemon {
         Ok(())
     }
 
+    /// With signed reports: listens on `workers.listen` for the agents (and, at its next pass,
+    /// tells them where in the shared directory). `run` does this; a test driving passes itself
+    /// calls it first.
+    pub async fn take_reports(&mut self) -> Result<(), DaemonError> {
+        if self.cfg.workers.reports == Reports::Signed {
+            let pins = Pins(&self.state.workers);
+            let known: Vec<String> = pins.keys().into_keys().collect();
+            let bound = self.observer.take_reports(&self.cfg, pins).await?;
+            self.address = Some((address::advertised(bound).await?, false));
+            self.publish_address().await;
+            let o = &self.observer;
+            let heard = o.await_agents(&known, AGENTS_LEAST, AGENTS_MOST).await;
+            tracing::info!(
+                "{heard} of the {} agents dtd knew proved themselves before its first pass",
+                known.len()
+            );
+        }
+        Ok(())
+    }
+
     /// The next pass without news: at the plan's next deadline, at `interval` at the latest.
     fn wake_at(&self) -> Millis {
         let every = self.clock.now() + self.cfg.interval.as_millis() as u64;
@@ -159,6 +190,7 @@ impl Daemon {
     pub async fn pass(&mut self) {
         let started = Instant::now();
         self.ledger.begin_pass();
+        self.publish_address().await;
         let pins = Pins(&self.state.workers);
         let observed = (self.observer)
             .observe(&self.cfg, &mut self.shared_fs, pins)
@@ -231,6 +263,29 @@ impl Daemon {
         self.flush_journal().await;
         self.write_status(&plan.outcome, snap, pass).await;
         BTreeMap::new()
+    }
+
+    /// Until it is written: the address the agents dial, in the shared directory.
+    async fn publish_address(&mut self) {
+        let Some((addr, false)) = self.address else {
+            return;
+        };
+        let dir = self.cfg.shared_dir.clone();
+        let written = (self.shared_fs)
+            .run("publishing dtd's address", move || {
+                address::publish(&dir, addr)
+            })
+            .await;
+        let err = match written {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if err.is_none() {
+            tracing::info!(%addr, "published the address the agents send their reports to");
+            self.address = Some((addr, true));
+        }
+        self.ledger.note(Step::PublishAddress, err);
     }
 
     fn refresh_rules(&mut self) {

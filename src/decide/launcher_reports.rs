@@ -19,9 +19,15 @@ pub(super) fn report<'a>(p: &Inputs<'a>, st: &State, at: usize) -> Option<&'a La
 /// word, so it takes a worker out of the job but never gets it terminated.
 pub(super) fn silent(p: &Inputs, st: &State, at: usize) -> Option<Millis> {
     let after = p.rules.launcher_silent_ms?;
+    quiet(p, st, at).filter(|q| *q >= after)
+}
+
+/// How long the worker at `at`, its launcher running, has not been heard from.
+pub(super) fn quiet(p: &Inputs, st: &State, at: usize) -> Option<Millis> {
     let l = report(p, st, at)?;
-    let quiet = p.now.saturating_sub(l.heard_at);
-    (l.state.is_active() && quiet >= after).then_some(quiet)
+    l.state
+        .is_active()
+        .then(|| p.now.saturating_sub(l.heard_at))
 }
 
 /// Why a leaving worker, acknowledged, is not let go yet: its launcher still runs. Not asked of

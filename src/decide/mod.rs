@@ -59,6 +59,7 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     let mut st = prev;
     let mut out = draft::Draft::new(snap, p.list.len());
     trust::pin_keys(&p, &mut st, &mut out);
+    trust::remember_newest(&p, &mut st);
     trust::refuse_reports(&p, &mut st, &mut out);
     trust::refuse_files(&p, &mut st, &mut out);
     if let Some(claimed) = p.ack_refused {

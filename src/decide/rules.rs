@@ -40,6 +40,9 @@ pub struct Rules {
     /// `job.launcher.silent_after`: a training member whose agent's launcher report has not
     /// changed for this long stopped answering. `None`: no launcher configured.
     pub launcher_silent_ms: Option<u64>,
+    /// `job.launcher.silent_share`: above this share of the members silent at once, none is
+    /// taken out for its silence.
+    pub launcher_silent_share: f64,
     /// `job.ack.by: launcher`: a generation is applied once every member's launcher reports it
     /// running, not when the job writes an ack.
     pub ack_by_launcher: bool,
@@ -98,6 +101,7 @@ impl Rules {
             stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),
+            launcher_silent_share: (cfg.job.launcher.as_ref()).map_or(1.0, |l| l.silent_share),
             ack_by_launcher: cfg.job.ack.by == crate::config::AckBy::Launcher,
             join_batch_ms: cfg.join.batch.as_millis() as u64,
             join_at_checkpoint: cfg.join.at_checkpoint,

@@ -49,12 +49,13 @@ pub(super) fn forget_stale(p: &Inputs, st: &mut State, out: &Draft) {
     st.agent_notices.retain(|_, until| p.now < *until);
 }
 
-/// Each worker's agent key, as the `dt:agent-key` tag first showed it, is kept: whoever can tag
-/// the instance later (its own user code, with the instance role) cannot change whose word its
-/// reports are. A changed tag is refused, journaled once.
+/// Each worker's agent key, as its agent first proved it with the instance's identity document,
+/// is kept: a later hello with another key (user code on that instance, allowed to read its
+/// metadata) cannot change whose word its reports are. A changed key is refused, journaled once
+/// (the agents' port refuses such a hello too, once it knows the pin).
 pub(super) fn pin_keys(p: &Inputs, st: &mut State, out: &mut Draft) {
     let Some(m) = p.markers else { return };
-    for (id, key) in &m.key_tags {
+    for (id, key) in &m.key_proofs {
         let changed = st.with_worker(id, |w| match w.pin_key(key) {
             Pinned::Changed(pinned) => Some(pinned.short().to_string()),
             Pinned::First | Pinned::Same => None,
@@ -64,11 +65,9 @@ pub(super) fn pin_keys(p: &Inputs, st: &mut State, out: &mut Draft) {
         };
         let who = p.at(id).map(|at| p.who(at));
         let msg = format!(
-            "the {} tag of {id} changed from {}… to {}…: reports signed with the new key are \
-             refused; dtd keeps the key its agent first put there (terminate the worker if its \
+            "{id}'s agent proved key {}…, but dtd keeps {pinned}…, the key its agent first \
+             proved: reports signed with the new key are refused (terminate the worker if its \
              agent really lost its key)",
-            crate::protocol::signed::KEY_TAG,
-            pinned,
             key.short()
         );
         let refusal = RefusalKey::AgentKeyChanged {
@@ -76,6 +75,15 @@ pub(super) fn pin_keys(p: &Inputs, st: &mut State, out: &mut Draft) {
             key: key.short().to_string(),
         };
         refuse(p, st, out, refusal, EventKind::MarkerRefused, who, msg);
+    }
+}
+
+/// The newest report of each kind believed from each worker's agent is remembered, so that a
+/// restarted dtd believes nothing older.
+pub(super) fn remember_newest(p: &Inputs, st: &mut State) {
+    let Some(m) = p.markers else { return };
+    for (id, kind, signed_at) in &m.newest {
+        st.with_worker(id, |w| w.believed(*kind, *signed_at));
     }
 }
 

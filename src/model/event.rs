@@ -136,6 +136,11 @@ pub enum EventKind {
     HealthStopped,
     /// Few enough workers are unhealthy again: removing and replacing them resumed.
     HealthResumed,
+    /// More than `job.launcher.silent_share` of the members are silent at once: none is taken
+    /// out for its silence (dtd's or the network's trouble, not theirs).
+    SilenceWidespread,
+    /// Few enough members are silent again: silent members are taken out again.
+    SilenceSubsided,
     /// A launch-template worker was launched to replace an unhealthy one.
     ReplacementLaunched,
     /// EC2 had no capacity for a `workers.capacity` choice: it is skipped for its cool-down.
@@ -226,6 +231,8 @@ impl EventKind {
             EventKind::Healthy => "healthy",
             EventKind::HealthStopped => "health_stopped",
             EventKind::HealthResumed => "health_resumed",
+            EventKind::SilenceWidespread => "silence_widespread",
+            EventKind::SilenceSubsided => "silence_subsided",
             EventKind::ReplacementLaunched => "replacement_launched",
             EventKind::CapacityUnavailable => "capacity_unavailable",
             EventKind::Stalled => "stalled",
@@ -296,6 +303,8 @@ mod tests {
             EventKind::Healthy,
             EventKind::HealthStopped,
             EventKind::HealthResumed,
+            EventKind::SilenceWidespread,
+            EventKind::SilenceSubsided,
             EventKind::ReplacementLaunched,
             EventKind::CapacityUnavailable,
             EventKind::Stalled,

@@ -68,12 +68,15 @@ pub struct Markers {
     /// Reports about listed instances that are not believed, and why (not signed by the
     /// worker's agent, an older one put back, one naming another instance).
     pub refused: Vec<Refused>,
-    /// IPs with signed reports that wait for the key of the instance there (its agent has not
-    /// tagged it yet, or EC2 has not been read since).
+    /// IPs with signed reports that wait for the key of the instance there (EC2 has not listed
+    /// the instance its agent proved yet).
     pub pending: BTreeSet<IpAddr>,
-    /// Agent keys on the tags of instances at reported IPs that differ from the key dtd keeps
-    /// for them (or it keeps none yet): decide pins the first, refuses a changed one.
-    pub key_tags: Vec<(String, crate::protocol::signed::AgentKey)>,
+    /// Agent keys that an instance identity document proved for a listed instance, where they
+    /// differ from the key dtd keeps (or it keeps none yet): decide pins the first.
+    pub key_proofs: Vec<(String, crate::protocol::signed::AgentKey)>,
+    /// Reports believed that are newer than any of their instance and kind believed before:
+    /// `(instance, kind, signed_at)`, kept in the state so that nothing older is believed again.
+    pub newest: Vec<(String, crate::protocol::markers::MarkerKind, u64)>,
 }
 
 /// A report about a listed instance that dtd does not believe.

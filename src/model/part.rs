@@ -29,6 +29,7 @@ pub enum Step {
     Journal,
     StateFile,
     AlertOutbox,
+    PublishAddress,
 }
 
 /// Either, as a failure is remembered until it recovers.
@@ -66,6 +67,7 @@ impl Step {
             Step::Journal => "events journal",
             Step::StateFile => "state file",
             Step::AlertOutbox => "alert outbox",
+            Step::PublishAddress => "dtd's address for the agents",
         }
     }
 }

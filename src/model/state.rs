@@ -112,6 +112,10 @@ pub struct State {
     /// Since when removing and replacing unhealthy workers is stopped (`health.max_unhealthy`).
     #[serde(default)]
     pub health_stopped: Option<Millis>,
+    /// Since when too many members are silent at once for any to be taken out for it
+    /// (`job.launcher.silent_share`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence_held: Option<Millis>,
     /// Launches owed for unhealthy launch-template workers, resent until RunInstances succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replacements: Vec<Replacement>,

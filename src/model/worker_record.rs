@@ -8,10 +8,13 @@
 //! of their own, because their order is the host files' order and a removal has its own stages
 //! (`model::removal`).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Millis, WorkerStatus};
 use crate::protocol::launcher::LauncherState;
+use crate::protocol::markers::MarkerKind;
 use crate::protocol::signed::AgentKey;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,10 +25,15 @@ pub struct WorkerRecord {
     /// Its launcher's state and generation as last journaled (`job.launcher`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launcher: Option<(LauncherState, Option<u64>)>,
-    /// Its agent key as the `dt:agent-key` tag first said: a report is believed only when signed
-    /// with it, and a tag changed later does not change it.
+    /// Its agent key, as its agent first proved it with the instance's identity document (or,
+    /// in a state written before, as its `dt:agent-key` tag first said): a report is believed
+    /// only when signed with it, and no later hello changes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_key: Option<AgentKey>,
+    /// The signing time of the newest report of each kind believed from its agent: a restarted
+    /// `dtd` believes nothing older.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub newest: BTreeMap<MarkerKind, u64>,
 }
 
 /// A worker's passing states: a held removal, a launch wait, a join batch, a failure journaled.
@@ -82,7 +90,7 @@ pub enum Pinned<'a> {
     /// The first key seen: it is the worker's from now on.
     First,
     Same,
-    /// The tag now says another key than the one pinned.
+    /// A proof now says another key than the one pinned.
     Changed(&'a AgentKey),
 }
 
@@ -101,7 +109,13 @@ impl WorkerRecord {
         self.launcher.replace(now) != Some(now)
     }
 
-    /// Pins the first agent key its tag shows; later keys are compared with that one.
+    /// A report of `kind` signed at `signed_at` was believed: the newest is remembered.
+    pub fn believed(&mut self, kind: MarkerKind, signed_at: u64) {
+        let newest = self.newest.entry(kind).or_default();
+        *newest = (*newest).max(signed_at);
+    }
+
+    /// Pins the first agent key proved for it; later keys are compared with that one.
     pub fn pin_key(&mut self, key: &AgentKey) -> Pinned<'_> {
         if self.agent_key.is_none() {
             self.agent_key = Some(key.clone());
@@ -182,10 +196,10 @@ impl Pending {
     }
 }
 
-/// The agent keys dtd keeps, by instance id, as observe asks for them: it lists the instances
-/// whose key it does not have yet, and checks each report against its worker's key.
+/// The agent keys dtd keeps, by instance id, as observe asks for them: it checks each report
+/// against its worker's key, and against the newest report of its kind dtd believed before.
 #[derive(Debug, Clone, Copy)]
-pub struct Pins<'a>(pub &'a std::collections::BTreeMap<String, WorkerRecord>);
+pub struct Pins<'a>(pub &'a BTreeMap<String, WorkerRecord>);
 
 impl Pins<'_> {
     pub fn get(&self, id: &str) -> Option<&AgentKey> {
@@ -194,5 +208,19 @@ impl Pins<'_> {
 
     pub fn contains_key(&self, id: &str) -> bool {
         self.get(id).is_some()
+    }
+
+    /// The signing time of the newest report of `kind` from `id`'s agent believed so far.
+    pub fn floor(&self, id: &str, kind: MarkerKind) -> Option<u64> {
+        self.0.get(id)?.newest.get(&kind).copied()
+    }
+
+    /// Every key kept, for the agents' port (a hello with another key is refused).
+    pub fn keys(&self) -> std::collections::HashMap<String, AgentKey> {
+        let keyed = self
+            .0
+            .iter()
+            .filter_map(|(id, w)| Some((id.clone(), w.agent_key.clone()?)));
+        keyed.collect()
     }
 }

@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::lookups::{Lookups, Wanted};
+use super::lookups::Lookups;
 use crate::clock::{millis, SharedClock};
-use crate::model::{Instance, Millis, Pins, WorkerStatus, STATUS_TAG};
+use crate::model::{Instance, Millis, WorkerStatus, STATUS_TAG};
 use crate::observe::ec2::{Ec2Error, Ec2Observer, Listing};
 use crate::observe::fleet::{Fleet, ReadSeq, Targets};
-use crate::protocol::signed::KEY_TAG;
 
 pub struct Ec2View {
     observer: Ec2Observer,
@@ -144,23 +143,23 @@ impl Ec2View {
         self.finish_resync().await
     }
 
-    /// Reads again what `named` names, and what `reported` (the IPs report files name) makes
-    /// worth a read within [`Lookups`]' bounds: IPs no known worker has, and instances whose
-    /// agent key is neither pinned (`pins`) nor on them yet.
+    /// Reads again what `named` names, and what reports make worth a read within [`Lookups`]'
+    /// bounds: the IPs report files name (`reported`, unsigned reports) that no known worker
+    /// has, and the instances whose agents proved them (`proved`) that the view lacks.
     pub async fn refresh(
         &mut self,
         named: BTreeSet<String>,
         reported: Option<&BTreeSet<IpAddr>>,
-        pins: Pins<'_>,
+        proved: &[String],
     ) -> Refreshed {
         let now = self.clock.now();
         self.read_subnets(now).await;
         let mut targets = std::mem::take(&mut self.owed);
         targets.ids.extend(named);
-        let wanted = match reported {
-            Some(ips) => self.wanted(ips, pins, now),
-            None => Wanted::default(),
-        };
+        let unknown =
+            reported.map_or_else(Vec::new, |ips| self.fleet.unknown_ips(ips.iter().copied()));
+        let proved = self.fleet.unknown_ids(proved);
+        let wanted = self.lookups.wanted(&unknown, &proved, now);
         targets.ips.extend(wanted.ips.iter().copied());
         targets.ids.extend(wanted.ids.iter().cloned());
         if targets.is_empty() {
@@ -173,11 +172,8 @@ impl Ec2View {
         match self.observer.read(&targets).await {
             Ok(read) => {
                 let found: Vec<IpAddr> = read.instances.iter().map(|i| i.ip).collect();
-                let keyed: Vec<String> = (read.instances.iter())
-                    .filter(|i| i.tags.contains_key(KEY_TAG))
-                    .map(|i| i.id.clone())
-                    .collect();
-                self.lookups.found(&wanted, &found, &keyed, now);
+                let ids: Vec<String> = read.instances.iter().map(|i| i.id.clone()).collect();
+                self.lookups.found(&wanted, &found, &ids, now);
                 let subnets = read.instances.iter().filter_map(|i| i.subnet.as_deref());
                 self.lookups.subnets.note(subnets);
                 self.fleet.apply_read(seq, &targets, read.instances);
@@ -194,15 +190,6 @@ impl Ec2View {
                 }
             }
         }
-    }
-
-    fn wanted(&mut self, reported: &BTreeSet<IpAddr>, pins: Pins<'_>, now: Millis) -> Wanted {
-        let unknown = self.fleet.unknown_ips(reported.iter().copied());
-        let unkeyed: Vec<String> = (self.fleet.at_ips(reported))
-            .filter(|i| !i.tags.contains_key(KEY_TAG) && !pins.contains_key(&i.id))
-            .map(|i| i.id.clone())
-            .collect();
-        self.lookups.wanted(&unknown, &unkeyed, now)
     }
 
     /// Reads the ranges of subnets not read yet (a failed read is tried a minute later).

@@ -73,6 +73,16 @@ impl Fleet {
         ips.into_iter().filter(|ip| !known.contains(ip)).collect()
     }
 
+    /// Those of `ids` that no instance in the view has (the view is sorted by id).
+    pub fn unknown_ids(&self, ids: &[String]) -> Vec<String> {
+        let known = |id: &String| {
+            (self.instances)
+                .binary_search_by(|i| i.id.as_str().cmp(id))
+                .is_ok()
+        };
+        ids.iter().filter(|id| !known(id)).cloned().collect()
+    }
+
     /// The instances at `ips`.
     pub fn at_ips<'a>(
         &'a self,

@@ -1,8 +1,10 @@
-//! What a report file may make `dtd` ask EC2: any worker can create a file for any IP, so a read
-//! prompted by one is bounded. An IP no known worker has is looked up only when it is in one of
-//! the workers' subnets, each IP with a backoff, and all of them within a budget of calls: at
-//! most [`BURST`] at once, then one per [`REFILL`]. A worker that is really new is found by the
-//! next complete listing (`resync`) at the latest.
+//! What a report may make `dtd` ask EC2. A file (`workers.reports: unsigned`) anyone can create
+//! for any IP, so a read prompted by one is bounded: an IP no known worker has is looked up only
+//! when it is in one of the workers' subnets, each IP with a backoff, and all of them within a
+//! budget of calls: at most [`BURST`] at once, then one per [`REFILL`]. An instance its own agent
+//! proved with EC2's identity document is read by its id at once, outside the budget: only a
+//! real instance has such a document, and each id waits longer after each miss. A worker that is
+//! really new is found by the next complete listing (`resync`) at the latest.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
@@ -32,8 +34,8 @@ pub struct Lookups {
     max_wait: Millis,
     /// IPs no instance had when last read, and when to ask again.
     absent: Backoff<IpAddr>,
-    /// Instances at a reported IP whose agent key was not on them when last read.
-    unkeyed: Backoff<String>,
+    /// Instances their agents proved that EC2 did not list when last read.
+    proved: Backoff<String>,
     budget: Budget,
     pub subnets: Subnets,
 }
@@ -58,36 +60,40 @@ impl Lookups {
         Lookups {
             max_wait: millis(max_wait),
             absent: Backoff::default(),
-            unkeyed: Backoff::default(),
+            proved: Backoff::default(),
             budget: Budget::full(now),
             subnets: Subnets::default(),
         }
     }
 
-    /// From `unknown` (reported IPs no listed instance has) and `unkeyed` (listed instances at
-    /// reported IPs without an agent key), what is due, in the workers' subnets, and within
-    /// the budget. Both are forgotten once no report names them.
-    pub fn wanted(&mut self, unknown: &[IpAddr], unkeyed: &[String], now: Millis) -> Wanted {
+    /// From `unknown` (reported IPs no listed instance has), what is due, in the workers'
+    /// subnets, and within the budget; from `proved` (instances their agents proved, not
+    /// listed), what is due. Both are forgotten once no report names them.
+    pub fn wanted(&mut self, unknown: &[IpAddr], proved: &[String], now: Millis) -> Wanted {
         self.absent.keep(unknown);
-        self.unkeyed.keep(unkeyed);
+        self.proved.keep(proved);
         let mut ips: Vec<IpAddr> = (unknown.iter())
             .filter(|ip| self.subnets.contains(**ip) && self.absent.due(ip, now))
             .copied()
             .collect();
-        let mut ids: Vec<String> = (unkeyed.iter())
-            .filter(|id| self.unkeyed.due(id, now))
+        let ids: Vec<String> = (proved.iter())
+            .filter(|id| self.proved.due(id, now))
             .cloned()
             .collect();
-        let calls = ips.len().div_ceil(PER_CALL) + ids.len().div_ceil(PER_CALL);
+        let calls = ips.len().div_ceil(PER_CALL);
         let allowed = self.budget.take(calls as u32, now) as usize;
-        ids.truncate(allowed.min(ids.len().div_ceil(PER_CALL)) * PER_CALL);
-        let left = allowed.saturating_sub(ids.len().div_ceil(PER_CALL));
-        ips.truncate(left * PER_CALL);
+        ips.truncate(allowed * PER_CALL);
         Wanted { ips, ids }
     }
 
     /// After a read of `asked`: those found are forgotten, the others asked again later.
-    pub fn found(&mut self, asked: &Wanted, found_ips: &[IpAddr], keyed: &[String], now: Millis) {
+    pub fn found(
+        &mut self,
+        asked: &Wanted,
+        found_ips: &[IpAddr],
+        found_ids: &[String],
+        now: Millis,
+    ) {
         for ip in &asked.ips {
             match found_ips.contains(ip) {
                 true => self.absent.forget(ip),
@@ -95,9 +101,9 @@ impl Lookups {
             }
         }
         for id in &asked.ids {
-            match keyed.contains(id) {
-                true => self.unkeyed.forget(id),
-                false => self.unkeyed.missed(id.clone(), now, self.max_wait),
+            match found_ids.contains(id) {
+                true => self.proved.forget(id),
+                false => self.proved.missed(id.clone(), now, self.max_wait),
             }
         }
     }

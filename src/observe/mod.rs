@@ -2,6 +2,7 @@
 //! the [`observer::Observer`] that builds a pass's whole snapshot from them.
 
 pub mod acks;
+pub mod agents;
 pub mod asg;
 pub mod ec2;
 pub mod ec2_view;
@@ -19,3 +20,4 @@ pub mod reservations;
 pub mod shared;
 pub mod shared_changes;
 mod sources;
+pub mod strays;

@@ -4,12 +4,15 @@
 //! due. The daemon's loop asks for it and decides on it; what a source keeps between passes (the
 //! EC2 view, the event queue's inbox, the group as last read, the reservations) lives here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::acks::{AckReader, KnownIps};
+use super::agents::{Agents, Heard, ListenError, Proof};
 use super::asg::{self, GroupError};
 use super::ec2::{resolve_launch_template, Ec2Error, Ec2Observer};
 use super::ec2_view::Ec2View;
@@ -26,9 +29,10 @@ use super::sources;
 use crate::aws::Clients;
 use crate::clock::{millis, SharedClock};
 use crate::config::Config;
+use crate::config::Reports;
 use crate::deadline::Deadline;
 use crate::model::*;
-use crate::protocol::signed::{AgentKey, KEY_TAG};
+use crate::protocol::markers::MarkerName;
 use crate::store::Paths;
 
 /// How long after a failed read of the capacity choices' subnets it is tried again.
@@ -59,6 +63,12 @@ pub struct Observer {
     reservations: Option<ReservationWatch>,
     /// The reports believed so far, and what a new one must be to be believed.
     book: Book,
+    /// The agents' port, with signed reports (`take_reports`).
+    agents: Option<Agents>,
+    /// The keys `dtd` keeps changed (or may have): the agents' port is told before the next pass.
+    pins_stale: bool,
+    /// The complete listing the agents' port last forgot gone instances by.
+    forgot_by: Option<Millis>,
     clock: SharedClock,
     /// The workers the job's log may speak of (see `acks::KnownIps`).
     known: KnownIps,
@@ -87,7 +97,10 @@ impl Observer {
         let known = KnownIps::default();
         let log = ack.host_worker_log.as_deref();
         let readers = SharedReaders {
-            markers: MarkerScanner::new(&cfg.shared_dir),
+            markers: (cfg.workers.reports == Reports::Unsigned)
+                .then(|| MarkerScanner::new(&cfg.shared_dir)),
+            strays: (cfg.workers.reports == Reports::Signed)
+                .then(|| super::strays::Strays::new(&cfg.shared_dir)),
             acks: AckReader::new(&ack.file, log, owner, known.clone()),
             resume: paths.resume(),
             capacity_refusals: paths.capacity_refusals(),
@@ -115,6 +128,9 @@ impl Observer {
                 reservations::ids(sources::choices(cfg)),
             ),
             book: Book::default(),
+            agents: None,
+            pins_stale: false,
+            forgot_by: None,
             clock,
             known,
             clients,
@@ -135,13 +151,53 @@ impl Observer {
         self.ec2.start_resync();
     }
 
+    /// Starts taking the agents' reports on `workers.listen` (signed reports); `pins`: the
+    /// keys dtd keeps. Returns the address bound.
+    pub async fn take_reports(
+        &mut self,
+        cfg: &Config,
+        pins: Pins<'_>,
+    ) -> Result<std::net::SocketAddr, ListenError> {
+        let agents = Agents::start(cfg, self.clock.clone(), pins.keys()).await?;
+        let bound = agents.bound;
+        self.agents = Some(agents);
+        Ok(bound)
+    }
+
+    /// Before the first pass: waits until the agents of `known` (the instances whose keys dtd
+    /// kept) have proved themselves again, or `most`, but at least `least` (agents retry every
+    /// 100 ms at first), so that a restarted dtd does not decide on what it has not yet heard.
+    /// Returns how many of `known` were heard.
+    pub async fn await_agents(&self, known: &[String], least: Duration, most: Duration) -> usize {
+        let Some(agents) = &self.agents else {
+            return 0;
+        };
+        let started = tokio::time::Instant::now();
+        loop {
+            let proved = agents.board().proved(known);
+            let waited = started.elapsed();
+            if waited >= most || (waited >= least && proved == known.len()) {
+                return proved;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits for news worth a pass before the clock asks for one: the event queue's messages
-    /// (or its failure), or a complete listing finished, whose view may hold what an event
-    /// missed, and after which the group is read again. Cancel-safe, as both waits are.
+    /// (or its failure), an agent's report, or a complete listing finished, whose view may hold
+    /// what an event missed, and after which the group is read again. Cancel-safe, as every
+    /// wait is.
     pub async fn news(&mut self) {
+        let agents = async {
+            match &self.agents {
+                Some(a) => a.board().news().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             Some(update) = self.inbox.recv() => self.inbox.take(update),
             _ = self.ec2.finish_resync() => self.group_due = true,
+            () = agents => {}
         }
     }
 
@@ -200,13 +256,18 @@ impl Observer {
     ) -> Observed {
         let listing_calls = self.ec2.first_listing().await;
         let shared = shared::read(&self.readers, shared_fs, sources::reads_progress(cfg)).await;
-        let stalled = shared.markers.is_err() && shared_fs.is_stuck();
+        let stalled = shared.acks.is_err() && shared_fs.is_stuck();
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
-        let reported = shared.markers.as_ref().ok().map(book::reported_ips);
         let now = self.clock.now();
+        let heard = self.hear(pins, now);
+        let scanned = shared.markers.as_ref().and_then(|m| m.as_ref().ok());
+        let reported = scanned.map(book::reported_ips);
+        let proved: Vec<String> = (heard.iter().flat_map(|h| &h.proofs))
+            .map(|p| p.instance_id.clone())
+            .collect();
         let (refreshed, (), reservations) = tokio::join!(
-            self.ec2.refresh(named, reported.as_ref(), pins),
+            self.ec2.refresh(named, reported.as_ref(), &proved),
             asg::read_when_due(&mut self.group, &mut self.group_due, cfg, &self.clients),
             reservations::read_when_due(self.reservations.as_mut(), now)
         );
@@ -214,7 +275,11 @@ impl Observer {
             Ok(()) => self.ec2.lend(refreshed.error),
             Err(e) => Err(e),
         };
-        let markers = (shared.markers).map(|scan| self.judge(cfg, &scan, &instances, pins));
+        let markers = match (heard, shared.markers) {
+            (Some(heard), _) => Ok(self.judge_heard(&heard, &shared.strays, &instances, pins, now)),
+            (None, Some(scan)) => scan.map(|scan| self.judge_files(cfg, &scan, now)),
+            (None, None) => Ok(Markers::default()),
+        };
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
         let subnet_zones = self.subnet_zones().await;
         let snap = Snapshot {
@@ -238,42 +303,105 @@ impl Observer {
         }
     }
 
-    /// What of the reports read is believed, against EC2's view just read: the instance at each
-    /// report's IP, and its agent's key (the one dtd pinned, else the one on its tag, which
-    /// decide pins on this same pass from `Markers::key_tags`).
-    fn judge(
+    /// What the agents' port has heard since the last pass (signed reports), once it knows the
+    /// keys dtd keeps now.
+    fn hear(&mut self, pins: Pins<'_>, now: Millis) -> Option<Heard> {
+        let board = self.agents.as_ref()?.board();
+        if std::mem::take(&mut self.pins_stale) {
+            board.set_pins(pins.keys());
+        }
+        Some(board.take(now))
+    }
+
+    /// What of the agents' reports is believed, against EC2's view just read: the instance at
+    /// each report's IP, the key dtd pinned for it, else the one its agent proved (which decide
+    /// pins on this same pass from `Markers::key_proofs`).
+    fn judge_heard(
         &mut self,
-        cfg: &Config,
-        scan: &Scan,
+        heard: &Heard,
+        strays: &[MarkerName],
         instances: &Result<Vec<Instance>, Ec2Error>,
         pins: Pins<'_>,
+        now: Millis,
     ) -> Markers {
-        let reported = book::reported_ips(scan);
+        let proofs: HashMap<IpAddr, &Proof> = heard.proofs.iter().map(|p| (p.ip, p)).collect();
+        let ips: HashSet<IpAddr> = (heard.scan.files.keys().map(|n| n.ip))
+            .chain(heard.refused.iter().map(|r| r.ip))
+            .chain(strays.iter().map(|n| n.ip))
+            .chain(proofs.keys().copied())
+            .collect();
         let mut keys = Keys::default();
-        let mut key_tags = Vec::new();
+        let mut key_proofs = Vec::new();
         if let Ok(list) = instances {
             keys.complete = true;
-            for i in list.iter().filter(|i| reported.contains(&i.ip)) {
-                let tagged = (i.tags.get(KEY_TAG)).and_then(|k| AgentKey::parse(k).ok());
+            for i in list.iter().filter(|i| ips.contains(&i.ip)) {
+                let proved = proofs
+                    .get(&i.ip)
+                    .filter(|p| p.instance_id == i.id)
+                    .map(|p| &p.key);
                 let pinned = pins.get(&i.id);
-                if let Some(t) = tagged.as_ref().filter(|t| Some(*t) != pinned) {
-                    key_tags.push((i.id.clone(), t.clone()));
+                if let Some(k) = proved.filter(|k| Some(*k) != pinned) {
+                    key_proofs.push((i.id.clone(), k.clone()));
                 }
-                keys.by_ip
-                    .insert(i.ip, (i.id.clone(), pinned.cloned().or(tagged)));
+                let key = pinned.or(proved).cloned();
+                keys.by_ip.insert(i.ip, (i.id.clone(), key));
             }
+            self.forget_gone(list, heard, now);
         }
-        let fresh =
-            (cfg.job.launcher.as_ref()).map_or(u64::MAX, |l| l.silent_after.as_millis() as u64);
+        self.pins_stale |= !key_proofs.is_empty();
+        let floor = |id: &str, kind| pins.floor(id, kind);
+        let judging = Judging {
+            keys: &keys,
+            mode: Reports::Signed,
+            now,
+            heard: &heard.heard,
+            floor: &floor,
+        };
+        let mut markers = self.book.judge(&heard.scan, &judging);
+        self.book
+            .refused_on_arrival(&heard.refused, &keys, &mut markers);
+        self.book.strays(strays, &keys, &mut markers);
+        markers.key_proofs = key_proofs;
+        markers
+    }
+
+    /// Once per complete listing: the agents' port forgets what it heard of instances gone (EC2
+    /// lists another at their IP, or none), unless heard in the last minute (new, not listed
+    /// yet). An agent forgotten while still connected is disconnected: it says it all again.
+    fn forget_gone(&mut self, list: &[Instance], heard: &Heard, now: Millis) {
+        let (Some(agents), Some(listed_at)) = (&self.agents, self.ec2.listed_at()) else {
+            return;
+        };
+        if self.forgot_by == Some(listed_at) {
+            return;
+        }
+        self.forgot_by = Some(listed_at);
+        self.pins_stale = true;
+        let at: HashMap<IpAddr, &str> = list.iter().map(|i| (i.ip, i.id.as_str())).collect();
+        let lately = |id: &str| {
+            heard
+                .heard
+                .get(id)
+                .is_some_and(|h| now.saturating_sub(*h) < 60_000)
+        };
+        agents
+            .board()
+            .forget(|id, ip| at.get(&ip) == Some(&id) || lately(id));
+    }
+
+    /// The 2018 protocol's files (`workers.reports: unsigned`): the prepare-data markers as
+    /// they are.
+    fn judge_files(&mut self, cfg: &Config, scan: &Scan, now: Millis) -> Markers {
+        let keys = Keys::default();
+        let nothing = |_: &str, _| None;
         let judging = Judging {
             keys: &keys,
             mode: cfg.workers.reports,
-            now: self.clock.now(),
-            fresh,
+            now,
+            heard: &HashMap::new(),
+            floor: &nothing,
         };
-        let mut markers = self.book.judge(scan, &judging);
-        markers.key_tags = key_tags;
-        markers
+        self.book.judge(scan, &judging)
     }
 
     /// The workers the job's acknowledgements may be about: the members and the leaving workers

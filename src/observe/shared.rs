@@ -9,12 +9,17 @@ use crate::model::*;
 use crate::observe::acks::{AckError, AckReader};
 use crate::observe::markers::{MarkerScanner, Scan, ScanError};
 use crate::observe::progress::{ProgressError, ProgressReader};
+use crate::observe::strays::Strays;
 use crate::protocol::capacity_refusals::{self, CapacityRefusal, CapacityRefusals};
+use crate::protocol::markers::MarkerName;
 use crate::untrusted;
 
 /// What the pass reads from the shared directory, all on one thread with one deadline.
 pub struct SharedReaders {
-    pub markers: MarkerScanner,
+    /// With `workers.reports: unsigned` only: signed reports do not come through files.
+    pub markers: Option<MarkerScanner>,
+    /// With signed reports: files under a report's name, which are not read but shown.
+    pub strays: Option<Strays>,
     pub acks: AckReader,
     pub resume: PathBuf,
     pub capacity_refusals: PathBuf,
@@ -34,8 +39,11 @@ pub enum Unread<E> {
 }
 
 pub struct SharedView {
-    /// The workers' report files, as read: what is believed of them is decided after EC2 is.
-    pub markers: Result<Scan, Unread<ScanError>>,
+    /// The workers' report files, as read (unsigned reports only): what is believed of them is
+    /// decided after EC2 is.
+    pub markers: Option<Result<Scan, Unread<ScanError>>>,
+    /// Report names in the shared directory (signed reports): none is read.
+    pub strays: Vec<MarkerName>,
     pub acks: Result<Acks, Unread<AckError>>,
     pub resume_requested: Option<Millis>,
     pub capacity_refusals: Vec<CapacityRefusal>,
@@ -52,7 +60,10 @@ impl SharedReaders {
             a.refused.push(why.to_string());
         }
         SharedView {
-            markers: self.markers.scan().map_err(Unread::Failed),
+            markers: (self.markers.as_mut()).map(|m| m.scan().map_err(Unread::Failed)),
+            strays: (self.strays.as_mut())
+                .and_then(|s| s.names().ok())
+                .unwrap_or_default(),
             acks,
             resume_requested: resume_requested(&self.resume),
             capacity_refusals: capacity_refusals(&self.capacity_refusals),
@@ -99,7 +110,8 @@ pub async fn read(
         // Not "no progress file": a stall already shown stays shown until the file is read.
         Err(stalled) => SharedView {
             progress: reads_progress.then(|| Err(Unread::Stalled(stalled.clone()))),
-            markers: Err(Unread::Stalled(stalled.clone())),
+            markers: Some(Err(Unread::Stalled(stalled.clone()))),
+            strays: Vec::new(),
             acks: Err(Unread::Stalled(stalled)),
             resume_requested: None,
             capacity_refusals: Vec::new(),

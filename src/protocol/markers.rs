@@ -19,7 +19,10 @@ pub const PREPARE_DATA_PREFIX: &str = "prepare_data_";
 /// A marker's body is small; more than this is not read (a marker is not a log file).
 pub const MAX_REPORT_BYTES: u64 = 16 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum MarkerKind {
     /// The worker's prepare-data program succeeded; any body (a 2018 script writes none).
     Success,

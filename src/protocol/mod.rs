@@ -17,13 +17,20 @@
 //! | `progress` | the job (optional) | `dtd run`, with `job.stall` | [`progress`] |
 //! | `capacity_refusals` (dtd's state directory) | `dtctl add` | `dtd run` | [`capacity_refusals`] |
 //! | the host files (`hostfiles`) | `dtd run`, before `generation` | the job | [`host_files`] |
+//! | `dtd_address` | `dtd run` (signed reports) | `dtd agent` | [`channel`] |
+//!
+//! With signed reports (the default) the agents' reports do not travel as files at all: each
+//! agent sends them to `dtd run` over its own connection ([`channel`]), proving its instance with
+//! EC2's instance identity document ([`identity`]).
 
 pub mod capacity_refusals;
+pub mod channel;
 mod error;
 pub mod generation;
 pub mod health;
 pub mod host_files;
 pub mod host_worker_log;
+pub mod identity;
 pub mod interruption;
 pub mod launch_plan;
 pub mod launcher;

@@ -24,6 +24,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
 use super::markers::MarkerName;
 
 /// The instance tag that carries the agent's public key.
@@ -141,9 +142,9 @@ impl SigningKey {
         &self.public
     }
 
-    /// `line` (a report's one line of JSON, as rendered) signed for the file `name` at
-    /// `signed_at`.
-    pub fn sign(&self, name: &MarkerName, line: &[u8], signed_at: u64) -> Vec<u8> {
+    /// `line` (a report's one line of JSON, as rendered) signed for `name` (a report's
+    /// [`MarkerName`], or an agent's hello, `protocol::channel`) at `signed_at`.
+    pub fn sign(&self, name: &dyn fmt::Display, line: &[u8], signed_at: u64) -> Vec<u8> {
         let body = line.trim_ascii_end();
         let open = body.strip_suffix(b"}").unwrap_or(body);
         let mut out = open.to_vec();
@@ -173,8 +174,9 @@ struct Envelope {
     sig: String,
 }
 
-/// Checks the signature of the report read from the file `name`, against the key it names.
-pub fn open(name: &MarkerName, bytes: &[u8]) -> Result<Signed, SignError> {
+/// Checks the signature of the report `name` (as [`SigningKey::sign`]), against the key it
+/// names.
+pub fn open(name: &dyn fmt::Display, bytes: &[u8]) -> Result<Signed, SignError> {
     let line = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let Some(at) = rfind(line, SIG_MEMBER) else {
         return Err(SignError::Unsigned);
@@ -201,7 +203,7 @@ pub fn open(name: &MarkerName, bytes: &[u8]) -> Result<Signed, SignError> {
     })
 }
 
-fn message(name: &MarkerName, signed: &[u8]) -> Vec<u8> {
+fn message(name: &dyn fmt::Display, signed: &[u8]) -> Vec<u8> {
     let mut m = DOMAIN.to_vec();
     m.extend_from_slice(name.to_string().as_bytes());
     m.push(b'\n');
@@ -216,7 +218,7 @@ fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::markers::MarkerKind;
+    use crate::protocol::markers::{MarkerKind, MarkerName};
 
     fn key() -> SigningKey {
         SigningKey::from_pkcs8(&SigningKey::generate().unwrap()).unwrap()

@@ -1,7 +1,10 @@
 //! `dtd agent`, the real binary, on a "worker" whose instance metadata is a local stand-in
-//! (`support::imds::ImdsStandIn`: IMDS cannot run off EC2). The prepare-data programs are small
-//! shell scripts; what is checked is what the master and a person see: marker files and their
-//! JSON, the agent's log, processes left (or not) behind, the exit status.
+//! (`support::imds::ImdsStandIn`: IMDS cannot run off EC2), with no `dtd` to send its reports
+//! to. The prepare-data programs are small shell scripts; what is checked is what the agent said
+//! (the copies of its reports it keeps on its own disk, which it sends to `dtd` as they are, and
+//! what the master's reader makes of them), the agent's log, processes left (or not) behind, the
+//! exit status. That the reports reach `dtd` is the cluster tests' (story.rs, launcher_agent.rs,
+//! no_worker_speaks_for_another.rs).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -26,6 +29,8 @@ pub(crate) struct Worker {
     pub(crate) imds: ImdsStandIn,
     agent: Option<Child>,
     starts: usize,
+    /// The instance the metadata names now.
+    id: String,
 }
 
 impl Worker {
@@ -41,6 +46,7 @@ impl Worker {
             imds: ImdsStandIn::with_identity(IP, ID),
             agent: None,
             starts: 0,
+            id: ID.to_string(),
         };
         let config = format!(
             "cluster: itest\nworkers: {{ launch_template: lt-0abc, max: 4 }}\nshared_dir: {}\n\
@@ -130,30 +136,19 @@ impl Worker {
         self.dir.path().join("agent.key")
     }
 
-    /// What the master believes of this worker's reports: read, then judged against its
-    /// agent's key, as `dtd run` does once the agent's tag is on its instance.
-    pub(crate) fn believed(&self) -> dt::model::Markers {
-        use dt::observe::markers::book::{Book, Judging, Keys};
-        let key = dt::agent::key::load_or_create(&self.key_file()).expect("the agent's key");
-        let keys = Keys {
-            by_ip: [(
-                IP.parse().unwrap(),
-                (ID.to_string(), Some(key.public().clone())),
-            )]
-            .into_iter()
-            .collect(),
-            complete: true,
-        };
-        let scan = dt::observe::markers::MarkerScanner::new(&self.efs())
-            .scan()
-            .unwrap();
-        let judging = Judging {
-            keys: &keys,
-            mode: dt::config::Reports::Signed,
-            now: dt::clock::now_millis(),
-            fresh: 30_000,
-        };
-        Book::default().judge(&scan, &judging)
+    /// What the master's reader makes of the report `name` the agent said last.
+    pub(crate) fn master_reads(&self, name: &str) -> dt::observe::markers::Body {
+        let file = format!("{name}_{IP}");
+        let n = dt::protocol::markers::MarkerName::parse(&file).expect("a report's name");
+        let bytes = std::fs::read(self.marker(name)).expect("the agent's report");
+        let read = dt::observe::markers::read::from_bytes(&n, &bytes, None, None);
+        read.body.expect("a report the master can read")
+    }
+
+    /// The instance the metadata names from now on (the same IP, a new instance).
+    pub(crate) fn new_instance(&mut self, id: &str) {
+        self.imds.set("instance-id", id);
+        self.id = id.to_string();
     }
 
     pub(crate) fn pid(&self) -> i32 {
@@ -180,8 +175,14 @@ impl Worker {
         }
     }
 
+    /// The agent's copy of its report `name` (`prepare_data_success`, `health`, …): on its own
+    /// disk, beside its key, per instance.
     pub(crate) fn marker(&self, name: &str) -> PathBuf {
-        self.efs().join(format!("{name}_{IP}"))
+        self.own_dir().join(format!("{name}_{IP}"))
+    }
+
+    pub(crate) fn own_dir(&self) -> PathBuf {
+        self.dir.path().join("reports").join(&self.id)
     }
 
     pub(crate) fn wait_json(&self, name: &str) -> Value {
@@ -264,7 +265,10 @@ pub(crate) fn no_ec2() -> Vec<(&'static str, String)> {
 
 /// What the master's reader (`dtctl status`) makes of the failure marker.
 fn master_summary(w: &Worker) -> String {
-    w.believed().failed[&IP.parse().unwrap()].clone()
+    match w.master_reads("prepare_data_failed") {
+        dt::observe::markers::Body::Failed { summary, .. } => summary,
+        other => panic!("not a failure: {other:?}"),
+    }
 }
 
 pub(crate) const RECORD_RUN: &str = "echo \"run $DT_ATTEMPT\" >> \"$1\"\n";
@@ -276,6 +280,8 @@ fn success_marker_names_the_run_and_removes_a_stale_failure() {
          echo 'to stderr' >&2\necho done\n"
     );
     let mut w = Worker::new(&script);
+    // An earlier run's failure, not this instance's (it names none).
+    std::fs::create_dir_all(w.own_dir()).unwrap();
     std::fs::write(w.marker("prepare_data_failed"), "{\"exit_code\": 1}").unwrap();
     w.start(&[]);
     let v = w.wait_json("prepare_data_success");
@@ -287,7 +293,7 @@ fn success_marker_names_the_run_and_removes_a_stale_failure() {
         w.efs().display()
     );
     assert_eq!(tail(&v), vec![expected, "to stderr".into(), "done".into()]);
-    w.wait_log("removed stale marker");
+    w.wait_log("removed stale report");
     assert!(!w.marker("prepare_data_failed").exists());
     assert_eq!(w.runs(), 1);
     assert!(w.log().contains("prepare-data: succeeded"), "{}", w.log());
@@ -375,19 +381,20 @@ fn a_restarted_agent_does_not_prepare_again() {
     w.wait_polls(SPOT, 5);
     assert_eq!(w.runs(), 1);
 
-    // The same IP on a new instance (the old one terminated): its success is not this one's, nor
-    // an old failure.
+    // The same IP on a new instance (the old one terminated, its disk image reused): the old
+    // success is not this one's, nor a failure naming the old instance found in its place.
     w.kill();
+    w.new_instance("i-0newowner00000001");
+    std::fs::create_dir_all(w.own_dir()).unwrap();
     std::fs::write(
         w.marker("prepare_data_failed"),
         format!("{{\"instance_id\": \"{ID}\", \"exit_code\": 1}}"),
     )
     .unwrap();
-    w.imds.set("instance-id", "i-0newowner00000001");
     w.configure("args", &format!("[{}, '--slow']", w.runs_file().display()));
     w.start(&[]);
-    // While this instance prepares (the script sleeps), neither old marker speaks for it.
-    wait_until("the old markers to be cleared", WAIT, || {
+    // While this instance prepares (the script sleeps), no old report speaks for it.
+    wait_until("the old failure to be cleared", WAIT, || {
         !w.marker("prepare_data_failed").exists() && !w.marker("prepare_data_success").exists()
     });
     wait_until("a second run", WAIT, || w.runs() == 2);
@@ -499,8 +506,9 @@ fn a_scheduled_maintenance_event_is_a_notice_the_master_reads_and_a_canceled_one
     );
     assert_eq!(m.action_time.as_deref(), Some("2019-01-21T09:00:43Z"));
     assert_eq!(m.instance_id, ID);
-    let markers = w.believed();
-    let n = &markers.notices[0];
+    let dt::observe::markers::Body::Notice(n) = w.master_reads("interruption") else {
+        panic!("not a notice");
+    };
     assert_eq!(n.kind, dt::model::NoticeKind::ScheduledChange);
     // The instance and IP it names, for the master to check against EC2's view.
     let target = dt::model::NoticeTarget::Agent {

@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::agent::{tail, Worker, IP, RECORD_RUN};
+use crate::agent::{tail, Worker, RECORD_RUN};
 use crate::support::imds::ImdsStandIn;
 use crate::support::*;
 
@@ -57,7 +57,10 @@ fn refused(w: &mut Worker) -> String {
 
 /// What the master's reader (`dtctl status`) makes of the failure marker.
 fn master_summary(w: &Worker) -> String {
-    w.believed().failed[&IP.parse().unwrap()].clone()
+    match w.master_reads("prepare_data_failed") {
+        dt::observe::markers::Body::Failed { summary, .. } => summary,
+        other => panic!("not a failure: {other:?}"),
+    }
 }
 
 #[test]

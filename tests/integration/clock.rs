@@ -26,8 +26,12 @@ fn daemon(c: &Cluster, clock: SharedClock) -> (Daemon, Lock) {
         efs: None,
         calls: AwsCalls::default(),
     };
-    let daemon = c.rt.block_on(async { Daemon::new(cfg, clients, clock) });
-    (daemon.expect("daemon"), lock)
+    let mut daemon = (c.rt)
+        .block_on(async { Daemon::new(cfg, clients, clock) })
+        .expect("daemon");
+    c.rt.block_on(daemon.take_reports())
+        .expect("the agents' port");
+    (daemon, lock)
 }
 
 /// Passes (a real tenth of a second apart, the clock standing still) until `done`.
@@ -57,6 +61,8 @@ fn a_leaving_worker_is_terminated_when_the_injected_clock_passes_the_ack_timeout
         c.hosts().len() == 2 && c.journal().len() >= 2
     });
     drop((first, lock));
+    // Its port closes when its runtime next runs (this one runs only inside `block_on`).
+    c.rt.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
 
     // Seen by the next daemon's first listing (a running one hears of it from EventBridge, or
     // at its next resync).

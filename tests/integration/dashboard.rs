@@ -104,10 +104,10 @@ fn every_panel_of_the_dashboard_shows_what_dtd_exports() {
     c.wait_hosts("the interrupted worker to leave", |h| {
         !h.iter().any(|l| l.contains(spot_ip.as_str()))
     });
+    // User code on some worker claims a member's instance with a document EC2 did not sign.
     let (forged_about, forged_ip) = &workers[2];
-    let unsigned = format!("{{\"instance_id\":\"{forged_about}\",\"attempts\":1}}\n");
-    let marker = c.efs().join(format!("prepare_data_success_{forged_ip}"));
-    dt::fsutil::write_atomic(&marker, unsigned.as_bytes()).expect("an unsigned marker");
+    let mut attacker = crate::support::attacker::Attacker::connect(&c, "127.0.0.2").unwrap();
+    attacker.claim_with_forged_document(forged_ip, forged_about);
     c.wait_events("marker_refused", forged_about, 1);
     stand_in.throttle("DescribeInstances", 2);
     wait_until("an alert to be sent", Duration::from_secs(60), || {

@@ -119,8 +119,10 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     let venv = support::torch_venv();
     let port = free_port();
     let _lighthouse = Lighthouse(format!("bind=127.0.0.1:{port}"));
+    // A job of two when a node vanishes: its one silent member is half of it.
     let yaml = format!(
-        "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.1:{port}', collective_timeout: 3s }}\n"
+        "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.1:{port}', collective_timeout: 3s }}\n    \
+         silent_share: 0.5\n"
     );
     let mut s = Story::with(&venv, &script(), &yaml);
 
@@ -133,7 +135,7 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
 
     // A third joins: only its processes start; it copies the state from a live peer.
     let c = s.node("127.0.0.4", false);
-    let marker = s.c.efs().join(format!("prepare_data_success_{}", c.ip));
+    let marker = s.c.own_report(&c.id, c.ip, "prepare_data_success");
     wait_until("the new node's marker", PHASE, || marker.exists());
     let t = Instant::now();
     let (q2, change) = wait_quorum(&s, 3, q1, "a quorum of 3 training");

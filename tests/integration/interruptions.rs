@@ -310,14 +310,15 @@ fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
         r#"{"action":"terminate","time":"2026-11-23T10:02:00Z"}"#,
     );
     put_ec2_event(&t.c, SPOT, spot_warning(id));
-    wait_until("the agent's marker", Duration::from_secs(10), || {
-        t.c.efs().join(format!("interruption_{ip}")).exists()
+    let own = t.c.dir.path().join("reports").join(id);
+    wait_until("the agent's notice", Duration::from_secs(10), || {
+        own.join(format!("interruption_{ip}")).exists()
     });
     t.c.wait_tag(id, "INTERRUPTED");
     wait_until("the queue to be drained", Duration::from_secs(10), || {
         queue_depth(&t.c, &t.queue) == 0
     });
-    // A few more passes, which read the agent's marker again.
+    // A few more passes, which hear the agent's notice again (it is sent on every connection).
     t.c.wait_passes(3);
     let _ = agent.kill();
     let _ = agent.wait();

@@ -103,8 +103,10 @@ impl Node {
         dt::fsutil::write_atomic(&self.efs().join("launch_plan"), body.as_bytes()).unwrap();
     }
 
+    /// The agent's launcher report, as it keeps it on its own disk and sends it to dtd.
     fn report(&self) -> Value {
-        let body = std::fs::read(self.efs().join(format!("launcher_{IP}"))).unwrap_or_default();
+        let own = self.dir.path().join("reports").join(ID);
+        let body = std::fs::read(own.join(format!("launcher_{IP}"))).unwrap_or_default();
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     }
 

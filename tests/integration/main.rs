@@ -5,6 +5,7 @@
 
 mod support;
 
+mod a_workers_word_arrives;
 mod agent;
 mod agent_program;
 mod alerts;

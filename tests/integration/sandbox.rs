@@ -409,37 +409,32 @@ fn agent_and_run_work_in_the_units_sandbox() {
     // directory is on the bind mount, not on the sandbox's root file system.
     let config = format!(
         "cluster: itest\n\
-         workers:\n  launch_template: itest-worker-template\n  min: 0\n  max: 4\n\
+         workers:\n  launch_template: itest-worker-template\n  min: 0\n  max: 4\n{}\
          shared_dir: {SHARED}\n\
          hostfiles:\n  - {{ path: {SHARED}/host_worker, format: mxnet }}\n\
          job:\n  notify: none\n  ack: {{ timeout: 10m }}\n\
          agent:\n  prepare_data: {SHARED}/prepare/prepare.sh\n  args: []\n  timeout: 20s\n  \
          attempts: 1\n  imds_interval: 200ms\n\
-         interval: 300ms\n"
+         interval: 300ms\n",
+        c.reports_config()
     );
     let sandbox = Sandbox::new(&efs, &config);
 
     let (id, ip) = c.launch(1).remove(0);
     let imds = ImdsStandIn::with_identity(&ip, &id);
 
-    // The agent: makes its key in the unit's StateDirectory and tags its instance with it, runs
-    // the program, which records what it sees, and writes its marker.
+    // The agent: makes its key in the unit's StateDirectory, runs the program, which records
+    // what it sees, and keeps its report there until dtd listens.
     let env = [imds.env(), aws_env(&c.moto.endpoint())].concat();
     let _agent = sandbox.start("agent", env);
-    let marker = efs.join(format!("prepare_data_success_{ip}"));
+    let probed = || std::fs::read_to_string(efs.join("probe")).unwrap_or_default();
     wait_for(
-        "the sandboxed agent's success marker",
+        "the sandboxed agent's prepare-data program",
         Duration::from_secs(30),
-        || marker.exists(),
-        |done| *done,
+        probed,
+        |p| p.contains("modules: "),
     );
-    wait_for(
-        "the sandboxed agent's key on its instance",
-        Duration::from_secs(30),
-        || c.tag(&id, dt::protocol::signed::KEY_TAG),
-        |tag| tag.is_some(),
-    );
-    let probe = std::fs::read_to_string(efs.join("probe")).unwrap();
+    let probe = probed();
     let seen: std::collections::BTreeMap<&str, &str> =
         probe.lines().filter_map(|l| l.split_once(": ")).collect();
     for path in ["usr", "etc", "root dir", "var"] {
@@ -490,9 +485,15 @@ fn agent_and_run_work_in_the_units_sandbox() {
         assert_eq!(seen["modules"].trim(), "0", "ProtectKernelModules\n{probe}");
     }
 
-    // The master: finds the instance, sees the marker, writes the host file and its state.
+    // The master: listens for the agents, finds the instance, hears its agent's report (each in
+    // its own sandbox), writes the host file and its state.
     let _run = sandbox.start("run", aws_env(&c.moto.endpoint()));
     c.wait_hosts("the worker in the host file", |h| h == [ip.clone()]);
+    let state = std::fs::read_to_string(c.state_dir().join("state.json")).unwrap();
+    assert!(
+        state.contains("agent_key"),
+        "the agent's key pinned from its hello: {state}"
+    );
     c.wait_tag(&id, "ADD_QUEUED");
     // The job acknowledges generation 1 in the shared directory's ack file, as a job would.
     std::fs::write(efs.join("ack"), "1\n").unwrap();

@@ -129,7 +129,10 @@ fn a_workers_life_is_explained_and_its_leaving_followed_as_it_happens() {
     c.marker(&ip);
     c.wait_hosts("the worker to join", |h| h.contains(&ip));
     c.wait_events("joined", &id, 1);
-    assert!(c.dtctl(&["ack", "1"]).status.success());
+    assert!(c
+        .dtctl(&["ack", c.written_generation().trim()])
+        .status
+        .success());
     c.wait_events("join_acknowledged", &id, 1);
     c.wait_tag(&id, "ADDED");
 

@@ -183,7 +183,7 @@ impl Story {
         strategy: &str,
     ) -> (Node, u64) {
         let node = self.node(ip, false);
-        let marker = self.c.efs().join(format!("prepare_data_success_{ip}"));
+        let marker = self.c.own_report(&node.id, ip, "prepare_data_success");
         wait_until(&format!("{ip}'s marker"), PHASE, || marker.exists());
         let before = self.before(stay);
         let g = self.wait_world(world, after, &format!("a world of {world} training"));
@@ -344,7 +344,7 @@ impl Story {
     }
 
     pub fn launcher(&self, ip: &str) -> Value {
-        let path = self.c.efs().join(format!("launcher_{ip}"));
+        let path = self.c.own_report(&self.c.id_at(ip), ip, "launcher");
         serde_json::from_slice(&std::fs::read(path).unwrap_or_default()).unwrap_or(Value::Null)
     }
 

@@ -498,7 +498,9 @@ fn a_stalled_shared_file_system_is_reported_and_held_and_the_queue_waits() {
         .into_iter()
         .filter(|e| e["kind"] == "source_failed")
         .collect();
-    assert_eq!(failed.len(), 2, "markers and acknowledgements: {failed:?}");
+    // The acknowledgements (and the markers, with unsigned reports) are read from the shared
+    // directory; the agents' reports are not, and go on arriving.
+    assert_eq!(failed.len(), 1, "acknowledgements: {failed:?}");
     // Held: the warning is not heeded while the host file cannot be written.
     assert!(c.hosts().contains(&ip));
     assert_eq!(c.events_of("interrupted", &id), 0);
@@ -515,10 +517,12 @@ fn a_stalled_shared_file_system_is_reported_and_held_and_the_queue_waits() {
             .count()
     };
     // The pass that heeds the warning may still hold the read that timed out (an interruption
-    // needs no complete view); the next one reads the directory again and journals both.
-    wait_until("both sources recovered", Duration::from_secs(10), || {
-        recovered() >= 2
-    });
+    // needs no complete view); the next one reads the directory again and journals it.
+    wait_until(
+        "the acknowledgements recovered",
+        Duration::from_secs(10),
+        || recovered() >= 1,
+    );
     assert_eq!(c.events_of("interrupted", &id), 1);
     wait_until(
         "the heeded warning deleted from the queue",
@@ -526,7 +530,7 @@ fn a_stalled_shared_file_system_is_reported_and_held_and_the_queue_waits() {
         || queue_depth(&c, &queue) == 0,
     );
     c.wait_passes(2);
-    assert_eq!(recovered(), 2, "each recovery journaled once");
+    assert_eq!(recovered(), 1, "the recovery journaled once");
     let s = c.status_json();
     assert!(!s["errors"].to_string().contains("event queue"), "{s}");
 }
@@ -544,19 +548,12 @@ fn bad_health_reports_and_a_fifo_progress_file_are_refused_and_passes_go_on() {
     c.write_config(&c.config(0, 8, &[], &job));
     c.start_dtd();
     join_one(&c);
-    assert_survived(&mut c, "bad health reports", "health_10.0.9.1");
+    assert_survived(&mut c, "bad health reports", "FIFO");
+    // With signed reports no report file is opened at all: a FIFO, a link to /dev/zero or 3 GiB
+    // under a report's name cost dtd nothing (and, for IPs no worker has, are not even shown).
     let log = c.dtd_log();
-    for (name, why) in [
-        ("health_10.0.9.1", "not a regular file"),
-        ("health_10.0.9.2", "not a regular file"),
-        ("health_10.0.9.3", "not the agent's JSON"),
-    ] {
-        let lines = log
-            .lines()
-            .filter(|l| l.contains(" WARN ") && l.contains(name));
-        let lines: Vec<&str> = lines.collect();
-        assert_eq!(lines.len(), 1, "{name} warned once: {lines:?}");
-        assert!(lines[0].contains(why), "{name}: {}", lines[0]);
+    for name in ["health_10.0.9.1", "health_10.0.9.2", "health_10.0.9.3"] {
+        assert_eq!(warnings(&log, name), 0, "{name} was read: {log}");
     }
     let progress = log
         .lines()

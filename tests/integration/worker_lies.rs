@@ -33,7 +33,10 @@ fn two_in_the_job() -> (Cluster, Vec<(String, String)>) {
     c.write_config(&c.config(0, 8, &[], &job));
     c.start_dtd();
     c.wait_hosts("both workers", |h| h.len() == 2);
-    assert!(c.dtctl(&["ack", "1"]).status.success());
+    assert!(c
+        .dtctl(&["ack", c.written_generation().trim()])
+        .status
+        .success());
     for (id, _) in &workers {
         c.wait_tag(id, "ADDED");
     }
@@ -82,26 +85,37 @@ fn chown(path: &Path, uid: u32) {
 fn a_notice_about_another_worker_is_refused_and_the_victims_own_still_counts() {
     let (c, w) = two_in_the_job();
     let ((attacker, attacker_ip), (victim, victim_ip)) = (&w[0], &w[1]);
-    // Under the victim's name, with its real id (read from its success marker): unsigned, then
-    // signed with a key the attacker made.
+    // Under the victim's name in the shared directory, with its real id: not read at all.
     write_notice(&c, victim_ip, victim, NoticeKind::SpotInterruption, false);
     c.wait_events("marker_refused", victim, 1);
     c.wait_status_text(&format!(
-        "Refused:     interruption_{victim_ip} is not signed by the worker's dtd agent"
+        "Refused:     interruption_{victim_ip} is in the shared directory, where dtd reads no report"
     ));
-    write_notice(&c, victim_ip, victim, NoticeKind::SpotInterruption, true);
+    // On dtd's port, claiming the victim's instance: with a document of its own making...
+    let mut a = attacker::Attacker::connect(&c, "127.0.0.2").unwrap();
+    let answer = a.claim_with_forged_document(victim_ip, victim).unwrap();
+    assert!(!answer.ok, "{answer:?}");
     c.wait_events("marker_refused", victim, 2);
-    c.wait_status_text(&format!(
-        "Refused:     interruption_{victim_ip} is signed with key "
-    ));
-    let text = c.wait_status_text(&format!("not with {victim}'s agent key"));
-    assert!(text.contains("written by someone else; ignored"), "{text}");
-    // Under its own name, naming the victim: a file of its own IP speaks for its instance only.
-    write_notice(&c, attacker_ip, victim, NoticeKind::SpotInterruption, false);
+    c.wait_status_text("does not verify with AWS's certificate");
+    // ...and with the document EC2 signed for its own instance (were the metadata open to it).
+    let mut a = attacker::Attacker::connect(&c, "127.0.0.2").unwrap();
+    let answer = a
+        .claim_with_own_document(victim_ip, victim, attacker, attacker_ip)
+        .unwrap();
+    assert!(!answer.ok, "{answer:?}");
+    c.wait_events("marker_refused", victim, 3);
+    c.wait_status_text("a document proves only its own instance");
+    // As its own instance, with a key of its own: its instance speaks with its agent's key.
+    let mut a = attacker::Attacker::connect(&c, "127.0.0.2").unwrap();
+    let answer = a
+        .claim_with_own_document(attacker_ip, attacker, attacker, attacker_ip)
+        .unwrap();
+    assert!(answer.refused.unwrap_or_default().contains("dtd keeps"));
+    c.wait_events("marker_refused", attacker, 1);
     c.wait_passes(3);
     assert_eq!(
         c.events_of("marker_refused", victim),
-        2,
+        3,
         "journaled once each"
     );
     assert_eq!(count(&c, "interrupted"), 0);
@@ -198,7 +212,7 @@ fn job_files_another_user_created_are_refused_and_dtds_own_are_taken_back() {
     c.delete_elastic_tag(leaving);
     c.wait_tag(leaving, "REMOVAL_QUEUED");
     let ack = efs.join("ack");
-    std::fs::write(&ack, "2\n").unwrap();
+    std::fs::write(&ack, format!("{}\n", c.written_generation().trim())).unwrap();
     chown(&ack, WORKER_UID);
     c.wait_status_text(&format!(
         "Refused:     {} is owned by uid {WORKER_UID}, not the job's user (uid 0): ignored",
@@ -215,30 +229,39 @@ fn job_files_another_user_created_are_refused_and_dtds_own_are_taken_back() {
 #[test]
 fn a_success_marker_another_worker_wrote_does_not_join_the_worker() {
     let (c, w) = two_in_the_job();
-    let (other, _) = &w[0];
     let (id, ip) = c.launch(1).remove(0);
     // Its agent started: its key is on its instance, its data not ready yet.
     c.agent_key(&id);
-    // Written for the new worker by someone else: unsigned, with its id.
+    // Written for the new worker by someone else in the shared directory: not read.
     let marker = c.efs().join(format!("prepare_data_success_{ip}"));
     std::fs::write(&marker, format!("{{\"instance_id\": \"{id}\"}}\n")).unwrap();
     c.wait_events("marker_refused", &id, 1);
     c.wait_status_text(&format!(
-        "prepare_data_success_{ip} is not signed by the worker's dtd agent"
+        "prepare_data_success_{ip} is in the shared directory, where dtd reads no report"
     ));
-    // Signed by another worker's agent key (an earlier owner of the IP, say) for this name.
+    // Said on another worker's own connection, with that agent's key and its instance's
+    // document (what someone holding both could do): an agent speaks for its instance only.
+    let (other, other_ip) = (&w[0].0, &w[0].1);
+    let mut a = attacker::Attacker::connect(&c, "127.0.0.2")
+        .unwrap()
+        .with_key(c.agent_key(other));
+    assert!(
+        a.claim_with_own_document(other_ip, other, other, other_ip)
+            .unwrap()
+            .ok
+    );
     let line = format!("{{\"instance_id\": \"{id}\"}}\n");
     let name = MarkerName::new(MarkerKind::Success, ip.parse().unwrap());
-    let theirs = c
-        .agent_key(other)
-        .sign(&name, line.as_bytes(), dt::clock::now_millis());
-    dt::fsutil::write_atomic(&marker, &theirs).unwrap();
-    c.wait_events("marker_refused", &id, 2);
-    c.wait_status_text(&format!("not with {id}'s agent key"));
+    let answer = a
+        .report(name, line.as_bytes(), dt::clock::now_millis())
+        .unwrap();
+    assert!(!answer.ok, "{answer:?}");
+    c.wait_events("marker_refused", other, 1);
+    c.wait_status_text("an agent speaks only for its own instance");
     c.wait_passes(3);
     assert_eq!(c.tag(&id, STATUS).as_deref(), Some("PREPARING"));
     assert!(!c.hosts().contains(&ip));
-    assert_eq!(c.events_of("marker_refused", &id), 2);
+    assert_eq!(c.events_of("marker_refused", &id), 1);
     // Its own agent's marker, replacing it: it joins.
     c.marker(&ip);
     c.wait_hosts("the worker to join on its own marker", |h| h.contains(&ip));

@@ -1,12 +1,13 @@
 //! Which reports are believed: a report about a worker counts only when that worker's own
 //! agent signed it (`protocol::signed`), with the key `dtd` pinned for the instance EC2 lists at
-//! the report's IP, and only when it is newer than the last one believed.
+//! the report's IP, and only when it is newer than the last one believed, before or since `dtd`
+//! last started (the newest believed per worker and kind is in the state).
 //!
-//! The book remembers the newest report it believed of each file, so a report deleted, replaced
-//! by an older one of the same agent, or by anything unsigned, changes nothing: only the agent
-//! can say something new about its worker. It forgets a worker's reports once EC2 lists another
-//! instance at its IP, or none. With `workers.reports: unsigned` (the 2018 protocol, no agent)
-//! the prepare-data markers are taken as they are and every other report is ignored.
+//! With signed reports, the reports come on each agent's own connection (`observe::agents`),
+//! already held to the key its hello proved; the book remembers the newest it believed of each
+//! kind, and forgets a worker's once EC2 lists another instance at its IP, or none. With
+//! `workers.reports: unsigned` (the 2018 protocol, no agent) the prepare-data markers in the
+//! shared directory are taken as they are and every other report is ignored.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -33,14 +34,12 @@ pub struct Book {
     believed: BTreeMap<MarkerName, Believed>,
 }
 
-/// The newest report of a file the book believed.
+/// The newest report of a kind the book believed.
 #[derive(Debug, Clone)]
 struct Believed {
     instance_id: String,
     signed_at: u64,
     read: Arc<Read>,
-    /// When dtd first read a report of this file newer than the one before (its own clock).
-    heard_at: Millis,
 }
 
 /// What one pass needs to judge reports.
@@ -48,9 +47,11 @@ pub struct Judging<'a> {
     pub keys: &'a Keys,
     pub mode: Reports,
     pub now: Millis,
-    /// A launcher report counts as the node answering only if signed this recently (by the
-    /// node's clock): one kept aside and put back later is not a heartbeat.
-    pub fresh: Millis,
+    /// When each instance's agent was last heard on its connection (any line).
+    pub heard: &'a HashMap<String, Millis>,
+    /// The newest report of an instance and kind that `dtd` believed before, as its state
+    /// remembers it: nothing older is believed, whatever this run has seen.
+    pub floor: &'a dyn Fn(&str, MarkerKind) -> Option<u64>,
 }
 
 enum Verdict {
@@ -78,9 +79,40 @@ impl Book {
         }
         self.forget_others(j.keys);
         for (name, b) in &self.believed {
-            show(name, b, &mut m);
+            show(name, b, j, &mut m);
         }
         m
+    }
+
+    /// Files under a report's name in the shared directory, with signed reports: not read, and
+    /// shown (for listed workers' IPs) as what they are, someone's writing.
+    pub fn strays(&self, names: &[MarkerName], keys: &Keys, m: &mut Markers) {
+        for name in names {
+            let why = "is in the shared directory, where dtd reads no report (workers.reports: \
+                       signed): a worker's reports come only on its own agent's connection, so \
+                       someone on a worker put it there; writing, deleting or squatting it \
+                       changes nothing";
+            refuse(
+                name.ip,
+                &name.to_string(),
+                keys,
+                "stray".into(),
+                why.into(),
+                m,
+            );
+        }
+    }
+
+    /// Refusals made as a report arrived (`observe::agents`): shown like the book's own.
+    pub fn refused_on_arrival(
+        &self,
+        refused: &[crate::observe::agents::Refusal],
+        keys: &Keys,
+        m: &mut Markers,
+    ) {
+        for r in refused {
+            refuse(r.ip, &r.file, keys, r.class.clone(), r.why.clone(), m);
+        }
     }
 
     fn judge_file(&mut self, name: &MarkerName, read: &Arc<Read>, j: &Judging, m: &mut Markers) {
@@ -88,7 +120,9 @@ impl Book {
             Verdict::Pending => {
                 m.pending.insert(name.ip);
             }
-            Verdict::Refused { class, why } => refuse(name, j.keys, class, why, m),
+            Verdict::Refused { class, why } => {
+                refuse(name.ip, &name.to_string(), j.keys, class, why, m)
+            }
             Verdict::Authentic {
                 instance_id,
                 signed_at,
@@ -109,30 +143,28 @@ impl Book {
             .believed
             .get(name)
             .filter(|b| b.instance_id == instance_id);
-        if let Some(b) = known {
-            if b.signed_at > signed_at {
-                let why = format!(
-                    "is an older report of {instance_id}'s agent (signed at {}) than the one \
-                     believed (signed at {}): someone put it back; ignored",
-                    crate::model::rfc3339(signed_at),
-                    crate::model::rfc3339(b.signed_at)
-                );
-                return refuse(name, j.keys, "older".into(), why, m);
-            }
-            if b.signed_at == signed_at {
-                return;
-            }
+        let floor = (j.floor)(&instance_id, name.kind);
+        let newest = known.map(|b| b.signed_at).max(floor);
+        if let Some(newest) = newest.filter(|n| *n > signed_at) {
+            let why = format!(
+                "is an older report of {instance_id}'s agent (signed at {}) than one dtd \
+                 believed (signed at {}): sent again by someone; ignored",
+                crate::model::rfc3339(signed_at),
+                crate::model::rfc3339(newest)
+            );
+            let class = "before-newest".into();
+            return refuse(name.ip, &name.to_string(), j.keys, class, why, m);
         }
-        let fresh = j.now.saturating_sub(signed_at) <= j.fresh;
-        let heard_at = match (known, fresh) {
-            (Some(b), false) => b.heard_at,
-            _ => j.now,
-        };
+        if newest == Some(signed_at) && known.is_some() {
+            return;
+        }
+        if floor.is_none_or(|f| f < signed_at) {
+            m.newest.push((instance_id.clone(), name.kind, signed_at));
+        }
         let b = Believed {
             instance_id,
             signed_at,
             read: Arc::clone(read),
-            heard_at,
         };
         self.believed.insert(*name, b);
     }
@@ -197,22 +229,26 @@ fn refused(class: &str, why: String) -> Verdict {
     }
 }
 
-/// Refusals are shown for the IPs of listed instances only: a file for an address no worker
-/// has is anyone's noise, and cannot make dtd do anything.
-fn refuse(name: &MarkerName, keys: &Keys, class: String, why: String, m: &mut Markers) {
-    let Some((id, _)) = keys.by_ip.get(&name.ip) else {
+/// Refusals are shown for the IPs of listed instances only: a report for an address no worker
+/// has is anyone's noise, and cannot make dtd do anything. `why` follows the report's name.
+fn refuse(ip: IpAddr, file: &str, keys: &Keys, class: String, why: String, m: &mut Markers) {
+    let Some((id, _)) = keys.by_ip.get(&ip) else {
         return;
     };
+    let why = match why.starts_with(file) {
+        true => why,
+        false => format!("{file} {why}"),
+    };
     m.refused.push(Refused {
-        ip: name.ip,
+        ip,
         instance: id.clone(),
-        file: name.to_string(),
+        file: file.to_string(),
         class,
-        why: format!("{name} {why}"),
+        why,
     });
 }
 
-fn show(name: &MarkerName, b: &Believed, m: &mut Markers) {
+fn show(name: &MarkerName, b: &Believed, j: &Judging, m: &mut Markers) {
     let Ok(body) = &b.read.body else { return };
     let ip = name.ip;
     match body {
@@ -237,7 +273,8 @@ fn show(name: &MarkerName, b: &Believed, m: &mut Markers) {
                 generation: l.generation,
                 restarts: l.restarts,
                 reason: l.reason.clone(),
-                heard_at: b.heard_at,
+                // Not yet heard on a connection of this run: not silent either.
+                heard_at: j.heard.get(&b.instance_id).copied().unwrap_or(j.now),
             };
             m.launchers.insert(ip, launcher);
         }

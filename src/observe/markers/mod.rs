@@ -100,7 +100,7 @@ impl MarkerScanner {
         }
         let version = FileVersion::of(&meta);
         let known = self.files.get(&name);
-        if let Some(read) = known.filter(|r| r.version == version) {
+        if let Some(read) = known.filter(|r| r.version == Some(version)) {
             return Some((name, Arc::clone(read)));
         }
         // A success marker is timed by its first version: a replacement is not a new readiness.

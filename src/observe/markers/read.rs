@@ -21,11 +21,13 @@ const MAX_NOTICE_ID: usize = 128;
 /// Kept in the state and shown: no room for a worker to fill it.
 const MAX_INSTANCE_ID: usize = 64;
 
-/// A report file as read.
+/// A report as read: from a file (`workers.reports: unsigned`) or from its agent's connection.
 #[derive(Debug, Clone)]
 pub struct Read {
-    pub version: FileVersion,
-    /// Its modification time when first seen (a success marker's is when the worker was ready).
+    /// The file's version; `None`: it came over the agent's connection.
+    pub version: Option<FileVersion>,
+    /// When it was first seen: a file's modification time, or when dtd received it (a success
+    /// marker's is when the worker was ready).
     pub modified: Option<Millis>,
     /// Who signed it (verified against the key it names), or why no one did.
     pub signed: Result<Signed, SignError>,
@@ -107,17 +109,27 @@ pub fn read(
         Ok(None) => return failed(version, modified, BodyError::Vanished),
         Err(e) => return failed(version, modified, BodyError::Unreadable(e.to_string())),
     };
+    from_bytes(name, &bytes, Some(version), modified)
+}
+
+/// A report's bytes (a file's, or a line from its agent's connection) read as `name`.
+pub fn from_bytes(
+    name: &MarkerName,
+    bytes: &[u8],
+    version: Option<FileVersion>,
+    modified: Option<Millis>,
+) -> Read {
     Read {
         version,
         modified,
-        signed: signed::open(name, &bytes),
-        body: parse(name, &bytes),
+        signed: signed::open(name, bytes),
+        body: parse(name, bytes),
     }
 }
 
 fn failed(version: FileVersion, modified: Option<Millis>, why: BodyError) -> Read {
     Read {
-        version,
+        version: Some(version),
         modified,
         signed: Err(SignError::Unsigned),
         body: Err(why),

@@ -12,7 +12,8 @@ use super::support::{
 };
 use crate::support::imds::ImdsStandIn;
 use crate::support::{
-    aws_env, fixtures, install, repo, stderr, stdout, wait_for, wait_until, Moto, Mount, STATUS,
+    aws_env, fixtures, free_port, install, repo, stderr, stdout, wait_for, wait_until, Moto, Mount,
+    STATUS,
 };
 use serde_json::Value as Json;
 
@@ -83,6 +84,17 @@ fn write_config(moto: &Moto, out: &BTreeMap<String, String>, dir: &Path) -> Path
     std::fs::create_dir_all(&efs).unwrap();
     let master = config_in(&master_user_data(moto, out));
     let mut config = master.replace("/myEFSvolume", &efs.display().to_string());
+    // The agents' reports on a port of the test's own, and identity documents signed by the
+    // tests' stand-in for AWS (no instance metadata signs one off EC2).
+    let reports = format!(
+        "workers:\n  listen: 127.0.0.1:{}\n  identity_certificates: {}\n",
+        free_port(),
+        crate::support::imds::identity_certificate().display()
+    );
+    let listen = line_starting(&config, "  listen: ");
+    config = config
+        .replace(&listen, "")
+        .replacen("workers:\n", &reports, 1);
     // What dt_webhook writes from the secret: root's, 0600. Nothing listens on the discard port.
     let webhook = dir.join("webhook");
     std::fs::write(&webhook, "https://127.0.0.1:9/services/T0/B0/SeCrEt\n").unwrap();
@@ -163,8 +175,8 @@ fn launch_worker(moto: &Moto, out: &BTreeMap<String, String>, dir: &Path) -> (St
 }
 
 /// Its `dtd agent`, with the stack's config and the example prepare-data script where the
-/// stack's PrepareDataScriptPath puts it (root's, in a directory only root writes): it tags
-/// its instance with its key, runs the script and signs the marker.
+/// stack's PrepareDataScriptPath puts it (root's, in a directory only root writes): it runs the
+/// script and sends its marker to dtd, proving its instance with its identity document.
 fn start_agent(moto: &Moto, config: &Path, dir: &Path, id: &str, ip: &str) -> Agent {
     let prepare = dir.join("efs/prepare");
     std::fs::create_dir(&prepare).unwrap();
@@ -205,11 +217,6 @@ fn start_agent(moto: &Moto, config: &Path, dir: &Path, id: &str, ip: &str) -> Ag
             .stderr(agent_log)
             .spawn()
             .expect("dtd agent"),
-    );
-    wait_until(
-        "the agent's key on its instance",
-        Duration::from_secs(30),
-        || instance_tag(moto, id, dt::protocol::signed::KEY_TAG).is_some(),
     );
     Agent {
         _daemon: daemon,
@@ -266,4 +273,11 @@ fn check_doctor(moto: &Moto, config: &Path) {
         gpus["detail"], "g4dn.xlarge 1, g5.xlarge 1, g6.xlarge 1: the same on every type",
         "{gpus:#}"
     );
+}
+
+/// The whole line of `text` that starts with `prefix` (and its newline), or nothing.
+fn line_starting(text: &str, prefix: &str) -> String {
+    (text.lines())
+        .find(|l| l.starts_with(prefix))
+        .map_or(String::new(), |l| format!("{l}\n"))
 }

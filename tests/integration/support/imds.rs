@@ -3,6 +3,11 @@
 //! the TTL header), serves `GET /latest/meta-data/...` only with a valid token (401 otherwise),
 //! answers 404 for paths not set, and counts the requests per path. Point the SDK's IMDS client at
 //! it with `AWS_EC2_METADATA_SERVICE_ENDPOINT` (see [`ImdsStandIn::env`]).
+//!
+//! It serves the instance identity document too (`/latest/dynamic/instance-identity/document`
+//! and `/signature`), made from its `instance-id` and `local-ipv4`, and signed, as EC2 signs it,
+//! but with the tests' stand-in for AWS's key (tests/fixtures/identity/), whose certificate the
+//! tests' `dtd` trusts (`workers.identity_certificates`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -156,9 +161,13 @@ fn answer(req: &Request, s: &mut State) -> (u16, Vec<(&'static str, String)>, St
     if let Some(status) = s.failing {
         return (status, vec![], "stand-in outage\n".into());
     }
+    let get = req.method == "GET";
     match (req.method.as_str(), req.path.as_str()) {
         ("PUT", "/latest/api/token") => issue_token(req, s),
-        ("GET", p) if p.starts_with("/latest/meta-data/") => {
+        (_, p)
+            if get
+                && (p.starts_with("/latest/meta-data/") || p.starts_with("/latest/dynamic/")) =>
+        {
             let valid = req
                 .headers
                 .get(TOKEN_HEADER)
@@ -167,13 +176,69 @@ fn answer(req: &Request, s: &mut State) -> (u16, Vec<(&'static str, String)>, St
             if !valid {
                 return (401, vec![], String::new());
             }
-            match s.values.get(&key) {
-                Some(v) => (200, vec![], v.clone()),
+            match s.values.get(&key).cloned().or_else(|| identity(s, &key)) {
+                Some(v) => (200, vec![], v),
                 None => (404, vec![], "Not Found\n".into()),
             }
         }
         _ => (405, vec![], String::new()),
     }
+}
+
+/// The identity document and its signature, from the instance's id and IP (when both are set).
+fn identity(s: &State, key: &str) -> Option<String> {
+    let id = s.values.get("instance-id")?;
+    let ip = s.values.get("local-ipv4")?;
+    let doc = identity_document(id, ip);
+    match key {
+        "dynamic/instance-identity/document" => Some(doc),
+        "dynamic/instance-identity/signature" => Some(sign_identity(&doc)),
+        _ => None,
+    }
+}
+
+/// moto's account, the one the tests' instances are in.
+pub const ACCOUNT: &str = "123456789012";
+
+/// An instance identity document as EC2 writes one (pretty-printed, more members than dtd reads).
+pub fn identity_document(id: &str, ip: &str) -> String {
+    format!(
+        "{{\n  \"accountId\" : \"{ACCOUNT}\",\n  \"architecture\" : \"x86_64\",\n  \
+         \"availabilityZone\" : \"us-east-1a\",\n  \"imageId\" : \"ami-12c6146b\",\n  \
+         \"instanceId\" : \"{id}\",\n  \"instanceType\" : \"p3.2xlarge\",\n  \
+         \"pendingTime\" : \"2026-11-28T00:00:00Z\",\n  \"privateIp\" : \"{ip}\",\n  \
+         \"region\" : \"us-east-1\",\n  \"version\" : \"2017-09-30\"\n}}"
+    )
+}
+
+/// `document` signed as EC2 signs one (base64 of SHA-256 with RSA, wrapped as the metadata
+/// serves it), with the tests' stand-in key.
+pub fn sign_identity(document: &str) -> String {
+    use aws_lc_rs::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
+    use base64::Engine as _;
+    let pk8 = std::fs::read(super::repo().join("tests/fixtures/identity/signer.pk8"))
+        .expect("the stand-in signer's key");
+    let key = RsaKeyPair::from_pkcs8(&pk8).expect("a PKCS#8 RSA key");
+    let mut sig = vec![0; key.public_modulus_len()];
+    key.sign(
+        &RSA_PKCS1_SHA256,
+        &aws_lc_rs::rand::SystemRandom::new(),
+        document.as_bytes(),
+        &mut sig,
+    )
+    .expect("signing");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(sig);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap_or(""))
+        .collect();
+    lines.join("\n")
+}
+
+/// The certificate the tests' `dtd` trusts for identity documents.
+pub fn identity_certificate() -> std::path::PathBuf {
+    super::repo().join("tests/fixtures/identity/signer.pem")
 }
 
 fn issue_token(req: &Request, s: &mut State) -> (u16, Vec<(&'static str, String)>, String) {

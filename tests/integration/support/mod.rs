@@ -2,6 +2,7 @@
 //! CLI as the person at the console, and the real `dtd` / `dtctl` binaries.
 #![allow(dead_code)]
 pub mod agents;
+pub mod attacker;
 pub mod autoscaling;
 pub mod ec2_capacity;
 pub mod fixtures;
@@ -308,6 +309,8 @@ pub struct Cluster {
     pub ec2_endpoint: Option<String>,
     /// The workers' agents as the tests play them (see `agents`).
     pub agents: agents::Agents,
+    /// Where dtd takes the agents' reports (`workers.listen`, on loopback).
+    pub report_port: u16,
     /// The subnet instances are launched into unless a test says otherwise (10.0.0.0/16 in a
     /// VPC of its own): EC2 gives an instance an IP of its subnet, which moto does only when
     /// the launch names the subnet, and dtd looks up a report's IP only within the workers'
@@ -345,6 +348,7 @@ impl Cluster {
             worker_extra: String::new(),
             ec2_endpoint: None,
             agents: agents::Agents::default(),
+            report_port: free_port(),
             subnet: String::new(),
         };
         c.subnet = c.workers_subnet();
@@ -523,8 +527,20 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "cluster: {CLUSTER}\nworkers:\n  launch_template: itest-worker-template\n  min: {min}\n  max: {max}\n  base_hosts: [{base}]\n{}shared_dir: {efs}\nhostfiles:\n  - {{ path: {efs}/host_worker, format: mxnet }}\n  - {{ path: {efs}/hosts.mpi, format: mpi }}\njob:\n{job}\ninterval: 300ms\nallow_local_state_dir: true\n{}",
-            self.worker_extra, self.extra
+            "cluster: {CLUSTER}\nworkers:\n  launch_template: itest-worker-template\n  min: {min}\n  max: {max}\n  base_hosts: [{base}]\n{}{}shared_dir: {efs}\nhostfiles:\n  - {{ path: {efs}/host_worker, format: mxnet }}\n  - {{ path: {efs}/hosts.mpi, format: mpi }}\njob:\n{job}\ninterval: 300ms\nallow_local_state_dir: true\n{}",
+            self.reports_config(),
+            self.worker_extra,
+            self.extra
+        )
+    }
+
+    /// Under `workers:`: where dtd takes the agents' reports, and whose identity documents it
+    /// trusts (the tests' stand-in signer's, see `imds`).
+    pub fn reports_config(&self) -> String {
+        format!(
+            "  listen: 127.0.0.1:{}\n  identity_certificates: {}\n",
+            self.report_port,
+            imds::identity_certificate().display()
         )
     }
 
