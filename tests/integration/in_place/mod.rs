@@ -10,6 +10,8 @@
 //! and takes its two-minute warning; the job finishes with the loss curve of a run without any
 //! change.
 
+mod lighthouse;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -119,8 +121,10 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     let venv = support::torch_venv();
     let port = free_port();
     let _lighthouse = Lighthouse(format!("bind=127.0.0.1:{port}"));
+    // The nodes dial dtd's front on the "master's" address; torchft's own Lighthouse listens
+    // behind it on 127.0.0.1.
     let yaml = format!(
-        "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.1:{port}', collective_timeout: 3s }}\n"
+        "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.100:{port}', collective_timeout: 3s }}\n"
     );
     let mut s = Story::with(&venv, &script(), &yaml);
 
