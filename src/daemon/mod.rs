@@ -129,7 +129,7 @@ impl Daemon {
         tracing::info!(cluster = %self.cfg.cluster, generation = self.state.generation, state = %self.paths.dir.display(), "dtd started");
         self.observer.listen(&self.cfg);
         self.alerts.start();
-        self.lighthouse = lighthouse::Lighthouse::start(&self.cfg);
+        self.lighthouse = lighthouse::Lighthouse::start(&self.cfg, &self.state);
         let mut changes = Observer::watch_shared_dir(&self.cfg, &self.paths);
         loop {
             self.pass().await;
@@ -176,6 +176,7 @@ impl Daemon {
         self.ledger.note(Source::MountTargets, mount_targets_error);
         let events = self.ledger.sources(&snap, now);
         self.record(&events);
+        self.record_lighthouse(now);
         let pass = PassStats {
             calls,
             started,
@@ -203,6 +204,10 @@ impl Daemon {
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
         self.state = std::mem::take(&mut plan.state);
         self.observer.know(&self.state);
+        if let Some(l) = &self.lighthouse {
+            let hosts = plan.outcome.hosts.iter().map(|h| h.ip);
+            l.admit(lighthouse::nodes(&self.state, hosts));
+        }
         self.save_state().await;
         let tagged = self.apply(&plan.outcome, pass.now).await;
         self.save_state().await;
@@ -231,6 +236,12 @@ impl Daemon {
         self.flush_journal().await;
         self.write_status(&plan.outcome, snap, pass).await;
         BTreeMap::new()
+    }
+
+    /// What the Lighthouse's front refused since the last pass, journaled once.
+    fn record_lighthouse(&mut self, now: Millis) {
+        let refused = (self.lighthouse.as_ref()).map(|l| l.journal(now, &self.state));
+        self.record(&refused.unwrap_or_default());
     }
 
     fn refresh_rules(&mut self) {
