@@ -43,7 +43,11 @@ fn one_node_training() -> Scene {
         "    strategy: in_place\n    in_place: {{ lighthouse: '{dialled}', collective_timeout: 3s }}\n"
     );
     let s = Story::with(&venv, &script(), &yaml);
-    support::install("tests/integration/in_place/attack.py", &s.c.dir.path().join("job"), 0o644);
+    support::install(
+        "tests/integration/in_place/attack.py",
+        &s.c.dir.path().join("job"),
+        0o644,
+    );
     let a = s.node("127.0.0.2", false);
     wait_quorum(&s, 1, 0, "a quorum of 1 training");
     Scene {
@@ -132,14 +136,25 @@ fn in_place_the_lighthouses_kill_route_is_not_served_and_the_victim_trains_on() 
 
     // The dashboard lists each replica with its kill button; the attacker reads it where it can
     // (where the nodes dial, or, from the master itself, on its loopback) and presses them all.
-    let dashboards = [format!("http://{}", scene.dialled), format!("http://{}", scene.local)];
+    let dashboards = [
+        format!("http://{}", scene.dialled),
+        format!("http://{}", scene.local),
+    ];
     let front = format!("http://{}", scene.dialled);
     let attacker = Attacker::start(&scene.s, &["kill", &front, &dashboards[0], &dashboards[1]]);
     attacker.wait_for("done");
-    assert!(attacker.said().contains("kill 127.0.0.2#"), "{}", attacker.said());
+    assert!(
+        attacker.said().contains("kill 127.0.0.2#"),
+        "{}",
+        attacker.said()
+    );
 
     trains_on(&scene, id, step);
-    assert_eq!(scene.s.processes(&scene.a), before, "the victim's processes changed");
+    assert_eq!(
+        scene.s.processes(&scene.a),
+        before,
+        "the victim's processes changed"
+    );
     let kills = journaled(&scene, "/kill");
     assert_eq!(kills.len(), 1, "three kills journaled once: {kills:?}");
     let status = status(&scene);
@@ -150,8 +165,7 @@ fn in_place_the_lighthouses_kill_route_is_not_served_and_the_victim_trains_on() 
 }
 
 #[test]
-fn in_place_fake_heartbeats_and_a_replica_outside_the_plan_claiming_the_highest_step_are_refused()
-{
+fn in_place_fake_heartbeats_and_a_replica_outside_the_plan_claiming_the_highest_step_are_refused() {
     let _turn = STORIES.enter();
     let scene = one_node_training();
     let (id, _, _, _) = quorum(&scene.s).unwrap_or_default();
@@ -168,8 +182,16 @@ fn in_place_fake_heartbeats_and_a_replica_outside_the_plan_claiming_the_highest_
     let step = quorum(&scene.s).map_or(0, |q| q.2);
 
     trains_on(&scene, id, step);
-    assert_eq!(scene.s.processes(&scene.a), before, "the victim's processes changed");
-    assert!(attacker.said().contains("quorum refused"), "{}", attacker.said());
+    assert_eq!(
+        scene.s.processes(&scene.a),
+        before,
+        "the victim's processes changed"
+    );
+    assert!(
+        attacker.said().contains("quorum refused"),
+        "{}",
+        attacker.said()
+    );
     drop(attacker);
     let ghosts = journaled(&scene, GHOST);
     assert_eq!(ghosts.len(), 1, "{ghosts:?}");
