@@ -58,7 +58,8 @@ pub struct Daemon {
     ledger: Ledger,
     /// Updated after every pass; served at `metrics.listen`, if configured.
     metrics: Metrics,
-    /// torchft's Lighthouse, supervised while `dtd run` runs (the in-place strategy).
+    /// torchft's Lighthouse, supervised while `dtd run` runs, and dtd's front for it (the
+    /// in-place strategy).
     lighthouse: Option<lighthouse::Lighthouse>,
     /// The part of the configuration decide reads, built once: again only when the worker
     /// launch template's id is first resolved.

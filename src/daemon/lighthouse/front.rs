@@ -97,7 +97,8 @@ enum Head {
 
 async fn connection(mut stream: TcpStream, from: IpAddr, inner: SocketAddr, shared: Arc<Shared>) {
     if let Err(refusal) = shared.gate(|g| g.connection(from)) {
-        return shared.refuse(from, &refusal);
+        shared.refuse(from, &refusal);
+        return;
     }
     match tokio::time::timeout(HEAD_TIMEOUT, head(&mut stream)).await {
         Ok(Some(Head::Http2(head))) => {
