@@ -44,6 +44,12 @@ impl InPlace {
         self.program.clone().unwrap_or_else(beside)
     }
 
+    /// Where torchft's own Lighthouse listens, behind dtd's front: the master's loopback, on
+    /// the same port.
+    pub fn local(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.lighthouse.port()))
+    }
+
     /// The URL torchft's managers dial (`TORCHFT_LIGHTHOUSE`).
     pub fn url(&self) -> String {
         format!("http://{}", self.lighthouse)
@@ -87,6 +93,12 @@ pub enum InPlaceError {
          or ::) and an unprivileged port"
     )]
     NotDialable(String),
+    #[error(
+        "job.launcher.in_place.lighthouse: `{0}`: not 127.0.0.1, where torchft's own Lighthouse \
+         listens behind dtd's front; the master's IP the workers dial (another loopback address \
+         on a single host)"
+    )]
+    Local(String),
     #[error("job.launcher.in_place.program: an absolute path, not {0}")]
     ProgramRelative(PathBuf),
     #[error("job.launcher.in_place.join_timeout: 100ms to 1m")]
@@ -128,6 +140,9 @@ fn parse_lighthouse(text: Option<&str>) -> Result<SocketAddr, InPlaceError> {
     let addr: SocketAddr = (text.parse()).map_err(|_| InPlaceError::NotAnAddress(text.into()))?;
     if addr.ip().is_unspecified() || addr.port() < 1024 {
         return Err(InPlaceError::NotDialable(text.into()));
+    }
+    if addr.ip() == std::net::Ipv4Addr::LOCALHOST {
+        return Err(InPlaceError::Local(text.into()));
     }
     Ok(addr)
 }

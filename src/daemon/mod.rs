@@ -65,7 +65,8 @@ pub struct Daemon {
     ledger: Ledger,
     /// Updated after every pass; served at `metrics.listen`, if configured.
     metrics: Metrics,
-    /// torchft's Lighthouse, supervised while `dtd run` runs (the in-place strategy).
+    /// torchft's Lighthouse, supervised while `dtd run` runs, and dtd's front for it (the
+    /// in-place strategy).
     lighthouse: Option<lighthouse::Lighthouse>,
     /// The part of the configuration decide reads, built once: again only when the worker
     /// launch template's id is first resolved.
@@ -140,7 +141,7 @@ impl Daemon {
         self.observer.listen(&self.cfg);
         self.take_reports().await?;
         self.alerts.start();
-        self.lighthouse = lighthouse::Lighthouse::start(&self.cfg);
+        self.lighthouse = lighthouse::Lighthouse::start(&self.cfg, &self.state);
         let mut changes = Observer::watch_shared_dir(&self.cfg, &self.paths);
         loop {
             self.pass().await;
@@ -208,6 +209,7 @@ impl Daemon {
         self.ledger.note(Source::MountTargets, mount_targets_error);
         let events = self.ledger.sources(&snap, now);
         self.record(&events);
+        self.record_lighthouse(now);
         let pass = PassStats {
             calls,
             started,
@@ -235,6 +237,10 @@ impl Daemon {
         // Remembered before acting: a daemon killed mid-act finds the decision and re-applies it.
         self.state = std::mem::take(&mut plan.state);
         self.observer.know(&self.state);
+        if let Some(l) = &self.lighthouse {
+            let hosts = plan.outcome.hosts.iter().map(|h| h.ip);
+            l.admit(lighthouse::nodes(&self.state, hosts));
+        }
         self.save_state().await;
         let tagged = self.apply(&plan.outcome, pass.now).await;
         self.save_state().await;
@@ -286,6 +292,12 @@ impl Daemon {
             self.address = Some((addr, true));
         }
         self.ledger.note(Step::PublishAddress, err);
+    }
+
+    /// What the Lighthouse's front refused since the last pass, journaled once.
+    fn record_lighthouse(&mut self, now: Millis) {
+        let refused = (self.lighthouse.as_ref()).map(|l| l.journal(now, &self.state));
+        self.record(&refused.unwrap_or_default());
     }
 
     fn refresh_rules(&mut self) {

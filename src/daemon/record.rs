@@ -11,7 +11,7 @@ use crate::alerts::saved::Saved;
 use crate::fsutil;
 use crate::metrics::{FleetNow, PassView};
 use crate::model::*;
-use crate::status::{PassFacts, StatusReport};
+use crate::status::{LighthouseFacts, PassFacts, StatusReport};
 use crate::store::{save_json, Paths};
 
 impl Daemon {
@@ -121,7 +121,11 @@ impl Daemon {
             errors: self.ledger.errors(),
             totals: self.metrics.totals(),
             alerts: self.alerts.status(),
-            lighthouse: (self.lighthouse.as_ref()).map(|l| (l.address, l.describe())),
+            lighthouse: (self.lighthouse.as_ref()).map(|l| LighthouseFacts {
+                address: l.address,
+                state: l.describe(),
+                refused: l.refused(),
+            }),
             now,
         };
         let report = StatusReport::build(&self.cfg, facts);

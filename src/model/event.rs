@@ -175,6 +175,10 @@ pub enum EventKind {
     /// Under the in-place strategy, torchft's quorum changed (the job's word, from its
     /// progress file): who joined or left, at which step, what it cost.
     QuorumChanged,
+    /// Under the in-place strategy, dtd's front for torchft's Lighthouse refused a connection or
+    /// a call (the dashboard's kill route, a replica that is no node of the plan or speaks for
+    /// another): journaled once per source and kind.
+    LighthouseRefused,
     #[serde(untagged)]
     Other(String),
 }
@@ -189,6 +193,7 @@ impl EventKind {
                 | EventKind::AckRefused
                 | EventKind::MarkerRefused
                 | EventKind::FileRefused
+                | EventKind::LighthouseRefused
         )
     }
 
@@ -248,6 +253,7 @@ impl EventKind {
             EventKind::LauncherFinished => "launcher_finished",
             EventKind::JobFinished => "job_finished",
             EventKind::QuorumChanged => "quorum_changed",
+            EventKind::LighthouseRefused => "lighthouse_refused",
             EventKind::Other(_) => "",
         }
     }
@@ -320,6 +326,7 @@ mod tests {
             EventKind::LauncherFinished,
             EventKind::JobFinished,
             EventKind::QuorumChanged,
+            EventKind::LighthouseRefused,
         ];
         for kind in known {
             let json = serde_json::to_string(&kind).expect("serialized");

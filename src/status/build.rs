@@ -23,9 +23,19 @@ pub struct PassFacts<'a> {
     pub totals: &'a Totals,
     /// The alert webhooks as of this pass.
     pub alerts: Vec<AlertStatus>,
-    /// torchft's Lighthouse (in-place strategy): its address and its supervisor's state.
-    pub lighthouse: Option<(std::net::SocketAddr, String)>,
+    /// torchft's Lighthouse (in-place strategy), when dtd runs one.
+    pub lighthouse: Option<LighthouseFacts>,
     pub now: Millis,
+}
+
+/// torchft's Lighthouse as the status shows it.
+pub struct LighthouseFacts {
+    /// Where the nodes dial it (dtd's front).
+    pub address: std::net::SocketAddr,
+    /// Its supervisor's state.
+    pub state: String,
+    /// What the front refused lately, one line per source and kind.
+    pub refused: Vec<String>,
 }
 
 impl StatusReport {
@@ -55,7 +65,7 @@ impl StatusReport {
             totals: f.totals.clone(),
             sources: sources(cfg, &f),
             holds: f.outcome.holds.clone(),
-            refused: f.outcome.refused.clone(),
+            refused: refused(&f),
             errors: f.errors.to_vec(),
             hosts: f.outcome.hosts.clone(),
             workers: worker_views(&f.outcome.rows, snap, state),
@@ -65,6 +75,12 @@ impl StatusReport {
             capacity: f.outcome.capacity.clone(),
         }
     }
+}
+
+/// What decide refused, then what the Lighthouse's front refused.
+fn refused(f: &PassFacts) -> Vec<String> {
+    let front = f.lighthouse.iter().flat_map(|l| l.refused.iter());
+    f.outcome.refused.iter().chain(front).cloned().collect()
 }
 
 fn progress(cfg: &Config, snap: &Snapshot, state: &State) -> Option<ProgressStatus> {
@@ -86,12 +102,12 @@ fn progress(cfg: &Config, snap: &Snapshot, state: &State) -> Option<ProgressStat
 
 /// The in-place strategy's view: the Lighthouse dtd runs, and the quorum as the job reports it.
 fn quorum(snap: &Snapshot, f: &PassFacts) -> Option<QuorumStatus> {
-    let (address, lighthouse) = f.lighthouse.clone()?;
+    let lighthouse = f.lighthouse.as_ref()?;
     let read = snap.progress.as_ref().and_then(|r| r.as_ref().ok());
     let q = read.and_then(|p| p.quorum.as_ref());
     Some(QuorumStatus {
-        lighthouse: address.to_string(),
-        lighthouse_state: lighthouse,
+        lighthouse: lighthouse.address.to_string(),
+        lighthouse_state: lighthouse.state.clone(),
         step: read.map(|p| p.step),
         quorum: q.and_then(|q| q.quorum),
         nodes: q.map(|q| q.nodes),

@@ -12,7 +12,7 @@ use crate::alerts::AlertStatus;
 use crate::model::*;
 use crate::protocol::host_files::Host;
 
-pub use build::PassFacts;
+pub use build::{LighthouseFacts, PassFacts};
 pub use render::ago;
 pub use totals::read_totals;
 

@@ -49,10 +49,13 @@ strategy"):
 import ipaddress
 import json
 import os
+import pickle
 import signal
 import threading
 import time
+import urllib.request
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import torch
 import torch.distributed as dist
@@ -255,7 +258,9 @@ class InPlace:
     gives this node (and this local rank) its part, `loss_scale` makes a summed loss the global
     batch's mean after torchft's average, so a step means the same in any world.
     state_dict / load_state_dict: more state to hand to a joining node (a scheduler, a data
-    position), beside the model's and the optimizer's.
+    position), beside the model's and the optimizer's. A joining node loads what a peer sends
+    with torch.load's `weights_only` (tensors, numbers, strings, and lists, tuples and dicts of
+    them): register any other type with `torch.serialization.add_safe_globals`.
     """
 
     CHANGES_KEPT = 16
@@ -291,7 +296,7 @@ class InPlace:
             hostname=self.ip,
             timeout=timeout,
             connect_timeout=timeout,
-            checkpoint_transport=_transport(timeout, self.ip),
+            checkpoint_transport=_transport(timeout, self.ip, self._recovery_source),
         )
         self._quorums = _Quorums(self.manager._client)
         self.manager._client = self._quorums  # torchft keeps the quorum's members to itself
@@ -380,6 +385,11 @@ class InPlace:
             "in_place": {"quorum": self._quorum_id, "nodes": len(self._members),
                          "changes": self.changes[-self.CHANGES_KEPT:]},
         }
+
+    def _recovery_source(self):
+        """The manager this node copies its state from in the current quorum, as it named it."""
+        q = getattr(getattr(self, "_quorums", None), "last", None)
+        return getattr(q, "recover_src_manager_address", "") or ""
 
     def _follow_quorum(self):
         q = self._quorums.last
@@ -482,9 +492,12 @@ class _PlanReader:
         return self._plan
 
 
-def _transport(timeout, ip):
+def _transport(timeout, ip, source):
     """torchft's HTTP transport, advertising this node's address (torchft uses the host name,
-    which on a host of several loopback "nodes" names none of them)."""
+    which on a host of several loopback "nodes" names none of them). What a peer sends is
+    untrusted: torchft 0.2.0 unpickles it whole (`weights_only=False`), so a peer that claims the
+    highest step would run code here. This one loads tensors and plain values only, and only
+    from the host of the manager the quorum named as the source (`source()`)."""
     from torchft.checkpointing import HTTPTransport
 
     class Transport(HTTPTransport):
@@ -492,7 +505,45 @@ def _transport(timeout, ip):
             port = self._server.socket.getsockname()[1]
             return f"http://{ip}:{port}/checkpoint/"
 
+        def recv_checkpoint(self, src_rank, metadata, step, timeout):
+            _check_source(metadata, source())
+            return super().recv_checkpoint(src_rank, metadata, step, timeout)
+
+        @classmethod
+        def _load_from_address(cls, address, timeout):
+            return _load_state(address, timeout)
+
     return Transport(timeout=timeout, num_chunks=0)
+
+
+def _check_source(url, manager):
+    """A checkpoint URL is `http://<host>:<port>/checkpoint/` on the source manager's host."""
+    got, want = urlsplit(url), urlsplit(manager)
+    plain = got.scheme == "http" and got.path == "/checkpoint/" and not (
+        got.query or got.fragment or got.username or got.password)
+    if not plain or not want.hostname or got.hostname != want.hostname:
+        raise ValueError(f"dt_torch: refused the recovery source's checkpoint address {url!r}: "
+                         f"not http://<host>:<port>/checkpoint/ on {want.hostname or manager!r}, "
+                         "the host the quorum names")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """The state comes from the host checked, not from wherever it points."""
+
+    def redirect_request(self, *_args, **_kwargs):
+        return None
+
+
+def _load_state(address, timeout):
+    from torch.distributed._serialization import _streaming_load
+
+    opener = urllib.request.build_opener(_NoRedirect)
+    with opener.open(address, timeout=timeout.total_seconds()) as f:
+        try:
+            return _streaming_load(f, weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise RuntimeError(f"dt_torch: refused the state from {address}: it holds more than "
+                               f"tensors and plain values (torch.load weights_only): {e}") from e
 
 
 def _ddp(torchft, manager, model):

@@ -141,6 +141,11 @@ fn the_in_place_strategy_needs_its_lighthouse_and_gets_its_defaults() {
     let ip = l.in_place().unwrap();
     assert_eq!(ip.url(), "http://10.0.0.5:29510");
     assert_eq!(
+        ip.local().to_string(),
+        "127.0.0.1:29510",
+        "torchft's, behind dtd's front"
+    );
+    assert_eq!(
         (
             ip.join_timeout,
             ip.heartbeat_timeout,
@@ -172,6 +177,10 @@ fn the_in_place_strategy_needs_its_lighthouse_and_gets_its_defaults() {
         (
             "    strategy: in_place\n    in_place: { lighthouse: '0.0.0.0:29510' }\n",
             "an address the workers can dial",
+        ),
+        (
+            "    strategy: in_place\n    in_place: { lighthouse: '127.0.0.1:29510' }\n",
+            "not 127.0.0.1, where torchft's own Lighthouse listens",
         ),
         (
             "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510', collective_timeout: 1500ms }\n",

@@ -1,18 +1,18 @@
-//! The in-place strategy's Lighthouse: torchft's `torchft_lighthouse`, which forms each step's
-//! quorum from the nodes' heartbeats. `dtd run` starts it with the settings of
-//! `job.launcher.in_place`, as the job's user (never root: it is the job's program, checked like
-//! torchrun before every start), starts it again after a backoff whenever it exits (the nodes'
-//! managers retry their quorum meanwhile, so a short outage pauses training without ending it),
-//! and stops it when dtd stops (its process group is killed with the task). A `dtd` killed with
-//! SIGKILL leaves it running, so the next one adopts it (found in `/proc` by its user and its
-//! `--bind`) rather than pause every node for a new one: its quorum state goes on.
+//! torchft's `torchft_lighthouse`, run by `dtd run` with the settings of
+//! `job.launcher.in_place` on the master's loopback (the nodes reach it through dtd's front), as
+//! the job's user (never root: it is the job's program, checked like torchrun before every
+//! start), started again after a backoff whenever it exits (the nodes' managers retry their
+//! quorum meanwhile, so a short outage pauses training without ending it), and stopped when dtd
+//! stops (its process group is killed with the task). A `dtd` killed with SIGKILL leaves it
+//! running, so the next one adopts it (found in `/proc` by its user and its `--bind`) rather than
+//! pause every node for a new one: its quorum state goes on.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::agent::launcher::user::{self, RunAs, RunAsError};
 use crate::agent::program::{self, Program, Status};
-use crate::config::{Config, InPlace};
+use crate::config::{Config, InPlace, Launcher};
 
 /// The first pause before starting it again; doubled per exit, up to [`MAX_BACKOFF`]. A run
 /// that lasted [`STEADY`] starts the count again.
@@ -20,44 +20,23 @@ const BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const STEADY: Duration = Duration::from_secs(60);
 
-/// The supervisor's one-line state, for `dtctl status`.
-#[derive(Clone)]
-pub struct Lighthouse {
-    state: Arc<Mutex<String>>,
-    pub address: std::net::SocketAddr,
-}
-
-impl Lighthouse {
-    /// Starts supervising on the current runtime, when the strategy is `in_place`.
-    pub fn start(cfg: &Config) -> Option<Lighthouse> {
-        let launcher = cfg.job.launcher.as_ref()?;
-        let settings = launcher.in_place()?.clone();
-        let run_as = user::resolve(cfg, launcher);
-        let me = Lighthouse {
-            state: Arc::new(Mutex::new("starting".into())),
-            address: settings.lighthouse,
-        };
-        let job = Job {
-            program: settings.program(&launcher.torchrun[0]),
-            args: args(&settings),
-            settings,
-            run_as,
-            state: Arc::clone(&me.state),
-        };
-        tokio::spawn(job.supervise());
-        Some(me)
-    }
-
-    pub fn describe(&self) -> String {
-        self.state.lock().map(|s| s.clone()).unwrap_or_default()
-    }
+/// Supervises on the current runtime; `state` is its one-line state, for `dtctl status`.
+pub fn spawn(cfg: &Config, launcher: &Launcher, settings: &InPlace, state: Arc<Mutex<String>>) {
+    let job = Job {
+        program: settings.program(&launcher.torchrun[0]),
+        args: args(settings),
+        settings: settings.clone(),
+        run_as: user::resolve(cfg, launcher),
+        state,
+    };
+    tokio::spawn(job.supervise());
 }
 
 /// `torchft_lighthouse`'s arguments: a quorum needs `min_nodes`, waits `join_timeout` for nodes
 /// that heartbeat but have not asked, and leaves out a node silent for `heartbeat_timeout`.
 fn args(s: &InPlace) -> Vec<String> {
     vec![
-        format!("--bind={}", s.lighthouse),
+        format!("--bind={}", s.local()),
         format!("--min_replicas={}", s.min_nodes),
         format!("--join_timeout_ms={}", s.join_timeout.as_millis()),
         "--quorum_tick_ms=100".into(),
@@ -75,14 +54,21 @@ struct Job {
 
 impl Job {
     async fn supervise(self) {
+        self.end_unfronted();
         let mut exits = 0u32;
         loop {
-            if let Some(orphan) = self.run_as.as_ref().ok().and_then(|u| self.earlier(u.uid)) {
+            let local = self.settings.local();
+            let earlier = self
+                .run_as
+                .as_ref()
+                .ok()
+                .and_then(|u| self.earlier(u.uid, local));
+            if let Some(orphan) = earlier {
                 let line = format!(
                     "running (pid {}, started by an earlier dtd, adopted)",
                     orphan.pid
                 );
-                tracing::info!(address = %self.settings.lighthouse, "torchft's Lighthouse {line}");
+                tracing::info!(address = %self.settings.local(), "torchft's Lighthouse {line}");
                 self.set(line);
                 orphan.gone().await;
                 self.set("exited (the adopted one)".into());
@@ -101,7 +87,7 @@ impl Job {
                 "{ended}; started again in {}",
                 humantime::format_duration(pause)
             );
-            tracing::warn!(address = %self.settings.lighthouse, "torchft's Lighthouse {line}");
+            tracing::warn!(address = %self.settings.local(), "torchft's Lighthouse {line}");
             self.set(line);
             tokio::time::sleep(pause).await;
         }
@@ -132,7 +118,7 @@ impl Job {
         };
         let pid = running.pid().unwrap_or_default();
         let since = crate::time::rfc3339(crate::clock::now_millis());
-        tracing::info!(pid, address = %self.settings.lighthouse, "torchft's Lighthouse started");
+        tracing::info!(pid, address = %self.settings.local(), "torchft's Lighthouse started");
         self.set(format!("running (pid {pid}, since {since})"));
         let status = running.wait().await;
         let tail = running.finish(true).await;
@@ -145,9 +131,24 @@ impl Job {
         }
     }
 
-    /// A Lighthouse an earlier `dtd` started (and did not stop: it was killed) at this address.
-    fn earlier(&self, uid: u32) -> Option<Orphan> {
-        let bind = format!("--bind={}", self.settings.lighthouse);
+    /// A Lighthouse that a `dtd` without the front left where the nodes dial (an upgrade): it
+    /// would hold the front's address and hear everyone, so it ends (killed as its `Orphan` is
+    /// dropped); the nodes' managers retry until the new one answers.
+    fn end_unfronted(&self) {
+        let dialled = self.settings.lighthouse;
+        let old = self
+            .run_as
+            .as_ref()
+            .ok()
+            .and_then(|u| self.earlier(u.uid, dialled));
+        if let Some(old) = old {
+            tracing::warn!(pid = old.pid, address = %dialled, "torchft's Lighthouse left by an earlier dtd without a front: ended");
+        }
+    }
+
+    /// A Lighthouse an earlier `dtd` started (and did not stop: it was killed) at `address`.
+    fn earlier(&self, uid: u32, address: std::net::SocketAddr) -> Option<Orphan> {
+        let bind = format!("--bind={address}");
         let procs = std::fs::read_dir("/proc").ok()?;
         procs.flatten().find_map(|e| {
             let pid: i32 = e.file_name().to_str()?.parse().ok()?;
