@@ -100,7 +100,7 @@ workers:
   launch_template: bench-worker
   min: 0
   max: {max_workers}
-shared_dir: {efs}
+{reports_config()}shared_dir: {efs}
 hostfiles:
   - {{ path: {efs}/host_worker, format: mxnet }}
 job:
@@ -145,19 +145,22 @@ def emulated_cluster():
             moto.wait()
 
 
-# Each worker's agent as the benchmarks play it: a key per instance on its dt:agent-key tag (as
-# dtd agent does at start, before it writes anything), its reports signed as the protocol says
-# (docs/shared-directory.md, "What dtd believes of it"; src/protocol/signed.rs).
-AGENT_KEYS = {}
+# Each worker's agent as the benchmarks play it (docs/shared-directory.md, "How a worker's reports
+# reach dtd"; src/protocol/channel.rs): a thread per agent with a connection to dtd's port, which
+# it makes as soon as dtd listens (and again when it is lost), saying hello with its instance's
+# identity document (signed by the tests' stand-in for AWS's key, which the benchmarks' dtd is told
+# to trust), then each report as it is put, signed as it is sent, and a ping when it has nothing
+# to say.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IDENTITY = os.path.join(ROOT, "tests", "fixtures", "identity")
+REPORTS_PORT = free_port()
+AGENTS = {}
 
 
-def agent_key(ec2, instance_id):
-    """The key of the instance's agent, made and tagged on the instance the first time."""
-    key = AGENT_KEYS.get(instance_id)
-    if key is None:
-        key = AGENT_KEYS[instance_id] = Ed25519PrivateKey.generate()
-        ec2.create_tags(Resources=[instance_id], Tags=[{"Key": "dt:agent-key", "Value": public(key)}])
-    return key
+def reports_config():
+    """The lines under `workers:` that every benchmark's dtd config has."""
+    return (f"  listen: 127.0.0.1:{REPORTS_PORT}\n"
+            f"  identity_certificates: {IDENTITY}/signer.pem\n")
 
 
 def public(key):
@@ -166,7 +169,7 @@ def public(key):
 
 
 def signed(key, name, body):
-    """`body` (a JSON object, as bytes) signed for the file `name`: the envelope dtd agent adds."""
+    """`body` (a JSON object, as bytes) signed for `name`: the envelope dtd agent adds."""
     open_ = body.rstrip()[:-1]
     signed_at = int(time.time() * 1000)
     prefix = open_ + (b"," if not open_.endswith(b"{") else b"")
@@ -175,14 +178,85 @@ def signed(key, name, body):
     return prefix + b',"sig":"' + base64.b64encode(sig) + b'"}\n'
 
 
+def identity(instance_id, ip):
+    """The instance identity document EC2 would serve, and its signature (the stand-in's)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+    doc = json.dumps({"accountId": "123456789012", "instanceId": instance_id, "privateIp": ip,
+                      "region": "us-east-1"}, indent=2)
+    with open(os.path.join(IDENTITY, "signer.pk8"), "rb") as f:
+        signer = serialization.load_der_private_key(f.read(), password=None)
+    sig = signer.sign(doc.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return doc, base64.b64encode(sig).decode()
+
+
+class PlayedAgent(threading.Thread):
+    def __init__(self, instance_id, ip):
+        super().__init__(daemon=True)
+        self.instance_id, self.ip = instance_id, ip
+        self.key = Ed25519PrivateKey.generate()
+        self.doc, self.sig = identity(instance_id, ip)
+        self.reports, self.versions = {}, 0
+        self.cv = threading.Condition()
+        self.start()
+
+    def put(self, name, body):
+        with self.cv:
+            self.versions += 1
+            self.reports[name] = (self.versions, body)
+            self.cv.notify()
+
+    def run(self):
+        while True:
+            try:
+                self.session()
+            except OSError:
+                time.sleep(0.1)
+
+    def session(self):
+        with socket.create_connection(("127.0.0.1", REPORTS_PORT), timeout=30) as sock:
+            answers = sock.makefile("rb")
+            hello = json.dumps({"instance_id": self.instance_id, "document": self.doc,
+                                "signature": self.sig}).encode()
+            self.ask(sock, answers, f"identity_{self.ip}", signed(self.key, f"identity_{self.ip}", hello))
+            sent = {}
+            while True:
+                with self.cv:
+                    waiting = lambda: [(n, v, b) for n, (v, b) in self.reports.items() if sent.get(n) != v]
+                    self.cv.wait_for(lambda: waiting(), timeout=8)
+                    todo = waiting()
+                if not todo:
+                    sock.sendall(b"ping\n")
+                    self.answer(answers)
+                for name, v, body in todo:
+                    self.ask(sock, answers, name, signed(self.key, name, body))
+                    sent[name] = v
+
+    def ask(self, sock, answers, name, line):
+        sock.sendall(name.encode() + b" " + line)
+        self.answer(answers)
+
+    @staticmethod
+    def answer(answers):
+        line = answers.readline()
+        if not line:
+            raise OSError("dtd closed the connection")
+        if not json.loads(line).get("ok"):
+            print(f"dtd refused: {line.decode().strip()}", file=sys.stderr)
+
+
+def boot(instance_id, ip):
+    """The instance's agent starts (it says hello as soon as dtd listens)."""
+    agent = AGENTS.get(instance_id)
+    if agent is None:
+        agent = AGENTS[instance_id] = PlayedAgent(instance_id, ip)
+    return agent
+
+
 def marker(efs, ec2, instance_id, ip):
-    """The worker's agent writes its success marker, whole (temp file, rename)."""
-    name = f"prepare_data_success_{ip}"
+    """The worker's agent says it prepared its data (its success marker)."""
     body = json.dumps({"instance_id": instance_id, "attempts": 1}).encode()
-    tmp = os.path.join(efs, f".{name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(signed(agent_key(ec2, instance_id), name, body))
-    os.rename(tmp, os.path.join(efs, name))
+    boot(instance_id, ip).put(f"prepare_data_success_{ip}", body)
 
 
 def read_hosts(efs):
@@ -264,8 +338,8 @@ def bench_latency(trials):
         joiners = launch(ec2, trials)
         for iid, ip in members:
             marker(efs, ec2, iid, ip)
-        for iid, _ in joiners:
-            agent_key(ec2, iid)  # their agents started: keys tagged, data not ready yet
+        for iid, ip in joiners:
+            boot(iid, ip)  # their agents started, their data not ready yet
         rec = SignalRecorder(efs)
         procs["dtd"] = start_dtd(write_config(workdir, efs, "1s", 200), url, workdir)
         wait("20 workers to join", lambda: len(read_hosts(efs)) == 20, timeout=60)

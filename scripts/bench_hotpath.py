@@ -260,7 +260,7 @@ workers:
   min: 0
   max: {max_workers}
   base_hosts: [{", ".join(base_ips)}]
-shared_dir: {efs}
+{be.reports_config()}shared_dir: {efs}
 hostfiles:
   - {{ path: {efs}/host_worker, format: mxnet }}
 job:
@@ -347,7 +347,7 @@ def gap(i, step):
 
 def join(ec2, events, efs, rec, i):
     (iid, ip), = be.launch(ec2, 1)
-    be.agent_key(ec2, iid)  # its agent starts at boot: its key on its instance
+    be.boot(iid, ip)  # its agent starts at boot and says hello
     state_change(events, iid, "pending")
     state_change(events, iid, "running")
     time.sleep(gap(i, 0))  # the worker prepares its data, then writes its marker
