@@ -290,6 +290,24 @@ def write_atomic(path, text):
     os.rename(tmp, path)
 
 
+def unique_ips(ec2, base, fleet):
+    """moto draws private IPs at random from 10/8: two of a thousand sometimes share one, which EC2
+    never does (and then only one of them can be a worker). The second of such a pair is
+    terminated, as if never launched, and replaced."""
+    seen = {ip for _, ip in base}
+    kept = []
+    for iid, ip in fleet:
+        if ip in seen:
+            ec2.terminate_instances(InstanceIds=[iid])
+            (iid, ip), = be.launch(ec2, 1)
+            while ip in seen:
+                ec2.terminate_instances(InstanceIds=[iid])
+                (iid, ip), = be.launch(ec2, 1)
+        seen.add(ip)
+        kept.append((iid, ip))
+    return kept
+
+
 def launch_many(ec2, count, what):
     out, started = [], time.monotonic()
     while len(out) < count:
@@ -417,6 +435,7 @@ def run_case(others, trials, window, logs, rust_log, poll):
             print(f"== {others} other workers: setting up moto", flush=True)
             base = be.launch(ec2, 2)
             fleet = launch_many(ec2, others, "other workers") if others else []
+            fleet = unique_ips(ec2, base, fleet)
             for iid, ip in base + fleet:
                 be.marker(efs, ec2, iid, ip)
             queue, events = event_queue(url)

@@ -8,6 +8,7 @@ use crate::config::{Config, HostfileSpec, Notify, TemplateRef};
 use crate::deadline::Deadline;
 use crate::model::*;
 
+use super::hook::HookError;
 use super::hostfiles::HostfileError;
 use super::notify::NotifyError;
 use super::queue::EventQueue;
@@ -84,7 +85,7 @@ pub async fn apply(
         deliver(a, n, shared_fs, notify_failing, now, &mut done).await;
     }
     if let Some(change) = &outcome.stall {
-        tell_stall(a, change, &mut done).await;
+        tell_stall(a, change, now, &mut done).await;
     }
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
     done.results.push((Step::StatusTags, words(tagged.err())));
@@ -137,7 +138,8 @@ async fn write_hostfiles(
     Ok(())
 }
 
-/// Tells the job; a refusal (the pidfile names another program) is journaled once.
+/// Tells the job; a refusal (the pidfile names another program, the hook is not safe to run) is
+/// journaled once.
 async fn deliver(
     a: &Actuators,
     n: &Notification,
@@ -180,7 +182,7 @@ async fn deliver(
         Err(e) => {
             let message = format!("{e} (retried next pass)");
             let changed = failing != Some(message.as_str());
-            if changed && matches!(e, NotifyError::Refused(_)) {
+            if changed && e.is_refusal() {
                 let e = Event::new(now, EventKind::NotifyRefused, message.clone());
                 done.events.push(Event { generation, ..e });
             }
@@ -190,8 +192,9 @@ async fn deliver(
 }
 
 /// Runs the stall command, once: the stall is journaled already, so a failure is reported
-/// (log, status) but not retried.
-async fn tell_stall(a: &Actuators, change: &StallChange, done: &mut Applied) {
+/// (log, status) but not retried. A refusal (the command is not safe to run) is journaled too,
+/// as `notify_refused`: it runs once per change, so that is once per refusal.
+async fn tell_stall(a: &Actuators, change: &StallChange, now: Millis, done: &mut Applied) {
     let Some(argv) = &a.stall_command else {
         return;
     };
@@ -201,9 +204,15 @@ async fn tell_stall(a: &Actuators, change: &StallChange, done: &mut Applied) {
             tracing::info!("stall command: {how}");
             done.results.push((Step::StallCommand, None));
         }
-        Err(e) => done
-            .results
-            .push((Step::StallCommand, Some(format!("{e} (not retried)")))),
+        Err(e) => {
+            let message = format!("{e} (not retried)");
+            if matches!(e, HookError::Refused(_)) {
+                let why = format!("stall command ({}): {message}", change.kind());
+                done.events
+                    .push(Event::new(now, EventKind::NotifyRefused, why));
+            }
+            done.results.push((Step::StallCommand, Some(message)));
+        }
     }
 }
 

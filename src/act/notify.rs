@@ -35,6 +35,18 @@ pub enum NotifyError {
     Stalled(crate::deadline::DeadlineError),
 }
 
+impl NotifyError {
+    /// Nothing was signalled or run because what was to be trusted is not the job's (the
+    /// pidfile) or could have been put in place by someone else (the hook): a refusal, journaled
+    /// once as `notify_refused`, not a mere failure.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            NotifyError::Refused(_) | NotifyError::Hook(HookError::Refused(_))
+        )
+    }
+}
+
 pub async fn send(how: &Notify, n: &Notification, hostfile: &Path) -> Result<String, NotifyError> {
     match how {
         Notify::None => Ok("no notification configured".into()),

@@ -53,19 +53,21 @@ dt_after_mount() {
 # path). The job's files (ack, host_worker_log, job.pid, progress) are in /myEFSvolume/job/run,
 # its user's: root's for a job started on this master, the workers' uid with a TrainingScript
 # (their torchrun runs as that user, as job.owner says). dtd believes them only when that user
-# owns them (docs/shared-directory.md, "What dtd believes of it"). A directory of another owner is moved aside,
-# never adopted, and each file is created empty (ack: 0), 0644, if it is not there.
+# owns them (docs/shared-directory.md, "What dtd believes of it"). A directory of another owner
+# is moved aside, never adopted, and each file is created empty (ack: 0), 0644, if it is not
+# there, by the directory's owner itself (setpriv, util-linux): root writing in a directory
+# the job's user owns would follow a link that user put there (`echo 0 >ack` onto a file of
+# root's), so root only makes the directory. A link there is left alone (dtd never follows
+# one: it refuses it), so none can fail the boot either.
 dt_job_files() {
-    local d=/myEFSvolume/job r=/myEFSvolume/job/run f o=0
+    local d=/myEFSvolume/job r=/myEFSvolume/job/run o=0
     [ -z '${TrainingScript}' ] || o=${WorkerUid}
     [ "$(stat -c %u $d 2>/dev/null || echo 0)" = 0 ] || mv $d $d.untrusted-$RANDOM
     install -d -m 755 -o 0 -g 0 $d
     [ "$(stat -c %u $r 2>/dev/null || echo $o)" = $o ] || mv $r $r.untrusted-$RANDOM
     install -d -m 755 -o $o -g $o $r
-    for f in host_worker_log job.pid progress ack; do
-        [ -e $r/$f ] || install -m 644 -o $o -g $o /dev/null $r/$f
-    done
-    [ -s $r/ack ] || echo 0 >$r/ack
+    setpriv --reuid=$o --regid=$o --clear-groups sh -ec \
+        'cd "$0"; umask 022; for f in host_worker_log job.pid progress ack; do [ -L $f ] || [ -e $f ] || : >$f; done; [ -L ack ] || [ -s ack ] || echo 0 >ack' $r
 }
 
 # A dtd that stays down (its unit fails after its start limit) marks this instance Unhealthy

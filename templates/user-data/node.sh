@@ -74,6 +74,30 @@ DT_CONFIG_END
 mv /etc/dt/dtd.yaml.new /etc/dt/dtd.yaml
 echo 'DT_CONFIG=/etc/dt/dtd.yaml' >/etc/profile.d/dt.sh
 
+# The instance metadata (IPv4 and IPv6) answers root only (docs/deploy.md, "Instance metadata"):
+# the job runs as dt-job and must not use this instance's identity (the role's credentials, the
+# signed identity document with which the agent proves its key); dtd runs as root. dtd's unit
+# loads the rules before every start ('+': outside its sandbox), so no rules, no dtd; one nft
+# transaction that replaces the table, so a restart adds nothing twice. Reject, not drop: a
+# refused client fails at once instead of waiting out its timeouts. The stack parameter
+# JobInstanceMetadata=true leaves the metadata open to every user.
+if [ '${JobInstanceMetadata}' != true ]; then
+    command -v nft >/dev/null || retry dnf install -y nftables
+    cat >/etc/dt/imds.nft <<'DT_IMDS_END'
+table inet dt_imds
+delete table inet dt_imds
+table inet dt_imds {
+ chain out {
+  type filter hook output priority 0;
+  ip daddr 169.254.169.254 meta skuid != 0 reject
+  ip6 daddr fd00:ec2::254 meta skuid != 0 reject
+ }
+}
+DT_IMDS_END
+    mkdir -p /etc/systemd/system/dtd.service.d
+    printf '[Service]\nExecStartPre=+nft -f /etc/dt/imds.nft\n' >/etc/systemd/system/dtd.service.d/imds.conf
+fi
+
 hook before_start
 systemctl daemon-reload
 systemctl enable --now dtd.service

@@ -19,7 +19,7 @@ fn an_outcome_is_applied_and_its_termination_confirmed_without_the_loop() {
     let ((stay, stay_ip), (leave, leave_ip)) = (&launched[0], &launched[1]);
     let notified = c.efs().join("notified");
     let job = format!(
-        "  notify: {{ command: [/bin/sh, -c, 'echo $DT_GENERATION > \"$1\"', hook, {}] }}",
+        "  notify: {{ command: [/bin/bash, -c, 'echo $DT_GENERATION > \"$1\"', hook, {}] }}",
         notified.display()
     );
     c.write_config(&c.config(0, 4, &[], &job));

@@ -352,7 +352,7 @@ fn a_hook_hears_the_reason_and_the_deadline_of_an_interruption() {
     let efs = c.efs().display().to_string();
     // The test's own hook: it keeps the environment of each notification.
     let job = format!(
-        "  notify: {{ command: [/bin/sh, -c, 'env > {efs}/hook-env.$DT_GENERATION'] }}\n  ack: {{ timeout: 10m }}"
+        "  notify: {{ command: [/bin/bash, -c, 'env > {efs}/hook-env.$DT_GENERATION'] }}\n  ack: {{ timeout: 10m }}"
     );
     c.extra = format!("events:\n  queue_url: {queue}\n");
     c.write_config(&c.config(0, 8, &[], &job));

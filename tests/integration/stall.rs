@@ -74,7 +74,7 @@ fn a_stopped_job_is_stalled_and_a_resumed_one_is_not() {
     let (efs, out) = (path_str(&c.efs()), path_str(&hooks));
     // The job is signalled (as the example expects); the stall has a command of its own.
     let job = format!(
-        "  notify: {{ signal: SIGUSR1, pidfile: {efs}/job.pid }}\n  ack: {{ host_worker_log: {efs}/host_worker_log, timeout: 10m }}\n  stall: {{ after: 4s, command: [/bin/sh, -c, 'env | sort > \"$1/$DT_EVENT.env\" && echo done >> \"$1/$DT_EVENT.env\"', stall-hook, {out}] }}"
+        "  notify: {{ signal: SIGUSR1, pidfile: {efs}/job.pid }}\n  ack: {{ host_worker_log: {efs}/host_worker_log, timeout: 10m }}\n  stall: {{ after: 4s, command: [/bin/bash, -c, 'env | sort > \"$1/$DT_EVENT.env\" && echo done >> \"$1/$DT_EVENT.env\"', stall-hook, {out}] }}"
     );
     c.write_config(&c.config(1, 8, &[&base_ip], &job));
     c.start_dtd();
@@ -149,4 +149,54 @@ fn a_stopped_job_is_stalled_and_a_resumed_one_is_not() {
         .map(|r| r.json()["kind"].as_str().unwrap_or_default().to_string())
         .collect();
     assert_eq!(kinds, ["stalled", "stall_cleared"]);
+}
+
+/// The stall command runs as root on the master too: one anyone else could have put in place
+/// (its directory writable by others) is not run; the stall is journaled and the refusal with
+/// it, once, naming the path at fault.
+#[test]
+fn a_stall_command_others_could_change_is_refused_and_journaled() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Cluster::new();
+    let (_, base_ip) = c.launch(1).remove(0);
+    let hooks = c.dir.path().join("stall-hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    let command = hooks.join("page.sh");
+    let ran = c.dir.path().join("paged");
+    std::fs::write(&command, format!("#!/bin/bash\ntouch {}\n", ran.display())).unwrap();
+    std::fs::set_permissions(&command, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&hooks, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The job's progress, written once by the test as the job's user (the test's own): its step
+    // stands still, so the job stalls.
+    std::fs::write(c.efs().join("progress"), "{\"step\": 42}\n").unwrap();
+    let owner = nix::unistd::geteuid().as_raw();
+    let job = format!(
+        "  owner: {owner}\n  ack: {{ timeout: 10m }}\n  stall: {{ after: 2s, command: [{}] }}",
+        command.display()
+    );
+    c.write_config(&c.config(1, 8, &[&base_ip], &job));
+    c.start_dtd();
+
+    let stalled = journaled(&c, "stalled");
+    assert!(
+        (stalled[0]["message"].as_str().unwrap()).starts_with("the job's step 42 has not advanced"),
+        "{stalled:?}"
+    );
+    let refused = journaled(&c, "notify_refused");
+    let message = refused[0]["message"].as_str().unwrap();
+    let why = format!(
+        "stall command (stalled): hook refused {}: {} is writable by its group or others and not sticky (mode 0777)",
+        command.display(),
+        hooks.display()
+    );
+    assert!(message.starts_with(&why), "{message}");
+    assert!(message.ends_with("(not retried)"), "{message}");
+    // Run once per change: later passes neither run it nor journal it again.
+    c.wait_passes(3);
+    let kinds: Vec<_> = (c.journal().iter())
+        .filter(|e| e["kind"] == "notify_refused")
+        .map(|e| e["message"].clone())
+        .collect();
+    assert_eq!(kinds.len(), 1, "{kinds:?}");
+    assert!(!ran.exists(), "a refused stall command ran");
 }

@@ -37,6 +37,9 @@ def after_mount(shared, script, training_script=""):
 @unittest.skipUnless(os.geteuid() == 0, "needs root: files owned by another user")
 class AfterMountTest(unittest.TestCase):
     def run_after_mount(self, shared, script, training_script=""):
+        # The job's user makes its own files in job/run: it must reach it, as it reaches
+        # /myEFSvolume on a node (mode 1775).
+        os.chmod(shared.parent, 0o755)
         r = subprocess.run(["bash", "-euo", "pipefail", "-c",
                             after_mount(shared, script, training_script) + "dt_after_mount\n"],
                            capture_output=True, text=True, timeout=30)
@@ -124,6 +127,32 @@ class AfterMountTest(unittest.TestCase):
                 st = (shared / "job" / "run" / name).stat()
                 self.assertEqual((st.st_uid, st.st_mode & 0o7777), (50000, 0o644), name)
             self.assertEqual((shared / "job" / "run" / "ack").read_text(), "0\n")
+
+    def test_root_follows_no_link_the_jobs_user_put_in_its_directory(self):
+        # job/run is the job user's: a link it puts at `ack` or `progress` must not make the
+        # master's root write, truncate or create a file of root's elsewhere.
+        with tempfile.TemporaryDirectory() as tmp:
+            shared = Path(tmp) / "efs"
+            run = shared / "job" / "run"
+            run.mkdir(parents=True)
+            os.chmod(shared / "job", 0o755)
+            os.chown(run, 50000, 50000)
+            victim = Path(tmp) / "roots-file"
+            victim.write_text("")
+            os.chmod(victim, 0o644)
+            os.symlink(victim, run / "ack")
+            os.lchown(run / "ack", 50000, 50000)
+            absent = Path(tmp) / "roots-dir" / "created"
+            absent.parent.mkdir()
+            os.symlink(absent, run / "progress")
+            os.lchown(run / "progress", 50000, 50000)
+            self.run_after_mount(shared, shared / "prepare" / "prepare-data.py",
+                                 "/myEFSvolume/job/train.py")
+            self.assertEqual(victim.read_text(), "", "root wrote through the job's link")
+            self.assertFalse(absent.exists(), "root created a file through the job's link")
+            for name in ("host_worker_log", "job.pid"):
+                st = (run / name).stat()
+                self.assertEqual((st.st_uid, st.st_mode & 0o7777), (50000, 0o644), name)
 
     def test_a_state_directory_others_made_or_can_enter_is_moved_aside(self):
         for owner, mode in ((WORKER, 0o700), (0, 0o755)):

@@ -20,6 +20,19 @@ def sync(*args):
     return r.returncode, r.stdout, r.stderr
 
 
+def block_body(text):
+    """The block scalar that starts `text`: its lines up to the first one indented less (blank
+    lines inside it included)."""
+    lines = text.split("\n")
+    indent = len(lines[0]) - len(lines[0].lstrip(" "))
+    body = []
+    for line in lines:
+        if line.strip() and len(line) - len(line.lstrip(" ")) < indent:
+            break
+        body.append(line)
+    return "\n".join(body)
+
+
 class StackSyncTest(unittest.TestCase):
     def test_the_stack_holds_the_current_templates(self):
         code, _, err = sync("--check")
@@ -44,9 +57,9 @@ class StackSyncTest(unittest.TestCase):
 
     def test_concatenated_scripts_keep_the_first_shebang(self):
         stack = (ROOT / "cloudformation" / "dynamic-training.yaml").read_text()
-        master = stack.split("# from templates/user-data/master.sh + templates/user-data/node.sh")
+        master = stack.split("# from templates/user-data/master.sh + templates/user-data/node.sh\n")
         self.assertEqual(len(master), 2)
-        body = master[1].split("\n            - ")[0]
+        body = block_body(master[1])
         sources = [(ROOT / "templates" / "user-data" / n).read_text() for n in ("master.sh", "node.sh")]
         # node.sh's shebang is dropped; master.sh's own and its dt-replace-master script's stay.
         self.assertEqual(body.count("#!/bin/bash"), sum(t.count("#!/bin/bash") for t in sources) - 1)

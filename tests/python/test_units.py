@@ -1,12 +1,14 @@
 """The systemd units the node bootstrap writes pass `systemd-analyze verify`.
 
 templates/user-data/node.sh installs dtd.service from the release (templates/systemd/, its
-@ROLE@ and @REGION@ filled in by sed), and on the master templates/user-data/master.sh adds a
-drop-in (OnFailure=) and dt-replace-master.service with its script. The test renders them the
+@ROLE@ and @REGION@ filled in by sed) with a drop-in that loads the instance metadata's rules
+first (ExecStartPre=), and on the master templates/user-data/master.sh adds a drop-in
+(OnFailure=) and dt-replace-master.service with its script. The test renders them the
 way the bootstrap does: the unit with its placeholders filled in, and every `cat >PATH <<'MARK'`
 here-document and `printf '...' >PATH` of the two scripts becomes PATH under a temporary root,
-with the stack's variables replaced by plain values. `dtd` itself comes from the release archive, so a stub stands in at
-/usr/local/bin/dtd (verify checks that ExecStart= is executable).
+with the stack's variables replaced by plain values. `dtd` itself comes from the release archive,
+and nft from Amazon Linux, so stubs stand in at /usr/local/bin/dtd and /usr/sbin/nft (verify
+checks that ExecStart= and ExecStartPre= are executable).
 
 `systemd-analyze verify` works here without systemd as PID 1: it loads the units itself. With
 --root it reads units only under that root, so the host's /usr/lib/systemd/system (the targets
@@ -70,10 +72,13 @@ def node_root(tmp, role):
         target.write_text(content)
         if content.startswith("#!"):
             target.chmod(0o755)
-    dtd = root / "usr/local/bin/dtd"
-    dtd.parent.mkdir(parents=True, exist_ok=True)
-    dtd.write_text("#!/bin/sh\n# stand-in for the release's dtd\n")
-    dtd.chmod(0o755)
+    # Stand-ins for what ExecStart= and ExecStartPre= run (verify checks they are executable):
+    # the release's dtd, and Amazon Linux's nft (nftables), which the bare name finds.
+    for program in ("usr/local/bin/dtd", "usr/sbin/nft"):
+        stand_in = root / program
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        stand_in.write_text(f"#!/bin/sh\n# stand-in for /{program}\n")
+        stand_in.chmod(0o755)
     shutil.copytree(HOST_UNITS, root / "usr/lib/systemd/system", symlinks=True)
     return root, files
 
@@ -88,7 +93,9 @@ def verify(root, *units):
 class UnitFilesTest(unittest.TestCase):
     def test_the_bootstrap_writes_the_units(self):
         worker = written_files("node.sh", "agent")
-        self.assertIn("/etc/systemd/system/dtd.service", worker)
+        self.assertEqual(
+            sorted(worker),
+            ["/etc/systemd/system/dtd.service", "/etc/systemd/system/dtd.service.d/imds.conf"])
         master = written_files("master.sh", "run")
         self.assertEqual(
             sorted(master),
@@ -106,6 +113,12 @@ class UnitFilesTest(unittest.TestCase):
                           files["/etc/systemd/system/dtd.service"])
             r = verify(root, "dtd.service")
             self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
+            # The drop-in is loaded: dtd starts only after the instance metadata's rules, which
+            # '+' loads outside dtd's sandbox (it has no CAP_NET_ADMIN).
+            show = subprocess.run([ANALYZE, "cat-config", f"--root={root}",
+                                   "systemd/system/dtd.service.d/imds.conf"],
+                                  capture_output=True, text=True, timeout=60)
+            self.assertIn("ExecStartPre=+nft -f /etc/dt/imds.nft", show.stdout, show.stderr)
 
     def test_master_units_verify(self):
         with tempfile.TemporaryDirectory(prefix="dt-units.") as tmp:

@@ -1,5 +1,5 @@
-//! The nodes' IAM roles: each gets only what its side of dtd calls. The worker: Session Manager,
-//! its own agent key, the file system through its access point. The master: Session Manager, the
+//! The nodes' IAM roles: each gets only what its side of dtd calls. The worker: Session Manager
+//! and the file system through its access point, no EC2 action. The master: Session Manager, the
 //! webhook's secret, tags and terminations of this cluster's instances, its own group's actions,
 //! launches from the worker template only, and no action that nothing in src/ calls.
 
@@ -27,8 +27,7 @@ pub fn check_iam(moto: &Moto, out: &BTreeMap<String, String>) {
     let ap = access_point(moto, &out["FileSystemId"]);
     let worker_profile = profile_of(moto, &out["WorkerLaunchTemplateId"]);
     let worker = policy_of(moto, &worker_profile, &ap);
-    check_worker_sessions(&worker);
-    check_worker_tags_only_itself(&worker);
+    check_worker_sessions(moto, &worker);
     check_worker_file_system(&worker, &ap);
 
     let master_lt = master_group(moto, out)["LaunchTemplate"]["LaunchTemplateId"]
@@ -62,41 +61,41 @@ fn policy_of(moto: &Moto, profile_arn: &str, ap: &Json) -> Json {
     serde_json::from_str::<Json>(&moto_access_point_ref(&p.to_string(), ap_id)).unwrap()
 }
 
-fn check_worker_sessions(worker: &Json) {
+/// Session Manager's actions, for this stack's instances only, and in the stack's own network
+/// only from behind its NAT gateway: the roles' credentials used outside the VPC fail.
+fn check_worker_sessions(moto: &Moto, worker: &Json) {
     let sessions = statement(worker, "SessionManager");
     assert_eq!(actions(sessions), SESSION);
+    let nat = aws_json(moto, &["ec2", "describe-nat-gateways"]);
+    let [gateway] = nat["NatGateways"].as_array().unwrap().as_slice() else {
+        panic!("one NAT gateway: {nat}");
+    };
+    let public = gateway["NatGatewayAddresses"][0]["PublicIp"]
+        .as_str()
+        .unwrap();
     assert_eq!(
-        sessions["Condition"]["ArnLike"]["ec2:SourceInstanceARN"],
-        "arn:aws:ec2:us-east-1:123456789012:instance/*",
-        "the credentials work only from an instance"
+        sessions["Condition"]["IpAddress"]["aws:SourceIp"],
+        format!("{public}/32").as_str(),
+        "only from behind the stack's NAT gateway"
     );
     assert_eq!(
         sessions["Condition"]["StringEqualsIfExists"]["aws:ResourceTag/dt:cluster"], STACK,
         "only this stack's instances register with Systems Manager"
     );
+    let keys: Vec<&String> = (sessions["Condition"].as_object().unwrap().values())
+        .flat_map(|op| op.as_object().unwrap().keys())
+        .collect();
+    assert_eq!(keys.len(), 2, "no other condition: {keys:?}");
 }
 
-/// Of EC2, a worker may only put its agent's key on its own instance.
-fn check_worker_tags_only_itself(worker: &Json) {
-    let tag = statement(worker, "TagItselfWithItsAgentKey");
-    assert_eq!(actions(tag), ["ec2:CreateTags"]);
-    assert_eq!(
-        tag["Condition"]["StringEquals"]["aws:ARN"], "${ec2:SourceInstanceARN}",
-        "its own instance only"
-    );
-    assert_eq!(
-        tag["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
-        serde_json::json!(["dt:agent-key"])
-    );
-}
-
-/// Of the file system, a worker has the client actions, through its access point only.
+/// Of the file system, a worker has the client actions, through its access point only; and no
+/// other action at all but Session Manager's (no EC2 tag: `dtd` takes no key from one).
 fn check_worker_file_system(worker: &Json, ap: &Json) {
     let all: Vec<String> = worker["Statement"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["Sid"] != "SessionManager" && s["Sid"] != "TagItselfWithItsAgentKey")
+        .filter(|s| s["Sid"] != "SessionManager")
         .flat_map(actions)
         .collect();
     assert!(

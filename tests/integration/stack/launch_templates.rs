@@ -68,6 +68,12 @@ fn check_worker_user_data(moto: &Moto, out: &BTreeMap<String, String>, data: &Js
             .unwrap_or_default()
     );
     assert!(!user_data.contains("cfn-signal"), "only the master signals");
+    // JobInstanceMetadata defaults to false: the instance metadata answers root only
+    // (tests/python/test_imds_lock.py loads the rules the block writes).
+    assert!(
+        user_data.contains("if [ 'false' != true ]; then\n    command -v nft"),
+        "{user_data}"
+    );
     let config = config_in(&user_data);
     assert!(!user_data.contains("${"), "every variable is substituted");
     // The alerts' webhook is the master's alone: no worker holds it or can read its secret.

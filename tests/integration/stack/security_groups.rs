@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use super::support::{aws_json, launch_data, master_group, STACK};
+use super::support::{aws_json, launch_data, master_group, template, STACK};
 use crate::support::Moto;
 use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
 
 /// The security group tagged `Name` = `name`: its id and its ingress rules.
 fn security_group(moto: &Moto, name: &str) -> (String, Vec<Json>) {
@@ -45,7 +46,8 @@ fn sources(rules: &[Json]) -> Vec<(String, String, Option<i64>, Option<i64>)> {
 }
 
 /// Workers talk to workers and take the master's calls freely; the master takes from workers
-/// only the job's TCP ports (no ssh, nothing privileged); the file system NFS from both.
+/// only the job's TCP ports (no ssh, nothing privileged) and the agents' reports on 7719; the
+/// file system NFS from both.
 pub fn check_security_groups(moto: &Moto, out: &BTreeMap<String, String>) {
     let (master, master_in) = security_group(moto, &format!("{STACK}-master"));
     let (workers, workers_in) = security_group(moto, &format!("{STACK}-workers"));
@@ -54,7 +56,9 @@ pub fn check_security_groups(moto: &Moto, out: &BTreeMap<String, String>) {
     want.sort();
     assert_eq!(sources(&workers_in), want);
     let job = (workers.clone(), "tcp".to_string(), Some(1024), Some(65535));
-    assert_eq!(sources(&master_in), [job]);
+    let reports = (workers.clone(), "tcp".to_string(), Some(7719), Some(7719));
+    assert_eq!(sources(&master_in), [job, reports]);
+    check_reports_rule(&master_in);
     let master_lt = &master_group(moto, out)["LaunchTemplate"]["LaunchTemplateId"];
     let data = launch_data(moto, master_lt.as_str().unwrap());
     assert_eq!(data["SecurityGroupIds"], serde_json::json!([master]));
@@ -81,4 +85,19 @@ pub fn check_security_groups(moto: &Moto, out: &BTreeMap<String, String>) {
     ];
     want.sort();
     assert_eq!(nfs, want);
+}
+
+/// The agents' reports' rule is the stack's `MasterIngressReports` and says what it is for, in
+/// the characters EC2 takes in a rule's description (no apostrophe).
+fn check_reports_rule(master_in: &[Json]) {
+    assert!(
+        master_in.iter().any(|r| r["FromPort"] == 7719),
+        "{master_in:?}"
+    );
+    // Stand-in: moto keeps no description of a rule a stack creates; it is the template's.
+    let t = template();
+    let rule = &t["Resources"]["MasterIngressReports"]["Properties"];
+    assert_eq!(rule["Description"], Yaml::from("dtd agents reports"));
+    let allowed = |c: char| c.is_ascii_alphanumeric() || " ._-:/()#,@[]+=;{}!$*".contains(c);
+    assert!(rule["Description"].as_str().unwrap().chars().all(allowed));
 }
