@@ -16,6 +16,7 @@ pub mod markers;
 pub mod observer;
 pub mod progress;
 pub mod queue;
+pub mod reports;
 pub mod reservations;
 pub mod shared;
 pub mod shared_changes;

@@ -4,35 +4,33 @@
 //! due. The daemon's loop asks for it and decides on it; what a source keeps between passes (the
 //! EC2 view, the event queue's inbox, the group as last read, the reservations) lives here.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::acks::{AckReader, KnownIps};
-use super::agents::{Agents, Heard, ListenError, Proof};
+use super::agents::ListenError;
 use super::asg::{self, GroupError};
 use super::ec2::{resolve_launch_template, Ec2Error, Ec2Observer};
 use super::ec2_view::Ec2View;
 use super::efs::{MountTargetError, MountTargetWatch};
 use super::inbox::{Heeded, Inbox};
-use super::markers::book::{self, Book, Judging, Keys};
-use super::markers::{MarkerScanner, Scan};
+use super::markers::book;
+use super::markers::MarkerScanner;
 use super::progress::ProgressReader;
 use super::queue::ReceiveError;
+use super::reports::{Judged, Reports};
 use super::reservations::{self, ReservationWatch};
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use super::sources;
 use crate::aws::Clients;
 use crate::clock::{millis, SharedClock};
-use crate::config::Config;
-use crate::config::Reports;
+use crate::config::{Config, Reports as Mode};
 use crate::deadline::Deadline;
 use crate::model::*;
-use crate::protocol::markers::MarkerName;
 use crate::store::Paths;
 
 /// How long after a failed read of the capacity choices' subnets it is tried again.
@@ -61,14 +59,8 @@ pub struct Observer {
     subnets_asked: Option<Millis>,
     /// The reservations `workers.capacity` names by id, when it names any.
     reservations: Option<ReservationWatch>,
-    /// The reports believed so far, and what a new one must be to be believed.
-    book: Book,
-    /// The agents' port, with signed reports (`take_reports`).
-    agents: Option<Agents>,
-    /// The keys `dtd` keeps changed (or may have): the agents' port is told before the next pass.
-    pins_stale: bool,
-    /// The complete listing the agents' port last forgot gone instances by.
-    forgot_by: Option<Millis>,
+    /// What the workers' reports say, and what of it is believed.
+    reports: Reports,
     clock: SharedClock,
     /// The workers the job's log may speak of (see `acks::KnownIps`).
     known: KnownIps,
@@ -97,9 +89,9 @@ impl Observer {
         let known = KnownIps::default();
         let log = ack.host_worker_log.as_deref();
         let readers = SharedReaders {
-            markers: (cfg.workers.reports == Reports::Unsigned)
+            markers: (cfg.workers.reports == Mode::Unsigned)
                 .then(|| MarkerScanner::new(&cfg.shared_dir)),
-            strays: (cfg.workers.reports == Reports::Signed)
+            strays: (cfg.workers.reports == Mode::Signed)
                 .then(|| super::strays::Strays::new(&cfg.shared_dir)),
             acks: AckReader::new(&ack.file, log, owner, known.clone()),
             resume: paths.resume(),
@@ -127,10 +119,7 @@ impl Observer {
                 clients.ec2.clone(),
                 reservations::ids(sources::choices(cfg)),
             ),
-            book: Book::default(),
-            agents: None,
-            pins_stale: false,
-            forgot_by: None,
+            reports: Reports::default(),
             clock,
             known,
             clients,
@@ -158,29 +147,12 @@ impl Observer {
         cfg: &Config,
         pins: Pins<'_>,
     ) -> Result<std::net::SocketAddr, ListenError> {
-        let agents = Agents::start(cfg, self.clock.clone(), pins.keys()).await?;
-        let bound = agents.bound;
-        self.agents = Some(agents);
-        Ok(bound)
+        self.reports.take(cfg, self.clock.clone(), pins).await
     }
 
-    /// Before the first pass: waits until the agents of `known` (the instances whose keys dtd
-    /// kept) have proved themselves again, or `most`, but at least `least` (agents retry every
-    /// 100 ms at first), so that a restarted dtd does not decide on what it has not yet heard.
-    /// Returns how many of `known` were heard.
+    /// See [`Reports::await_agents`].
     pub async fn await_agents(&self, known: &[String], least: Duration, most: Duration) -> usize {
-        let Some(agents) = &self.agents else {
-            return 0;
-        };
-        let started = tokio::time::Instant::now();
-        loop {
-            let proved = agents.board().proved(known);
-            let waited = started.elapsed();
-            if waited >= most || (waited >= least && proved == known.len()) {
-                return proved;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.reports.await_agents(known, least, most).await
     }
 
     /// Waits for news worth a pass before the clock asks for one: the event queue's messages
@@ -188,16 +160,10 @@ impl Observer {
     /// what an event missed, and after which the group is read again. Cancel-safe, as every
     /// wait is.
     pub async fn news(&mut self) {
-        let agents = async {
-            match &self.agents {
-                Some(a) => a.board().news().await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             Some(update) = self.inbox.recv() => self.inbox.take(update),
             _ = self.ec2.finish_resync() => self.group_due = true,
-            () = agents => {}
+            () = self.reports.news() => {}
         }
     }
 
@@ -260,7 +226,7 @@ impl Observer {
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();
         let now = self.clock.now();
-        let heard = self.hear(pins, now);
+        let heard = self.reports.hear(pins, now);
         let scanned = shared.markers.as_ref().and_then(|m| m.as_ref().ok());
         let reported = scanned.map(book::reported_ips);
         let proved: Vec<String> = (heard.iter().flat_map(|h| &h.proofs))
@@ -276,8 +242,17 @@ impl Observer {
             Err(e) => Err(e),
         };
         let markers = match (heard, shared.markers) {
-            (Some(heard), _) => Ok(self.judge_heard(&heard, &shared.strays, &instances, pins, now)),
-            (None, Some(scan)) => scan.map(|scan| self.judge_files(cfg, &scan, now)),
+            (Some(heard), _) => {
+                let listed_at = self.ec2.listed_at();
+                let on = Judged {
+                    instances: &instances,
+                    listed_at,
+                    pins,
+                    now,
+                };
+                Ok(self.reports.judge_heard(&heard, &shared.strays, on))
+            }
+            (None, Some(scan)) => scan.map(|scan| self.reports.judge_files(cfg, &scan, now)),
             (None, None) => Ok(Markers::default()),
         };
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
@@ -301,107 +276,6 @@ impl Observer {
             ec2_calls: listing_calls + refreshed.calls,
             mount_targets_error,
         }
-    }
-
-    /// What the agents' port has heard since the last pass (signed reports), once it knows the
-    /// keys dtd keeps now.
-    fn hear(&mut self, pins: Pins<'_>, now: Millis) -> Option<Heard> {
-        let board = self.agents.as_ref()?.board();
-        if std::mem::take(&mut self.pins_stale) {
-            board.set_pins(pins.keys());
-        }
-        Some(board.take(now))
-    }
-
-    /// What of the agents' reports is believed, against EC2's view just read: the instance at
-    /// each report's IP, the key dtd pinned for it, else the one its agent proved (which decide
-    /// pins on this same pass from `Markers::key_proofs`).
-    fn judge_heard(
-        &mut self,
-        heard: &Heard,
-        strays: &[MarkerName],
-        instances: &Result<Vec<Instance>, Ec2Error>,
-        pins: Pins<'_>,
-        now: Millis,
-    ) -> Markers {
-        let proofs: HashMap<IpAddr, &Proof> = heard.proofs.iter().map(|p| (p.ip, p)).collect();
-        let ips: HashSet<IpAddr> = (heard.scan.files.keys().map(|n| n.ip))
-            .chain(heard.refused.iter().map(|r| r.ip))
-            .chain(strays.iter().map(|n| n.ip))
-            .chain(proofs.keys().copied())
-            .collect();
-        let mut keys = Keys::default();
-        let mut key_proofs = Vec::new();
-        if let Ok(list) = instances {
-            keys.complete = true;
-            for i in list.iter().filter(|i| ips.contains(&i.ip)) {
-                let proved = proofs
-                    .get(&i.ip)
-                    .filter(|p| p.instance_id == i.id)
-                    .map(|p| &p.key);
-                let pinned = pins.get(&i.id);
-                if let Some(k) = proved.filter(|k| Some(*k) != pinned) {
-                    key_proofs.push((i.id.clone(), k.clone()));
-                }
-                let key = pinned.or(proved).cloned();
-                keys.by_ip.insert(i.ip, (i.id.clone(), key));
-            }
-            self.forget_gone(list, heard, now);
-        }
-        self.pins_stale |= !key_proofs.is_empty();
-        let floor = |id: &str, kind| pins.floor(id, kind);
-        let judging = Judging {
-            keys: &keys,
-            mode: Reports::Signed,
-            now,
-            heard: &heard.heard,
-            floor: &floor,
-        };
-        let mut markers = self.book.judge(&heard.scan, &judging);
-        self.book
-            .refused_on_arrival(&heard.refused, &keys, &mut markers);
-        self.book.strays(strays, &keys, &mut markers);
-        markers.key_proofs = key_proofs;
-        markers
-    }
-
-    /// Once per complete listing: the agents' port forgets what it heard of instances gone (EC2
-    /// lists another at their IP, or none), unless heard in the last minute (new, not listed
-    /// yet). An agent forgotten while still connected is disconnected: it says it all again.
-    fn forget_gone(&mut self, list: &[Instance], heard: &Heard, now: Millis) {
-        let (Some(agents), Some(listed_at)) = (&self.agents, self.ec2.listed_at()) else {
-            return;
-        };
-        if self.forgot_by == Some(listed_at) {
-            return;
-        }
-        self.forgot_by = Some(listed_at);
-        self.pins_stale = true;
-        let at: HashMap<IpAddr, &str> = list.iter().map(|i| (i.ip, i.id.as_str())).collect();
-        let lately = |id: &str| {
-            heard
-                .heard
-                .get(id)
-                .is_some_and(|h| now.saturating_sub(*h) < 60_000)
-        };
-        agents
-            .board()
-            .forget(|id, ip| at.get(&ip) == Some(&id) || lately(id));
-    }
-
-    /// The 2018 protocol's files (`workers.reports: unsigned`): the prepare-data markers as
-    /// they are.
-    fn judge_files(&mut self, cfg: &Config, scan: &Scan, now: Millis) -> Markers {
-        let keys = Keys::default();
-        let nothing = |_: &str, _| None;
-        let judging = Judging {
-            keys: &keys,
-            mode: cfg.workers.reports,
-            now,
-            heard: &HashMap::new(),
-            floor: &nothing,
-        };
-        self.book.judge(scan, &judging)
     }
 
     /// The workers the job's acknowledgements may be about: the members and the leaving workers

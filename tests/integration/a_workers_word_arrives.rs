@@ -14,9 +14,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use dt::protocol::health::HealthReport;
 use dt::protocol::markers::MarkerName;
 
+use crate::no_worker_speaks_for_another::health;
 use crate::support::attacker::Attacker;
 use crate::support::imds::ImdsStandIn;
 use crate::support::*;
@@ -256,22 +256,6 @@ fn the_same_done_to_every_other_member_at_once_changes_nothing() {
         .journal()
         .iter()
         .any(|e| e["kind"] == "silence_widespread"));
-}
-
-fn health(id: &str, ok: bool) -> Vec<u8> {
-    HealthReport {
-        instance_id: id.into(),
-        ok,
-        gpus_lost: !ok,
-        reason: if ok {
-            "ok".into()
-        } else {
-            "7 of 8 GPUs visible".into()
-        },
-        when: "2026-11-28T04:00:00Z".into(),
-        output_tail: vec![],
-    }
-    .render()
 }
 
 /// An older report, signed by the victim's own agent key, sent again by someone holding its

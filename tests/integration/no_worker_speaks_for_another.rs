@@ -16,7 +16,7 @@ use dt::protocol::launcher::{LauncherReport, LauncherState};
 use crate::support::*;
 
 /// `ok`, or its GPUs gone (the worker leaves at once).
-fn health(id: &str, ok: bool) -> Vec<u8> {
+pub(crate) fn health(id: &str, ok: bool) -> Vec<u8> {
     health_as(id, ok, !ok)
 }
 

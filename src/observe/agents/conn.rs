@@ -25,6 +25,9 @@ use crate::protocol::markers::MarkerName;
 /// slot a worker's agent may need.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
+/// A connection's read buffer; a longer line is gathered in its line buffer.
+const READ_BUFFER: usize = 256;
+
 /// What every connection shares.
 pub struct Ctx {
     pub board: Arc<Board>,
@@ -59,7 +62,9 @@ enum Ended {
 pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, admitted: G) {
     let (r, w) = stream.into_split();
     let mut conn = Conn {
-        r: BufReader::new(r),
+        // Small: most lines are pings, and at 10,000 agents every byte here is 10 kB of dtd's
+        // memory; a longer line is read through it in pieces.
+        r: BufReader::with_capacity(READ_BUFFER, r),
         w,
         peer,
         ctx,
@@ -181,7 +186,10 @@ impl Conn {
                     return Err(self.refuse(proof.ip, &file, "garbled", why, now).await);
                 }
             };
-            self.line = line;
+            // A report's line is not kept: what a connection holds between lines is a ping's.
+            if line.capacity() <= READ_BUFFER {
+                self.line = line;
+            }
             self.answer(answer).await?;
         }
     }
