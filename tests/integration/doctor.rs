@@ -259,8 +259,8 @@ fn queue_arn(c: &Cluster, url: &str) -> String {
 fn config(c: &Cluster, h: &Names, shared: &Path) -> String {
     let state = c.state_dir().display().to_string();
     format!(
-        "cluster: {CLUSTER}\nworkers:\n  launch_template: {}\n  auto_scaling_group: {}\n  min: 0\n  max: 4\nshared_dir: {}\nshared_fs_id: {}\nstate_dir: {state}\njob:\n  notify: none\nevents:\n  queue_url: {}\ninterval: 300ms\n",
-        h.template, h.group, shared.display(), h.fs, h.queue
+        "cluster: {CLUSTER}\nworkers:\n  launch_template: {}\n  auto_scaling_group: {}\n  min: 0\n  max: 4\n{}shared_dir: {}\nshared_fs_id: {}\nstate_dir: {state}\njob:\n  notify: none\nevents:\n  queue_url: {}\ninterval: 300ms\n",
+        h.template, h.group, c.reports_config(), shared.display(), h.fs, h.queue
     )
 }
 
@@ -814,7 +814,7 @@ fn doctor_names_a_permission_the_role_lacks() {
     let shared = dir.path().join("efs");
     std::fs::create_dir_all(&shared).unwrap();
     let config = dir.path().join("dtd.yaml");
-    std::fs::write(&config, format!("cluster: {CLUSTER}\nworkers:\n  launch_template: itest-iam\n  max: 4\nshared_dir: {}\njob:\n  notify: none\ninterval: 300ms\nallow_local_state_dir: true\n", shared.display())).unwrap();
+    std::fs::write(&config, format!("cluster: {CLUSTER}\nworkers:\n  launch_template: itest-iam\n  max: 4\n  listen: 127.0.0.1:0\nshared_dir: {}\njob:\n  notify: none\ninterval: 300ms\nallow_local_state_dir: true\n", shared.display())).unwrap();
     let mut dtd = std::process::Command::new(env!("CARGO_BIN_EXE_dtd"))
         .args(["run", "--config"])
         .arg(&config)

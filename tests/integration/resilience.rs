@@ -31,13 +31,12 @@ fn more_than_a_thousand_workers_across_many_pages() {
     // which EC2 never does. The second of such a pair is terminated, as if never launched.
     let mut ips = std::collections::BTreeSet::new();
     for (id, ip) in &launched {
-        match ips.insert(ip.clone()) {
-            true => c.marker(ip),
-            false => {
-                c.aws(&["ec2", "terminate-instances", "--instance-ids", id]);
-            }
+        if !ips.insert(ip.clone()) {
+            c.aws(&["ec2", "terminate-instances", "--instance-ids", id]);
         }
     }
+    // After: the first of a pair is then the one instance alive at its IP.
+    ips.iter().for_each(|ip| c.marker(ip));
     let workers = ips.len();
     c.start_dtd();
     wait_until(

@@ -583,7 +583,7 @@ fn the_state_directory_must_be_a_mount_in_the_sandbox_too() {
     // sandbox's root is a file system of its own, and the shared directory is then on it.
     let c = Cluster::new();
     let config = format!(
-        "cluster: itest\nworkers:\n  launch_template: itest-worker-template\n  max: 4\n\
+        "cluster: itest\nworkers:\n  launch_template: itest-worker-template\n  max: 4\n  listen: 127.0.0.1:0\n\
          shared_dir: {SHARED}\nhostfiles:\n  - {{ path: {SHARED}/host_worker, format: mxnet }}\n\
          job:\n  notify: none\ninterval: 300ms\n"
     );

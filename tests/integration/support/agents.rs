@@ -78,9 +78,23 @@ impl Cluster {
             .name("private-ip-address")
             .values(ip)
             .build();
+        // moto lists terminated instances too, and may have drawn a live one's IP for them.
+        let live = aws_sdk_ec2::types::Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["pending", "running", "stopping", "stopped"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build();
         let out = self
             .rt
-            .block_on(self.ec2.describe_instances().filters(by_ip).send())
+            .block_on(
+                (self.ec2.describe_instances())
+                    .filters(by_ip)
+                    .filters(live)
+                    .send(),
+            )
             .expect("DescribeInstances");
         let found = out.reservations().iter().flat_map(|r| r.instances());
         let ids: Vec<String> = found
