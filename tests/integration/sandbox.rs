@@ -428,12 +428,15 @@ fn agent_and_run_work_in_the_units_sandbox() {
     let env = [imds.env(), aws_env(&c.moto.endpoint())].concat();
     let _agent = sandbox.start("agent", env);
     let probed = || std::fs::read_to_string(efs.join("probe")).unwrap_or_default();
-    wait_for(
-        "the sandboxed agent's prepare-data program",
-        Duration::from_secs(30),
-        probed,
-        |p| p.contains("modules: "),
-    );
+    let since = std::time::Instant::now();
+    while !probed().contains("modules: ") {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the sandboxed agent ran no prepare-data program in 30 s; its log:\n{}",
+            sandbox.log("agent")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let probe = probed();
     let seen: std::collections::BTreeMap<&str, &str> =
         probe.lines().filter_map(|l| l.split_once(": ")).collect();
