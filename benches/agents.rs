@@ -60,6 +60,15 @@ fn cpu_ns() -> u64 {
         .sum()
 }
 
+/// This process's anonymous resident memory (`RssAnon`), in KiB.
+fn rss_anon_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    (status.lines())
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("RssAnon in /proc/self/status")
+}
+
 fn config() -> Config {
     let yaml = format!(
         "cluster: bench\nworkers:\n  launch_template: lt-0abc\n  max: 20000\n  listen: 127.0.0.1:0\n  \
@@ -102,9 +111,11 @@ fn server(n: usize, bench: bool) {
         assert!(said.starts_with("done"), "the clients said {said:?}");
         cpu_ns() - before
     };
+    let anon_before = rss_anon_kib();
     let hellos = step("hello");
     let reports = step("report");
     let pings = step("ping");
+    let anon_connected = rss_anon_kib().saturating_sub(anon_before);
     let board = agents.board();
     let heard = board.take(dt::clock::now_millis());
     assert_eq!(heard.proofs.len(), n, "every agent proved its instance");
@@ -148,6 +159,11 @@ fn server(n: usize, bench: bool) {
         pings as f64 / 1e6,
         per(pings),
         passes[10].as_secs_f64() * 1e3
+    );
+    println!(
+        "agents {n:>6}: dtd's anonymous memory for {n} connected agents {} KiB ({:.0} bytes each: connections, their tasks, proofs and reports)",
+        anon_connected,
+        anon_connected as f64 * 1024.0 / n as f64
     );
     // The steady state: a ping per agent every 7.5 s, a pass every 2 s (`interval`).
     let per_minute = pings as f64 * 8.0 + passes[10].as_nanos() as f64 * 30.0;
