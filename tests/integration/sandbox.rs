@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::imds::ImdsStandIn;
+use crate::support::imds::{self, ImdsStandIn};
 use crate::support::{aws_env, wait_for, Cluster};
 
 /// The sandbox settings of dtd.service, as the release ships it (node.sh fills in its role).
@@ -292,6 +292,14 @@ impl Sandbox {
         std::fs::create_dir(work.path().join("root")).unwrap();
         std::fs::create_dir(work.path().join("trace")).unwrap();
         std::fs::copy(env!("CARGO_BIN_EXE_dtd"), stage.join("dtd")).unwrap();
+        // The tests' identity certificate, staged: the unit's private /tmp hides a checkout
+        // under /tmp.
+        let cert = imds::identity_certificate();
+        std::fs::copy(&cert, stage.join("identity.pem")).unwrap();
+        let config = config.replace(
+            &cert.display().to_string(),
+            &format!("{STAGE}/identity.pem"),
+        );
         std::fs::write(stage.join("dtd.yaml"), config).unwrap();
         Sandbox {
             unit: unit(),

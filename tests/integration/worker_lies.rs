@@ -7,6 +7,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::Duration;
 
 use dt::protocol::interruption::{InterruptionMarker, NoticeKind};
 use dt::protocol::markers::MarkerName;
@@ -203,9 +204,14 @@ fn job_files_another_user_created_are_refused_and_dtds_own_are_taken_back() {
     c.write_config(&c.config(0, 8, &[], &job));
     c.start_dtd();
     c.wait_hosts("both workers", |h| h.len() == 2);
+    // The generation file is written after the host files: wait for what is asserted.
     for name in ["generation", "hosts.mpi", "host_worker"] {
-        let uid = std::fs::metadata(efs.join(name)).unwrap().uid();
-        assert_eq!(uid, 0, "{name} is still owned by uid {uid}");
+        wait_for(
+            &format!("{name} owned by dtd's user (root), not the worker's"),
+            Duration::from_secs(30),
+            || std::fs::metadata(efs.join(name)).map(|m| m.uid()).ok(),
+            |uid| *uid == Some(0),
+        );
     }
     // The ack file, created by a worker with the right number: not the job's word.
     let (leaving, _) = &workers[0];
