@@ -55,15 +55,22 @@ fn more_than_a_thousand_workers_across_many_pages() {
         Some(11.0),
         "one call per page, not per instance or per agent"
     );
-    let out = c.aws(&[
-        "ec2",
-        "describe-instances",
-        "--filters",
-        "Name=tag:elastic_worker_status,Values=ADD_QUEUED",
-        "--query",
-        "length(Reservations[].Instances[])",
-    ]);
-    assert_eq!(out, workers.to_string());
+    // Status tags are written after the host file, in batches: wait for the last batch.
+    let queued = || {
+        c.aws(&[
+            "ec2",
+            "describe-instances",
+            "--filters",
+            "Name=tag:elastic_worker_status,Values=ADD_QUEUED",
+            "--query",
+            "length(Reservations[].Instances[])",
+        ])
+    };
+    wait_until(
+        &format!("{workers} workers tagged ADD_QUEUED"),
+        Duration::from_secs(120),
+        || queued() == workers.to_string(),
+    );
 }
 
 /// With the 2018 protocol's marker files (`workers.reports: unsigned`): garbage names and files
