@@ -150,39 +150,60 @@ impl World {
     }
 }
 
-/// What user code on a worker can do to one report name in the shared directory, once each:
-/// write a well-formed report naming `id` (what its agent says, copied), delete it, squat the
-/// name with a directory, take the directory away.
-fn attack_files(c: &Cluster, id: &str, ip: &str, round: usize) {
+/// What user code on a worker can keep doing to a member's report names in the shared
+/// directory, each way kept up for a third of the attack (the ways that drained a member at
+/// 33716b8, within 7-10 s): the name deleted the moment it appears; the member's own older
+/// report (`older`: what its agent said before the attack; for a kind it has not sent, a
+/// well-formed unsigned one naming `id`) put back whenever the name holds anything else; a
+/// directory squatting the name.
+fn attack_files(c: &Cluster, id: &str, ip: &str, phase: usize, older: &Older) {
     for kind in KINDS {
         let path = c.efs().join(format!("{kind}_{ip}"));
-        match round % 4 {
+        match phase {
             0 => {
-                let body =
-                    format!("{{\"instance_id\":\"{id}\",\"state\":\"running\",\"ok\":true}}\n");
-                let _ = std::fs::write(&path, body);
-            }
-            1 => {
                 let _ = std::fs::remove_file(&path);
             }
-            2 => {
-                let _ = std::fs::create_dir(&path);
+            1 => {
+                let body = older.get(kind).cloned().unwrap_or_else(|| {
+                    format!("{{\"instance_id\":\"{id}\",\"state\":\"running\",\"ok\":true}}\n")
+                        .into_bytes()
+                });
+                let _ = std::fs::remove_dir(&path);
+                if std::fs::read(&path).ok().as_deref() != Some(&body[..]) {
+                    let _ = std::fs::write(&path, body);
+                }
             }
             _ => {
-                let _ = std::fs::remove_dir(&path);
+                if !path.is_dir() {
+                    let _ = std::fs::remove_file(&path);
+                    let _ = std::fs::create_dir(&path);
+                }
             }
         }
     }
 }
 
-/// Keeps at `attack` every 200 ms for `how_long`, checking between rounds that `kept` holds.
+/// A member's reports as its agent said them before an attack, by kind.
+type Older = std::collections::HashMap<&'static str, Vec<u8>>;
+
+/// What the agent of `id` has said so far (its own copies, out of any job's reach): what user
+/// code that read the shared directory before would hold, had the reports still been there.
+fn older_reports(c: &Cluster, id: &str, ip: &str) -> Older {
+    (KINDS.iter())
+        .filter_map(|kind| Some((*kind, std::fs::read(c.own_report(id, ip, kind)).ok()?)))
+        .collect()
+}
+
+/// Keeps at `attack` every 50 ms for `how_long`, its phase (0, 1, 2) a third of it each,
+/// checking twice a second that `kept` holds.
 fn keep_at(how_long: Duration, mut attack: impl FnMut(usize), kept: impl Fn()) {
     let started = Instant::now();
     let mut round = 0;
     while started.elapsed() < how_long {
-        attack(round);
+        let phase = (3 * started.elapsed().as_millis() / how_long.as_millis()) as usize;
+        attack(phase.min(2));
         round += 1;
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(50));
         if round % 10 == 0 {
             kept();
         }
@@ -193,25 +214,12 @@ fn keep_at(how_long: Duration, mut attack: impl FnMut(usize), kept: impl Fn()) {
 fn writing_deleting_putting_back_or_squatting_one_workers_reports_changes_nothing() {
     let w = World::new(3, "");
     let (victim, victim_ip) = (&w.workers[1].id, &w.workers[1].ip);
-    // The victim's agent's own words, as its agent keeps them: what A would put back.
-    let own = |kind: &str| std::fs::read(w.c.own_report(victim, victim_ip, kind)).ok();
-    let said_launcher = own("launcher").expect("the victim's launcher report");
-    let said_success = own("prepare_data_success").expect("the victim's marker");
+    let older = older_reports(&w.c, victim, victim_ip);
+    assert!(older.contains_key("launcher") && older.contains_key("prepare_data_success"));
+    // Each way kept up for longer than `silent_after`.
     keep_at(
-        SILENT * 2 + Duration::from_secs(2),
-        |round| {
-            attack_files(&w.c, victim, victim_ip, round);
-            if round % 4 == 0 {
-                let _ = std::fs::write(
-                    w.c.efs().join(format!("launcher_{victim_ip}")),
-                    &said_launcher,
-                );
-                let _ = std::fs::write(
-                    w.c.efs().join(format!("prepare_data_success_{victim_ip}")),
-                    &said_success,
-                );
-            }
-        },
+        SILENT * 3 + Duration::from_secs(3),
+        |phase| attack_files(&w.c, victim, victim_ip, phase, &older),
         || assert!(w.in_the_job(1), "the victim left the job"),
     );
     w.c.wait_passes(3);
@@ -227,7 +235,7 @@ fn writing_deleting_putting_back_or_squatting_one_workers_reports_changes_nothin
             .count();
         assert_eq!(once, 1, "{file} journaled {once} times");
     }
-    attack_files(&w.c, victim, victim_ip, 0);
+    attack_files(&w.c, victim, victim_ip, 1, &older);
     w.c.wait_status_text(&format!(
         "Refused:     launcher_{victim_ip} is in the shared directory"
     ));
@@ -237,11 +245,14 @@ fn writing_deleting_putting_back_or_squatting_one_workers_reports_changes_nothin
 fn the_same_done_to_every_other_member_at_once_changes_nothing() {
     let w = World::new(6, "");
     let others = &w.workers[1..];
+    let older: Vec<Older> = (others.iter())
+        .map(|o| older_reports(&w.c, &o.id, &o.ip))
+        .collect();
     keep_at(
-        SILENT * 2 + Duration::from_secs(2),
-        |round| {
-            for o in others {
-                attack_files(&w.c, &o.id, &o.ip, round);
+        SILENT * 3 + Duration::from_secs(3),
+        |phase| {
+            for (o, older) in others.iter().zip(&older) {
+                attack_files(&w.c, &o.id, &o.ip, phase, older);
             }
         },
         || {
