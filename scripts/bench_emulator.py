@@ -24,6 +24,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -207,11 +208,17 @@ class PlayedAgent(threading.Thread):
             self.cv.notify()
 
     def run(self):
+        # As the real agent (src/agent/channel.rs): 0.1 s after a failed dial, doubling to 5 s.
+        # A thousand threads retrying every 0.1 s before dtd listens starve the script itself.
+        wait = 0.1
         while True:
+            self.proved = False
             try:
                 self.session()
             except OSError:
-                time.sleep(0.1)
+                wait = 0.1 if self.proved else wait
+                time.sleep(wait * random.uniform(0.5, 1.0))
+                wait = min(wait * 2, 5.0)
 
     def session(self):
         # From an address of its own, as each worker's agent dials from its instance's IP: dtd
@@ -223,6 +230,7 @@ class PlayedAgent(threading.Thread):
             hello = json.dumps({"instance_id": self.instance_id, "document": self.doc,
                                 "signature": self.sig}).encode()
             self.ask(sock, answers, f"identity_{self.ip}", signed(self.key, f"identity_{self.ip}", hello))
+            self.proved = True
             sent = {}
             while True:
                 with self.cv:

@@ -8,8 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::board::{Board, Proof, Refusal};
@@ -25,8 +24,8 @@ use crate::protocol::markers::MarkerName;
 /// slot a worker's agent may need.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
-/// A connection's read buffer; a longer line is gathered in its line buffer.
-const READ_BUFFER: usize = 256;
+/// What one read takes from the socket: on the stack while it is copied, never kept.
+const READ_CHUNK: usize = 4096;
 
 /// What every connection shares.
 pub struct Ctx {
@@ -60,15 +59,11 @@ enum Ended {
 
 /// Serves the connection until it ends; `admitted` is released once the hello is believed.
 pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, admitted: G) {
-    let (r, w) = stream.into_split();
     let mut conn = Conn {
-        // Small: most lines are pings, and at 10,000 agents every byte here is 10 kB of dtd's
-        // memory; a longer line is read through it in pieces.
-        r: BufReader::with_capacity(READ_BUFFER, r),
-        w,
+        s: stream,
         peer,
         ctx,
-        line: Vec::new(),
+        unread: Vec::new(),
     };
     let mut closed = conn.ctx.closed.clone();
     let serve = async {
@@ -87,22 +82,24 @@ pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, admitt
     }
 }
 
+/// What a connected agent costs dtd between its lines is this and its task: at 10,000 agents
+/// every byte here is 10 kB, so nothing is buffered while the agent is quiet.
 struct Conn {
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    w: OwnedWriteHalf,
+    s: TcpStream,
     peer: SocketAddr,
     ctx: Arc<Ctx>,
-    line: Vec<u8>,
+    /// Bytes received past the last line's end: none while the agent waits for its answer.
+    unread: Vec<u8>,
 }
 
 impl Conn {
     async fn hello(&mut self) -> Result<(Proof, Arc<tokio::sync::Notify>), Ended> {
-        match tokio::time::timeout(HELLO_WAIT, read_line(&mut self.r, &mut self.line)).await {
-            Err(_) => return Err(Ended::Silent(HELLO_WAIT)),
-            Ok(read) => read?,
-        }
+        let line =
+            match tokio::time::timeout(HELLO_WAIT, read_line(&self.s, &mut self.unread)).await {
+                Err(_) => return Err(Ended::Silent(HELLO_WAIT)),
+                Ok(read) => read?,
+            };
         let now = self.ctx.clock.now();
-        let line = std::mem::take(&mut self.line);
         let Ok(Frame::Hello { ip, signed }) = channel::parse(&line) else {
             let file = format!("connection from {}", self.peer.ip());
             let why = format!(
@@ -147,15 +144,14 @@ impl Conn {
     ) -> Result<(), Ended> {
         loop {
             let idle = self.ctx.idle;
-            tokio::select! {
+            let line = tokio::select! {
                 () = displaced.notified() => return Err(Ended::Displaced),
-                read = tokio::time::timeout(idle, read_line(&mut self.r, &mut self.line)) => match read {
+                read = tokio::time::timeout(idle, read_line(&self.s, &mut self.unread)) => match read {
                     Err(_) => return Err(Ended::Silent(idle)),
                     Ok(read) => read?,
                 },
-            }
+            };
             let now = self.ctx.clock.now();
-            let line = std::mem::take(&mut self.line);
             let answer = match channel::parse(&line) {
                 Ok(Frame::Ping) => {
                     self.ctx.board.heard(&proof.instance_id, now);
@@ -173,9 +169,8 @@ impl Conn {
                 }
                 Ok(Frame::Report { name, .. }) => {
                     let why = format!("{name} came on the connection of {} ({}): an agent speaks only for its own instance", proof.instance_id, proof.ip);
-                    return Err(self
-                        .refuse(proof.ip, &name.to_string(), "other-ip", why, now)
-                        .await);
+                    let name = name.to_string();
+                    return Err(Box::pin(self.refuse(proof.ip, &name, "other-ip", why, now)).await);
                 }
                 Ok(Frame::Hello { .. }) => Answer::refused(now, "one hello per connection".into()),
                 Err(e) => {
@@ -185,13 +180,10 @@ impl Conn {
                         proof.instance_id
                     );
                     let file = format!("connection from {}", self.peer.ip());
-                    return Err(self.refuse(proof.ip, &file, "garbled", why, now).await);
+                    return Err(Box::pin(self.refuse(proof.ip, &file, "garbled", why, now)).await);
                 }
             };
-            // A report's line is not kept: what a connection holds between lines is a ping's.
-            if line.capacity() <= READ_BUFFER {
-                self.line = line;
-            }
+            drop(line);
             self.answer(answer).await?;
         }
     }
@@ -222,7 +214,7 @@ impl Conn {
     }
 
     async fn answer(&mut self, a: Answer) -> Result<(), Ended> {
-        self.w.write_all(&a.render()).await?;
+        self.s.write_all(&a.render()).await?;
         Ok(())
     }
 }
@@ -271,29 +263,102 @@ fn report(
         })
 }
 
-/// One line, without its newline, into `buf`; at most [`MAX_LINE`] bytes.
-async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> Result<(), Ended> {
-    buf.clear();
+/// The next line, without its newline, at most [`MAX_LINE`] bytes; `unread` keeps what came
+/// after it. Read with `try_read` after readiness, so that no buffer is held while waiting.
+async fn read_line(s: &TcpStream, unread: &mut Vec<u8>) -> Result<Vec<u8>, Ended> {
+    let mut searched = 0;
     loop {
-        let avail = r.fill_buf().await?;
-        if avail.is_empty() {
-            return Err(Ended::Closed);
+        if let Some(i) = unread[searched..].iter().position(|b| *b == b'\n') {
+            let end = searched + i;
+            let rest = unread.split_off(end + 1);
+            let mut line = std::mem::replace(unread, rest);
+            line.truncate(end);
+            return too_long(end).map(|()| line);
         }
-        let (take, done) = match avail.iter().position(|b| *b == b'\n') {
-            Some(i) => (i, true),
-            None => (avail.len(), false),
-        };
-        if buf.len() + take > MAX_LINE {
-            let e = io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("a line longer than {MAX_LINE} bytes"),
-            );
-            return Err(Ended::Io(e));
+        searched = unread.len();
+        too_long(searched)?;
+        s.readable().await?;
+        let mut chunk = [0u8; READ_CHUNK];
+        match s.try_read(&mut chunk) {
+            Ok(0) => return Err(Ended::Closed),
+            Ok(n) => unread.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
         }
-        buf.extend_from_slice(&avail[..take]);
-        r.consume(take + usize::from(done));
-        if done {
-            return Ok(());
-        }
+    }
+}
+
+fn too_long(len: usize) -> Result<(), Ended> {
+    if len <= MAX_LINE {
+        return Ok(());
+    }
+    let e = io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("a line longer than {MAX_LINE} bytes"),
+    );
+    Err(Ended::Io(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A connected pair on loopback: what the agent writes, what dtd reads.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let agent = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (dtd, _) = l.accept().await.unwrap();
+        (agent, dtd)
+    }
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(f)
+    }
+
+    #[test]
+    fn lines_are_read_whole_however_they_arrive_and_nothing_is_kept_between_them() {
+        run(async {
+            let (mut agent, dtd) = pair().await;
+            let mut unread = Vec::new();
+            agent.write_all(b"hel").await.unwrap();
+            let writer = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                agent.write_all(b"lo\nping\nre").await.unwrap();
+                agent.write_all(&vec![b'x'; 10_000]).await.unwrap();
+                agent.write_all(b"\n").await.unwrap();
+                agent
+            });
+            assert_eq!(read_line(&dtd, &mut unread).await.unwrap(), b"hello");
+            assert_eq!(read_line(&dtd, &mut unread).await.unwrap(), b"ping");
+            let long = read_line(&dtd, &mut unread).await.unwrap();
+            assert_eq!((long.len(), &long[..2]), (10_002, &b"re"[..]));
+            assert_eq!(unread.capacity(), 0, "nothing held between lines");
+            let agent = writer.await.unwrap();
+            drop(agent);
+            assert!(matches!(
+                read_line(&dtd, &mut unread).await,
+                Err(Ended::Closed)
+            ));
+        });
+    }
+
+    #[test]
+    fn a_line_longer_than_the_limit_ends_the_read_before_it_is_all_taken() {
+        run(async {
+            let (mut agent, dtd) = pair().await;
+            tokio::spawn(async move {
+                let _ = agent.write_all(&vec![b'x'; 4 * MAX_LINE]).await;
+                agent
+            });
+            let mut unread = Vec::new();
+            let e = read_line(&dtd, &mut unread).await.unwrap_err();
+            assert!(e.to_string().contains("a line longer than"), "{e}");
+            assert!(unread.len() <= MAX_LINE + READ_CHUNK);
+        });
     }
 }
