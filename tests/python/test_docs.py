@@ -1,6 +1,7 @@
 """The documents say what the code does: every journal kind dtd writes has its row in
-docs/troubleshooting.md (and no row names a kind that does not exist), and every link between the
-documents resolves (scripts/check-links)."""
+docs/troubleshooting.md (and no row names a kind that does not exist), every systemd unit they tell
+people to read or edit is one the templates install, and every link between the documents
+resolves (scripts/check-links)."""
 import re
 import subprocess
 import sys
@@ -18,6 +19,25 @@ def journal_kinds():
     return kinds
 
 
+def installed_units():
+    """The systemd units the project installs: templates/systemd/*.service, and those the user
+    data writes to /etc/systemd/system."""
+    units = {p.stem for p in (ROOT / "templates/systemd").glob("*.service")}
+    for script in (ROOT / "templates/user-data").glob("*.sh"):
+        units |= set(re.findall(r"/etc/systemd/system/([A-Za-z0-9_.@-]+)\.service\b", script.read_text()))
+    assert "dtd" in units, f"found only {sorted(units)}: did the templates change shape?"
+    return units
+
+
+# `journalctl -u UNIT` (with any options before -u) and `systemctl VERB UNIT`.
+UNIT_NAMED = re.compile(r"\b(?:journalctl(?: -[a-zA-Z]+)* -u|systemctl (?:status|edit|restart|start|stop|"
+                        r"enable|disable|cat|show|kill))\s+([A-Za-z0-9_.@-]+)")
+
+
+def units_named(text):
+    return {m.group(1).removesuffix(".service") for m in UNIT_NAMED.finditer(text)}
+
+
 def table_rows(doc, section):
     """The first column (in backticks) of the table under `## section`."""
     text = (ROOT / doc).read_text()
@@ -32,6 +52,19 @@ class Documents(unittest.TestCase):
         kinds = journal_kinds()
         self.assertEqual(sorted(kinds - set(rows)), [], "kinds without a row")
         self.assertEqual(sorted(set(rows) - kinds), [], "rows for kinds dtd never writes")
+
+    def test_every_unit_the_documents_name_is_one_the_project_installs(self):
+        named = {}
+        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+            for unit in units_named(doc.read_text()):
+                named.setdefault(unit, doc.relative_to(ROOT).as_posix())
+        self.assertIn("dtd", named, "no document names dtd's unit: did the pattern break?")
+        unknown = {u: d for u, d in named.items() if u not in installed_units()}
+        self.assertEqual(unknown, {}, "units no template installs (the unit is `dtd` on every node)")
+
+    def test_the_unit_pattern_reads_what_people_type(self):
+        text = "`journalctl -u dtd-agent` and `journalctl -b -u dtd -f`, `systemctl edit dtd.service`"
+        self.assertEqual(units_named(text), {"dtd-agent", "dtd"})
 
     def test_every_link_resolves(self):
         run = subprocess.run([sys.executable, str(ROOT / "scripts/check-links")],
