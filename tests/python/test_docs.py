@@ -5,6 +5,7 @@ resolves (scripts/check-links)."""
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -89,6 +90,27 @@ class Documents(unittest.TestCase):
         self.assertEqual(len(broken), 2, broken)
         self.assertIn("docs/a.md#nope: no such heading", broken[0])
         self.assertIn("missing.md: no such file", broken[1])
+
+    def test_the_link_checker_reads_a_link_whose_text_runs_over_lines(self):
+        mod = self.checker()
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "docs").mkdir()
+            (root / "README.md").write_text(
+                "# Top\n\nSee [the\nprograms it runs](#nope) and [over\nlines](#top).\n\n"
+                "[not a link\n\nacross paragraphs](#nowhere)\n")
+            mod.ROOT = root
+            broken = mod.check()
+        self.assertEqual(broken, ["README.md:4: #nope: no such heading"])
+
+    @staticmethod
+    def checker():
+        import importlib.machinery, importlib.util
+        loader = importlib.machinery.SourceFileLoader("check_links", str(ROOT / "scripts/check-links"))
+        spec = importlib.util.spec_from_loader("check_links", loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        return mod
 
 
 if __name__ == "__main__":
