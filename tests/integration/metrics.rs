@@ -109,6 +109,69 @@ fn every_metric_has_its_help_and_other_paths_are_404() {
         "an OpenMetrics exposition ends with # EOF"
     );
     assert_eq!(get(addr, "/nowhere").expect("an answer").0, 404);
+    let families: Vec<&str> = (body.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+        .collect();
+    for (doc, name) in metric_names_in_documents() {
+        assert!(
+            is_exposed(&name, &families),
+            "{doc} names {name}, which dtd does not expose (families: {families:?})"
+        );
+    }
+}
+
+/// The suffixes a family's samples add to its name (OpenMetrics).
+const SAMPLE_SUFFIXES: [&str; 5] = ["_total", "_bucket", "_sum", "_count", "_created"];
+
+fn is_exposed(name: &str, families: &[&str]) -> bool {
+    families.contains(&name)
+        || SAMPLE_SUFFIXES
+            .iter()
+            .any(|s| name.strip_suffix(s).is_some_and(|f| families.contains(&f)))
+}
+
+/// `dt_…` words in the documents that can only be metrics: followed by `{`, or ending as a
+/// metric's name or sample does (`_total`, `_seconds`, `_bucket`, …).
+fn metric_names_in_documents() -> Vec<(String, String)> {
+    let docs = std::fs::read_dir(repo().join("docs")).expect("docs/");
+    let mut paths: Vec<_> = docs.filter_map(|e| Some(e.ok()?.path())).collect();
+    paths.extend(["README.md", "ARCHITECTURE.md", "BENCHMARKS.md"].map(|f| repo().join(f)));
+    let metric_like = |name: &str, next: Option<char>| {
+        next == Some('{')
+            || ["_seconds", "_bytes"]
+                .iter()
+                .chain(SAMPLE_SUFFIXES.iter())
+                .any(|s| name.ends_with(s))
+    };
+    let mut found = Vec::new();
+    for path in paths
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+    {
+        let text = std::fs::read_to_string(path).expect("a document");
+        let word = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("dt_") {
+            let before = rest[..at].chars().next_back();
+            let tail = &rest[at..];
+            let len = tail.find(|c: char| !word(c)).unwrap_or(tail.len());
+            let (name, next) = (&tail[..len], tail[len..].chars().next());
+            if !before.is_some_and(word) && metric_like(name, next) {
+                let doc = path
+                    .strip_prefix(repo())
+                    .unwrap_or(path)
+                    .display()
+                    .to_string();
+                found.push((doc, name.to_string()));
+            }
+            rest = &tail[len..];
+        }
+    }
+    assert!(
+        found.iter().any(|(_, n)| n == "dt_aws_calls_total"),
+        "the documents' metrics were not found: {found:?}"
+    );
+    found
 }
 
 #[test]
