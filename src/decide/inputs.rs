@@ -91,6 +91,17 @@ impl<'a> Inputs<'a> {
         }
     }
 
+    /// How the job acknowledged, as the journal says it: `by_file`, the acknowledged
+    /// generation (the ack file, or under `job.ack.by: launcher` the launchers' reports), else
+    /// `host_worker_log`.
+    pub fn acked_by(&self, by_file: bool) -> &'static str {
+        match (by_file, self.rules.ack_by_launcher) {
+            (true, true) => "the launchers' reports",
+            (true, false) => "ack file",
+            (false, _) => "host_worker_log",
+        }
+    }
+
     pub fn can_join(&self) -> bool {
         self.ec2_ok && self.markers.is_some() && self.group_ok
     }

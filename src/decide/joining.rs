@@ -232,11 +232,7 @@ pub(super) fn member_view(p: &Inputs, st: &mut State, out: &mut Draft, pos: usiz
         let by_log = (a.log_added.get(&m.ip)).is_some_and(|line| *line > m.log_mark);
         if by_file || by_log {
             m.acked = true;
-            let how = if by_file {
-                "ack file"
-            } else {
-                "host_worker_log"
-            };
+            let how = p.acked_by(by_file);
             let gen = m.joined_generation;
             let msg = format!(
                 "job acknowledged generation {gen}, which lists {} ({how}): it trains",

@@ -201,14 +201,11 @@ fn await_ack(p: &Inputs, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
         heartbeat(p, out, r);
         return true;
     } else if by_file || by_log {
-        let how = if by_file {
-            "ack file"
-        } else {
-            "host_worker_log"
-        };
         let msg = format!(
-            "job acknowledged the removal of {} ({how}); terminating",
-            r.ip
+            "job acknowledged the removal of {} ({}); {}",
+            r.ip,
+            p.acked_by(by_file),
+            then_words(r)
         );
         (EventKind::Acknowledged, msg)
     } else if p.now >= r.deadline {
@@ -246,8 +243,9 @@ fn timed_out(p: &Inputs, r: &Removal) -> String {
     if r.deadline >= r.queued_at.saturating_add(timeout) {
         let took = humantime::format_duration(std::time::Duration::from_millis(timeout));
         return format!(
-            "no acknowledgement for {} within the ack timeout (job.ack.timeout: {took}); terminating",
-            r.ip
+            "no acknowledgement for {} within the ack timeout (job.ack.timeout: {took}); {}",
+            r.ip,
+            then_words(r)
         );
     }
     let what = match r.cause() {
@@ -256,10 +254,21 @@ fn timed_out(p: &Inputs, r: &Removal) -> String {
         _ => "its notice's deadline",
     };
     format!(
-        "no acknowledgement for {} before {what} ({}); terminating",
+        "no acknowledgement for {} before {what} ({}); {}",
         r.ip,
-        rfc3339(r.deadline)
+        rfc3339(r.deadline),
+        then_words(r)
     )
+}
+
+/// What follows the job's side of a removal, as the journal says it: every ending terminates
+/// the instance (by us, its group, or its hook); none leaves it running outside the job (a
+/// member drained on a silence).
+fn then_words(r: &Removal) -> &'static str {
+    match &r.stage {
+        Stage::AwaitingAck { then: None, .. } => "it stays running, outside the job",
+        _ => "terminating",
+    }
 }
 
 /// Sends what ends a removal whose job side is done.
