@@ -44,23 +44,35 @@ pub enum Exposure {
     Mode(u32),
 }
 
-/// The key at `path`, made (mode 0600, in a directory made 0700) when there is none.
+/// The key at `path`, made (mode 0600, in a directory made 0700) when there is none. Two
+/// agents starting at once get the same key: one makes it, the other reads it.
 pub fn load_or_create(path: &Path) -> Result<SigningKey, KeyError> {
-    let read = untrusted::read(path, MAX_KEY_BYTES).map_err(|source| KeyError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let bytes = match read {
-        Some(bytes) => {
-            check_private(path)?;
-            bytes
-        }
-        None => create(path)?,
+    let bytes = match load(path)? {
+        Some(bytes) => bytes,
+        None => match create(path)? {
+            Some(bytes) => bytes,
+            None => load(path)?.ok_or_else(|| KeyError::Read {
+                path: path.to_path_buf(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound).into(),
+            })?,
+        },
     };
     SigningKey::from_pkcs8(&bytes).map_err(|source| KeyError::Invalid {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The key's bytes when it exists, and only when no one else could read or replace it.
+fn load(path: &Path) -> Result<Option<Vec<u8>>, KeyError> {
+    let read = untrusted::read(path, MAX_KEY_BYTES).map_err(|source| KeyError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if read.is_some() {
+        check_private(path)?;
+    }
+    Ok(read)
 }
 
 /// Refuses a key another user owns or could read: it would let them sign as this worker.
@@ -87,7 +99,10 @@ fn check_private(path: &Path) -> Result<(), KeyError> {
     }
 }
 
-fn create(path: &Path) -> Result<Vec<u8>, KeyError> {
+/// Makes the key whole under a name of its own, then links it in place: the key's name never
+/// holds a part of a key, and only one of two agents making it at once wins (`None`: the other
+/// one did; its key is the one to read).
+fn create(path: &Path) -> Result<Option<Vec<u8>>, KeyError> {
     let failed = |source| KeyError::Write {
         path: path.to_path_buf(),
         source,
@@ -103,17 +118,31 @@ fn create(path: &Path) -> Result<Vec<u8>, KeyError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let mut f = OpenOptions::new()
+    let made = made_name(path);
+    let written = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-        .map_err(failed)?;
-    f.write_all(&bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(failed)?;
-    tracing::info!(path = %path.display(), "made the agent's signing key");
-    Ok(bytes)
+        .open(&made)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::hard_link(&made, path));
+    let _ = fs::remove_file(&made);
+    match written {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "made the agent's signing key");
+            Ok(Some(bytes))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+/// A name beside `path` that no other maker (agent or thread) uses.
+fn made_name(path: &Path) -> PathBuf {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.{}.{n}.new", std::process::id()))
 }
 
 #[cfg(test)]
@@ -132,6 +161,25 @@ mod tests {
         assert_eq!(dir_mode, 0o700);
         let again = load_or_create(&path).unwrap();
         assert_eq!(made.public(), again.public());
+    }
+
+    #[test]
+    fn agents_starting_at_once_share_one_key_and_leave_nothing_behind() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("keys/agent.key");
+            let keys: Vec<String> = std::thread::scope(|s| {
+                let made: Vec<_> = (0..8)
+                    .map(|_| {
+                        s.spawn(|| load_or_create(&path).unwrap().public().as_str().to_string())
+                    })
+                    .collect();
+                made.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+            let left: Vec<_> = fs::read_dir(dir.path().join("keys")).unwrap().collect();
+            assert_eq!(left.len(), 1, "only the key: {left:?}");
+        }
     }
 
     #[test]
