@@ -95,12 +95,23 @@ impl Node {
 
     /// dtd's plan for `generation`, listing `hosts`.
     fn plan(&self, generation: u64, hosts: &[&str]) {
+        self.plan_as(generation, hosts, None);
+    }
+
+    /// The plan, put in place whole and already owned by `uid` (a worker's user code), so the
+    /// agent never sees it as anyone else's.
+    fn plan_as(&self, generation: u64, hosts: &[&str], uid: Option<u32>) {
         let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
         let body = format!(
             "{{\"generation\":{generation},\"hosts\":[{}]}}\n",
             hosts.join(",")
         );
-        dt::fsutil::write_atomic(&self.efs().join("launch_plan"), body.as_bytes()).unwrap();
+        let made = self.efs().join(".launch_plan.test");
+        std::fs::write(&made, body).unwrap();
+        if let Some(uid) = uid {
+            chown(&made, uid);
+        }
+        std::fs::rename(&made, self.efs().join("launch_plan")).unwrap();
     }
 
     /// The agent's launcher report, as it keeps it on its own disk and sends it to dtd.
@@ -169,8 +180,7 @@ fn a_launch_plan_a_worker_wrote_is_not_followed_until_dtd_writes_one() {
     n.wait_report("the idle report", |r| r["state"] == "idle");
     // A worker's user code (another uid, as the workers' access point makes every worker file)
     // places a plan listing this node.
-    n.plan(4, &[IP]);
-    chown(&n.efs().join("launch_plan"), 65534);
+    n.plan_as(4, &[IP], Some(65534));
     wait_until("the refusal in the agent's log", WAIT, || {
         n.log().contains("is owned by uid 65534")
     });
