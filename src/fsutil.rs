@@ -39,6 +39,28 @@ pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io
     result
 }
 
+/// Puts `content` at `path` only if nothing is there, and never partly written: written whole
+/// under a temp name with `mode`, then hard-linked to `path`. `AlreadyExists` when `path` was
+/// taken first (by another writer racing for it).
+pub fn create_whole(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = parent_dir(path);
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let (tmp, mut f) = create_temp(dir, &name.to_string_lossy())?;
+    let result = (|| {
+        // Before the content: the temp name never holds it readable by others.
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.write_all(content)?;
+        f.sync_all()?;
+        fs::hard_link(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    let _ = fs::remove_file(&tmp);
+    result
+}
+
 /// Attempts at a temp name before giving up: one taken by chance is a 1-in-2^64 event, so only
 /// someone planting names at random could take more than one.
 const TEMP_TRIES: usize = 16;
@@ -230,6 +252,24 @@ mod tests {
                 &format!(".generation.tmp.{pid}"),
                 "generation"
             ]
+        );
+    }
+
+    #[test]
+    fn create_whole_takes_a_free_name_with_its_mode_and_never_a_taken_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        create_whole(&path, b"first", 0o600).unwrap();
+        let e = create_whole(&path, b"second", 0o600).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp name left"
         );
     }
 

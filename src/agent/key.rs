@@ -5,9 +5,8 @@
 
 use crate::protocol::signed::{SignError, SigningKey};
 use crate::untrusted;
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// A PKCS#8 Ed25519 key is 83 bytes; anything much larger is not one.
@@ -118,16 +117,7 @@ fn create(path: &Path) -> Result<Option<Vec<u8>>, KeyError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let made = made_name(path);
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&made)
-        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| fs::hard_link(&made, path));
-    let _ = fs::remove_file(&made);
-    match written {
+    match crate::fsutil::create_whole(path, &bytes, 0o600) {
         Ok(()) => {
             tracing::info!(path = %path.display(), "made the agent's signing key");
             Ok(Some(bytes))
@@ -135,14 +125,6 @@ fn create(path: &Path) -> Result<Option<Vec<u8>>, KeyError> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
         Err(e) => Err(failed(e)),
     }
-}
-
-/// A name beside `path` that no other maker (agent or thread) uses.
-fn made_name(path: &Path) -> PathBuf {
-    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    path.with_file_name(format!(".{name}.{}.{n}.new", std::process::id()))
 }
 
 #[cfg(test)]
