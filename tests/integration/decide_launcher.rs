@@ -90,15 +90,10 @@ fn a_training_member_whose_agent_went_silent_leaves_at_once_is_kept_and_joins_ag
     let first = pass(&r, &mut w, &plan.state, 40_000);
     let plan = pass(&r, &mut w, &first.state, 40_500);
     assert!(plan.outcome.terminate().is_empty());
-    let acked = (first.outcome.events.iter().chain(&plan.outcome.events))
-        .find(|e| e.kind == "acknowledged")
-        .expect("acknowledged");
+    let acked = acknowledged(&[&first, &plan]);
     assert!(
-        acked
-            .message
-            .ends_with("(ack file); it stays running, outside the job"),
-        "{}",
-        acked.message
+        acked.ends_with("(ack file); it stays running, outside the job"),
+        "{acked}"
     );
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
     let why = waiting_for(&plan, &w, "i-1");
@@ -341,14 +336,16 @@ fn acknowledged_by_the_launchers_a_leaver_goes_once_they_run_the_new_generation_
     report(&mut w, "10.0.1.1", "i-1", LauncherState::Stopped, 1, 13_000);
     let plan = pass(&r, &mut w, &plan.state, 13_000);
     assert_eq!(plan.outcome.terminate(), ["i-1"]);
-    let acked = (plan.outcome.events.iter())
-        .find(|e| e.kind == "acknowledged")
-        .expect("acknowledged");
+    let acked = acknowledged(&[&plan]);
     assert!(
-        acked
-            .message
-            .ends_with("(the launchers' reports); terminating"),
-        "no ack file was written: {}",
-        acked.message
+        acked.ends_with("(the launchers' reports); terminating"),
+        "no ack file was written: {acked}"
     );
+}
+
+/// The message of the `acknowledged` event the plans journaled.
+fn acknowledged(plans: &[&Plan]) -> String {
+    let mut events = plans.iter().flat_map(|p| &p.outcome.events);
+    let acked = events.find(|e| e.kind == "acknowledged");
+    acked.expect("an acknowledged event").message.clone()
 }
