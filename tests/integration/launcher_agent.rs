@@ -5,7 +5,7 @@
 //! the processes it started in sessions of their own. The real torchrun is in `torchrun.rs`.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -106,12 +106,8 @@ impl Node {
             "{{\"generation\":{generation},\"hosts\":[{}]}}\n",
             hosts.join(",")
         );
-        let made = self.efs().join(".launch_plan.test");
-        std::fs::write(&made, body).unwrap();
-        if let Some(uid) = uid {
-            chown(&made, uid);
-        }
-        std::fs::rename(&made, self.efs().join("launch_plan")).unwrap();
+        let plan = self.efs().join("launch_plan");
+        dt::fsutil::write_atomic_owned(&plan, body.as_bytes(), uid).unwrap();
     }
 
     /// The agent's launcher report, as it keeps it on its own disk and sends it to dtd.
@@ -168,10 +164,6 @@ impl Drop for Node {
         let _ = self.agent.kill();
         let _ = self.agent.wait();
     }
-}
-
-fn chown(path: &Path, uid: u32) {
-    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
 }
 
 #[test]
