@@ -183,6 +183,7 @@ impl Conn {
                     return Err(Box::pin(self.refuse(proof.ip, &file, "garbled", why, now)).await);
                 }
             };
+            // Freed before the answer's write: a line kept across it would stay in the task.
             drop(line);
             self.answer(answer).await?;
         }
