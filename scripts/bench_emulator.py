@@ -38,15 +38,11 @@ import boto3
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from free_port import free_port
+
 ELASTIC = "bench-aws-dl-cfn-elastic-worker"
 # The dtd of the one build (scripts/build; scripts/env.sh sets DT_BIN_DIR), unless --dtd says.
 DTD = os.path.join(os.environ.get("DT_BIN_DIR", "target/release"), "dtd")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_moto(workdir):

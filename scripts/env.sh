@@ -93,9 +93,9 @@ export PATH="$ROOT/.venv/bin:$PATH"
 export DT_MOTO_SERVER="$ROOT/.venv/bin/moto_server"
 export DT_AWS_CLI="$ROOT/.venv/bin/aws"
 
-# Prints a free TCP port on 127.0.0.1.
+# Prints a free TCP port on 127.0.0.1, outside the ephemeral range (why: scripts/free_port.py).
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    python3 "$ROOT/scripts/free_port.py"
 }
 
 # start_moto PORT LOGFILE: starts moto_server on 127.0.0.1:PORT in the background, sets MOTO_PID,

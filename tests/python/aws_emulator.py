@@ -2,8 +2,8 @@
 pointed at it. Both come from .venv (scripts/setup); a test that needs them fails, and says to run
 scripts/setup, when they are missing: it never skips."""
 import os
-import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -12,12 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 MOTO = Path(os.environ.get("DT_MOTO_SERVER", VENV_BIN / "moto_server"))
 AWS = Path(os.environ.get("DT_AWS_CLI", VENV_BIN / "aws"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from free_port import free_port  # noqa: E402  (outside the ephemeral range: why there)
 
 
 def start():

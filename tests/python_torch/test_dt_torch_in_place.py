@@ -8,7 +8,7 @@ import os
 
 # torchft's Rust side logs every quorum at info; the test's own output is what matters.
 os.environ.setdefault("RUST_LOG", "warn")
-import socket
+import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -20,11 +20,8 @@ from torchft._torchft import LighthouseServer
 
 from test_dt_torch_fixtures import GOLDEN, load_dt_torch
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from free_port import free_port  # noqa: E402  (outside the ephemeral range: why there)
 
 
 class InPlaceTest(unittest.TestCase):

@@ -8,12 +8,14 @@ pub mod ec2_capacity;
 pub mod fixtures;
 pub mod gate;
 pub mod imds;
+pub mod ports;
 pub mod prometheus;
 pub mod server;
 pub mod webhook;
 pub mod world;
 
 pub use gate::Gate;
+pub use ports::free_port;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -136,11 +138,6 @@ pub fn torch_venv() -> PathBuf {
         venv.display()
     );
     venv
-}
-
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-    l.local_addr().expect("local addr").port()
 }
 
 /// moto's server on 127.0.0.1, stopped when dropped.
