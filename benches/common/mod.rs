@@ -62,6 +62,7 @@ pub fn rules(base: usize, max: usize) -> Rules {
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
+        replace_interrupted: false,
         stall_after_ms: None,
         launcher_silent_ms: None,
         launcher_silent_share: 1.0 / 3.0,

@@ -251,7 +251,8 @@ async fn apply_group(
     done.results.push((Step::GroupActions, words(first)));
 }
 
-/// Replacements of unhealthy launch-template workers, before any termination: the new worker
+/// Replacements of launch-template workers (unhealthy, or warned of their loss), before any
+/// termination: the new worker
 /// prepares while the old one leaves. Each result is reported by its token (decide stops owing
 /// a launch that succeeded, and sets when a refused one is sent again), and each capacity
 /// choice EC2 refused (decide skips it for its cool-down).
@@ -261,7 +262,7 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done
         return;
     };
     let mut error = None;
-    for (replaces, token, choices) in launches {
+    for ((replaces, because), token, choices) in launches {
         let tried = capacity::launch(&a.ec2, template, &choices, Some(&token), 1).await;
         done.no_capacity.extend(tried.no_capacity);
         match tried.launched.map(|mut l| l.pop()) {
@@ -270,8 +271,9 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done
                 let as_what =
                     (l.choice.as_ref()).map_or(String::new(), |c| format!(" as {}", c.name()));
                 let message = format!(
-                    "launched {} ({ip_text}) from {template}{as_what} to replace unhealthy {replaces}",
-                    l.id
+                    "launched {} ({ip_text}) from {template}{as_what} to replace {} {replaces}",
+                    l.id,
+                    because.words()
                 );
                 tracing::info!("{message}");
                 let e = Event::new(now, EventKind::ReplacementLaunched, message);

@@ -145,6 +145,10 @@ pub struct Workers {
     pub prepare_timeout: Duration,
     /// Launch a worker from the template for each unhealthy launch-template worker terminated.
     pub replace_unhealthy: bool,
+    /// Launch a worker from the template as soon as a launch-template worker is warned of its
+    /// loss (a Spot warning, a rebalance recommendation it is drained for, its Capacity Block's
+    /// end), so that the new one prepares while the old one finishes.
+    pub replace_interrupted: bool,
     /// What a launched worker may be, in order (`workers.capacity`); `None`: the template's own.
     pub capacity: Option<Capacity>,
     /// Whether the workers' reports must be signed by their agents (`workers.reports`).

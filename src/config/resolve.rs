@@ -84,6 +84,7 @@ fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
         page_size: w.page_size,
         max_prepare_failures: w.max_prepare_failures,
         replace_unhealthy: w.replace_unhealthy,
+        replace_interrupted: w.replace_interrupted,
         reports: w.reports,
         listen: w.listen,
         identity: w.identity_certificates.unwrap_or_else(Certificates::aws),

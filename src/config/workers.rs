@@ -42,6 +42,8 @@ pub(super) struct RawWorkers {
     #[serde(default)]
     pub replace_unhealthy: bool,
     #[serde(default)]
+    pub replace_interrupted: bool,
+    #[serde(default)]
     pub capacity: Option<super::Capacity>,
     #[serde(default)]
     pub reports: super::Reports,
@@ -81,10 +83,10 @@ pub(super) enum WorkersError {
     #[error("max_prepare_failures must be at least 1")]
     NoPrepareFailure,
     #[error(
-        "replace_unhealthy launches from launch_template, which is not set (group workers are \
-         replaced by their group)"
+        "{0} launches from launch_template, which is not set (group workers are replaced by \
+         their group)"
     )]
-    ReplaceWithoutTemplate,
+    ReplaceWithoutTemplate(&'static str),
     #[error(
         "capacity overrides launch_template, which is not set (a group's choices are its mixed \
          instances policy)"
@@ -113,8 +115,14 @@ impl RawWorkers {
         if self.max_prepare_failures == 0 {
             return Err(WorkersError::NoPrepareFailure);
         }
-        if self.replace_unhealthy && self.launch_template.is_none() {
-            return Err(WorkersError::ReplaceWithoutTemplate);
+        if self.launch_template.is_none() {
+            let replacing = [
+                ("replace_unhealthy", self.replace_unhealthy),
+                ("replace_interrupted", self.replace_interrupted),
+            ];
+            if let Some((key, _)) = replacing.into_iter().find(|(_, on)| *on) {
+                return Err(WorkersError::ReplaceWithoutTemplate(key));
+            }
         }
         if self.capacity.is_some() && self.launch_template.is_none() {
             return Err(WorkersError::CapacityWithoutTemplate);

@@ -11,7 +11,7 @@
 
 use super::draft::Draft;
 use super::inputs::Inputs;
-use super::{budget, group, holds, removal};
+use super::{budget, group, holds, removal, replacements};
 use crate::config::HealthLeave;
 use crate::model::*;
 
@@ -255,20 +255,7 @@ fn owe_replacement(p: &Inputs, st: &mut State, at: usize, end: &Ending) {
     {
         return;
     }
-    let id = &p.list[at].id;
-    // ClientToken: at most 64 ASCII characters ("Ensuring idempotency", Amazon EC2 API
-    // Reference); an instance id is at most 19.
-    let token = format!("dt-replace-{id}");
-    if st.replacements.iter().any(|r| r.token == token) {
-        return;
-    }
-    st.replacements.push(Replacement {
-        replaces: id.clone(),
-        token,
-        queued_at: p.now,
-        retry_at: p.now,
-        last_error: None,
-    });
+    replacements::owe(p, st, &p.list[at].id, Replaced::Unhealthy);
 }
 
 fn then_text(end: &Ending) -> &'static str {

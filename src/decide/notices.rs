@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::draft::Draft;
 use super::inputs::Inputs;
-use super::{budget, removal, trust};
+use super::{budget, group, removal, replacements, trust};
 use crate::config::Rebalance;
 use crate::model::*;
 
@@ -188,7 +188,10 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
         out.event(p, EventKind::NoticeIgnored, Some((&t.id, t.ip)), None, msg);
         return;
     }
-    let ip = t.ip;
+    let (ip, t_id) = (t.ip, t.id.clone());
+    // One leaving is replaced once: a second warning (a new event for the same loss, or a
+    // Spot warning after a rebalance drain), or a worker a person is already removing, is not.
+    let leaving = draining(st, ip);
     match n.kind {
         NoticeKind::Interruption => interrupt(p, st, out, n, t),
         NoticeKind::GroupTerminating if held_by_hook(p, &t.id) => {}
@@ -205,6 +208,9 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
         NoticeKind::CapacityBlockExpiring => drain(p, st, out, n, t, Cause::CapacityBlock),
         NoticeKind::ScheduledChange => drain(p, st, out, n, t, Cause::ScheduledChange),
     }
+    if !leaving {
+        replace_ahead(p, st, n, &t_id, ip);
+    }
     if out.removed.contains(&ip) {
         out.notices.retain(|j| j.ip != ip);
         out.notices.push(JobNotice {
@@ -213,6 +219,28 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
             deadline: n.deadline,
         });
     }
+}
+
+/// With `workers.replace_interrupted`, a launch-template worker's replacement is owed the moment
+/// it is warned, not after it is gone: the new one boots and prepares while the old one finishes
+/// (a Spot warning gives two minutes). A rebalance recommendation counts only when it drains
+/// the worker; a group worker is its group's to replace.
+fn replace_ahead(p: &Inputs, st: &mut State, n: &Notice, id: &str, ip: IpAddr) {
+    let because = match n.kind {
+        NoticeKind::Interruption => Replaced::Interrupted,
+        NoticeKind::Rebalance if draining(st, ip) => Replaced::Rebalance,
+        NoticeKind::CapacityBlockExpiring if draining(st, ip) => Replaced::CapacityBlock,
+        _ => return,
+    };
+    let template_worker = p.at(id).is_some_and(|at| !group::in_group(p, at));
+    if p.rules.replace_interrupted && p.rules.launch_template_id.is_some() && template_worker {
+        replacements::owe(p, st, id, because);
+    }
+}
+
+/// Whether a removal for `ip` is under way (an interruption or a drain is one).
+fn draining(st: &State, ip: IpAddr) -> bool {
+    st.removals.iter().any(|r| r.ip == ip)
 }
 
 /// The instance is being taken away: out of the host files now, no acknowledgement awaited,

@@ -1,4 +1,5 @@
-//! Launches owed for unhealthy launch-template workers, sent until one is launched, each with
+//! Launches owed for launch-template workers that are unhealthy or warned of their loss (see
+//! [`owe`]), sent until one is launched, each with
 //! the `workers.capacity` choices to try in order: those EC2 has not refused within their
 //! cool-down, none in a zone the shared file system cannot serve, and none from a reservation
 //! that cannot take one now (see [`reserved`]). Settle starts a cool-down when act reports a
@@ -7,6 +8,26 @@
 use super::draft::Draft;
 use super::inputs::Inputs;
 use crate::model::*;
+
+/// A launch from the template owed from now for `id`, once however often it is asked for: its
+/// ClientToken names the instance it replaces, so an interrupted worker that also fails its
+/// health check is replaced once.
+pub(super) fn owe(p: &Inputs, st: &mut State, id: &str, because: Replaced) {
+    // ClientToken: at most 64 ASCII characters ("Ensuring idempotency", Amazon EC2 API
+    // Reference); an instance id is at most 19.
+    let token = format!("dt-replace-{id}");
+    if st.replacements.iter().any(|r| r.token == token) {
+        return;
+    }
+    st.replacements.push(Replacement {
+        replaces: id.to_string(),
+        because,
+        token,
+        queued_at: p.now,
+        retry_at: p.now,
+        last_error: None,
+    });
+}
 
 pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
     heed_add_refusals(p, st, out);
@@ -19,7 +40,8 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
         Ok(choices) => choices,
         Err(why) => {
             for r in &st.replacements {
-                let msg = format!("replacement launch for unhealthy {}: {why}", r.replaces);
+                let what = r.because.words();
+                let msg = format!("replacement launch for {what} {}: {why}", r.replaces);
                 out.outcome.holds.push(msg);
             }
             return;
@@ -30,7 +52,8 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
             let e: String = e.chars().take(300).collect();
             let next = rfc3339(r.retry_at.max(p.now));
             let msg = format!(
-                "replacement launch for unhealthy {}: {e} (sent again from {next})",
+                "replacement launch for {} {}: {e} (sent again from {next})",
+                r.because.words(),
                 r.replaces
             );
             out.outcome.holds.push(msg);
@@ -38,6 +61,7 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
         if p.now >= r.retry_at {
             out.act(Action::Launch {
                 replaces: r.replaces.clone(),
+                because: r.because,
                 token: r.token.clone(),
                 choices: choices.clone(),
             });

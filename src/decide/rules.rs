@@ -35,6 +35,8 @@ pub struct Rules {
     pub health_leave: HealthLeave,
     /// Launch a replacement from the template for an unhealthy launch-template worker.
     pub replace_unhealthy: bool,
+    /// Launch a replacement from the template when a launch-template worker is warned of its loss.
+    pub replace_interrupted: bool,
     /// `job.stall.after`: how long the job's step may stand still; `None`: no stall detection.
     pub stall_after_ms: Option<u64>,
     /// `job.launcher.silent_after`: a training member whose agent's launcher report has not
@@ -98,6 +100,7 @@ impl Rules {
             max_unhealthy: cfg.health.max_unhealthy,
             health_leave: cfg.health.leave,
             replace_unhealthy: cfg.workers.replace_unhealthy,
+            replace_interrupted: cfg.workers.replace_interrupted,
             stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),

@@ -108,6 +108,7 @@ mod tests {
     fn owed(token: &str) -> Replacement {
         Replacement {
             replaces: "i-0old".into(),
+            because: Replaced::Unhealthy,
             token: token.into(),
             queued_at: 0,
             retry_at: 0,

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::{
-    Choice, Event, EventKind, LaunchChoice, Millis, Notification, Row, State, Step, WorkerStatus,
+    Choice, Event, EventKind, LaunchChoice, Millis, Notification, Replaced, Row, State, Step,
+    WorkerStatus,
 };
 use crate::protocol::host_files::Host;
 
@@ -93,6 +94,7 @@ pub enum Action {
     /// order until one has capacity (empty: the template as it is).
     Launch {
         replaces: String,
+        because: Replaced,
         token: String,
         choices: Vec<LaunchChoice>,
     },
@@ -177,14 +179,15 @@ impl Outcome {
         })
     }
 
-    /// (replaced instance, token, choices in order).
-    pub fn launches(&self) -> Vec<(String, String, Vec<LaunchChoice>)> {
+    /// (replaced instance and why, token, choices in order).
+    pub fn launches(&self) -> Vec<((String, Replaced), String, Vec<LaunchChoice>)> {
         self.each(|a| match a {
             Action::Launch {
                 replaces,
+                because,
                 token,
                 choices,
-            } => Some((replaces.clone(), token.clone(), choices.clone())),
+            } => Some(((replaces.clone(), *because), token.clone(), choices.clone())),
             _ => None,
         })
     }

@@ -116,7 +116,8 @@ pub struct State {
     /// (`job.launcher.silent_share`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence_held: Option<Millis>,
-    /// Launches owed for unhealthy launch-template workers, resent until RunInstances succeeds.
+    /// Launches owed for launch-template workers that are unhealthy or warned of their loss,
+    /// resent until RunInstances succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replacements: Vec<Replacement>,
     /// Capacity choices EC2 refused, by [`Choice::name`]: skipped until their cool-down ends.
@@ -214,11 +215,14 @@ pub struct CheckpointWait {
     pub passed: bool,
 }
 
-/// A launch from the template owed for an unhealthy worker.
+/// A launch from the template owed for a worker that is unhealthy or about to be lost.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replacement {
-    /// The unhealthy instance it replaces.
+    /// The instance it replaces.
     pub replaces: String,
+    /// Why (a state saved before there was a reason knew only unhealthy workers).
+    #[serde(default)]
+    pub because: Replaced,
     /// RunInstances' ClientToken: the same launch however often it is sent.
     pub token: String,
     pub queued_at: Millis,
@@ -229,6 +233,32 @@ pub struct Replacement {
     /// Why AWS refused it last, for `dtctl status` until it is launched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// Why a worker is replaced: its health, or a warning that its capacity goes away.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replaced {
+    #[default]
+    Unhealthy,
+    /// A Spot interruption warning.
+    Interrupted,
+    /// A rebalance recommendation it was drained for.
+    Rebalance,
+    /// Its Capacity Block ends.
+    CapacityBlock,
+}
+
+impl Replaced {
+    /// The replaced worker as the journal and `dtctl status` name it: "unhealthy i-0abc".
+    pub fn words(self) -> &'static str {
+        match self {
+            Replaced::Unhealthy => "unhealthy",
+            Replaced::Interrupted => "interrupted",
+            Replaced::Rebalance => "rebalance-drained",
+            Replaced::CapacityBlock => "Capacity-Block-ending",
+        }
+    }
 }
 
 /// What stall detection remembers: a restarted dtd goes on timing the same step, and does not

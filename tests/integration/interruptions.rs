@@ -386,3 +386,64 @@ fn a_hook_hears_the_reason_and_the_deadline_of_an_interruption() {
     let notices: serde_json::Value = serde_json::from_str(&var("DT_NOTICES")).expect("JSON");
     assert_eq!(notices[0]["ip"], json!(ip), "{notices}");
 }
+
+/// `workers.replace_interrupted`: the replacement is launched at the warning, while the
+/// interrupted worker still runs (AWS takes it two minutes later), and joins once its data is
+/// ready; one launch however often the warning comes.
+#[test]
+fn with_replace_interrupted_the_replacement_is_launched_at_the_warning_and_joins() {
+    let mut c = Cluster::new();
+    let queue = create_event_queue(&c);
+    c.worker_extra = "  replace_interrupted: true\n".into();
+    c.extra = format!("events:\n  queue_url: {queue}\n");
+    let workers = c.launch_spot(2);
+    for (_, ip) in &workers {
+        c.marker(ip);
+    }
+    c.write_config(&c.config(0, 4, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    c.start_dtd();
+    c.wait_hosts("both workers", |h| h.len() == 2);
+    let ((id, ip), (kept, kept_ip)) = (&workers[0], &workers[1]);
+
+    put_ec2_event(&c, SPOT, spot_warning(id));
+    let fresh = wait_for(
+        "a replacement launched from the template",
+        Duration::from_secs(30),
+        || crate::health::running_from_template(&c, &[id, kept]),
+        |r| !r.is_empty(),
+    );
+    assert_eq!(c.state_of(id), "running", "launched before the loss");
+    assert!(
+        c.hosts().iter().all(|h| h != ip),
+        "the warned one left at once"
+    );
+    let launched = c
+        .journal()
+        .into_iter()
+        .find(|e| e["kind"] == "replacement_launched");
+    let said = launched.expect("journaled")["message"].to_string();
+    assert!(
+        said.contains(&format!("to replace interrupted {id}")),
+        "{said}"
+    );
+
+    // Sent again (EventBridge delivers at least once): still one replacement.
+    put_ec2_event(&c, SPOT, spot_warning(id));
+    let (new_id, new_ip) = &fresh[0];
+    c.marker(new_ip);
+    c.wait_hosts("the replacement to join", |h| {
+        h.len() == 2 && h.contains(new_ip) && h.contains(kept_ip)
+    });
+    wait_until(
+        "the second warning to be taken",
+        Duration::from_secs(10),
+        || queue_depth(&c, &queue) == 0,
+    );
+    c.wait_passes(3);
+    let all = crate::health::running_from_template(&c, &[id, kept]);
+    assert_eq!(
+        all,
+        [(new_id.clone(), new_ip.clone())],
+        "no second replacement"
+    );
+}

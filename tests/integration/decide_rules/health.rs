@@ -20,7 +20,7 @@ impl World {
 /// (replaced instance, token) of each launch; the capacity choices are tested in capacity.rs.
 fn launches(plan: &Plan) -> Vec<(String, String)> {
     (plan.outcome.launches().into_iter())
-        .map(|(replaces, token, _)| (replaces, token))
+        .map(|((replaces, _), token, _)| (replaces, token))
         .collect()
 }
 

@@ -312,3 +312,137 @@ fn a_scheduled_change_weeks_away_drains_only_its_lead_before_it_starts() {
     assert_eq!(kinds(&plan), ["removal_queued", "generation"]);
     assert!(plan.state.removals.iter().all(|x| x.deadline <= starts));
 }
+
+/// (replaced instance, why, token) of each launch.
+fn replacing(plan: &Plan) -> Vec<(String, Replaced, String)> {
+    (plan.outcome.launches().into_iter())
+        .map(|((replaces, because), token, _)| (replaces, because, token))
+        .collect()
+}
+
+#[test]
+fn with_replace_interrupted_a_warned_worker_is_replaced_while_it_is_still_there() {
+    let (mut r, mut w, state) = two_members();
+    w.notices = vec![spot("e-1", "i-1")];
+    let off = pass(&r, &mut w, &state, 3_000);
+    assert!(replacing(&off).is_empty(), "off by default");
+
+    r.replace_interrupted = true;
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(
+        hosts(&plan),
+        with_base(&["10.0.1.2"]),
+        "out of the job at once"
+    );
+    let owed = (
+        "i-1".to_string(),
+        Replaced::Interrupted,
+        "dt-replace-i-1".to_string(),
+    );
+    assert_eq!(replacing(&plan), [owed.clone()]);
+    assert!(
+        plan.outcome.terminate().is_empty(),
+        "AWS reclaims it, not dtd"
+    );
+    // Redelivered, and then failing its health check too: still one launch, one token.
+    r.replace_unhealthy = true;
+    w.health("i-1", false, true, "0 of 8 GPUs visible");
+    let again = pass(&r, &mut w, &plan.state, 4_000);
+    assert_eq!(again.state.replacements.len(), 1);
+    assert_eq!(replacing(&again), [owed]);
+}
+
+#[test]
+fn with_replace_interrupted_a_rebalance_drain_and_a_capacity_blocks_end_are_replaced() {
+    let (mut r, mut w, state) = two_members();
+    r.replace_interrupted = true;
+    let target = NoticeTarget::Instance("i-1".into());
+    w.notices = vec![notice("e-1", NoticeKind::Rebalance, target)];
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(tagged(&plan, WorkerStatus::RemovalQueued), ["i-1"]);
+    let owed = (
+        "i-1".to_string(),
+        Replaced::Rebalance,
+        "dt-replace-i-1".to_string(),
+    );
+    assert_eq!(replacing(&plan), [owed]);
+
+    w.inst("i-2").capacity_reservation = Some("cr-1".into());
+    let mut n = notice(
+        "e-2",
+        NoticeKind::CapacityBlockExpiring,
+        NoticeTarget::CapacityReservation("cr-1".into()),
+    );
+    n.deadline = Some(64_000);
+    w.notices = vec![n];
+    let ended = pass(&r, &mut w, &plan.state, 4_000);
+    let why: Vec<_> = ended
+        .state
+        .replacements
+        .iter()
+        .map(|x| (x.replaces.as_str(), x.because))
+        .collect();
+    assert_eq!(
+        why,
+        [
+            ("i-1", Replaced::Rebalance),
+            ("i-2", Replaced::CapacityBlock)
+        ]
+    );
+}
+
+#[test]
+fn a_rebalance_that_drains_no_one_replaces_no_one() {
+    let (mut r, mut w, state) = two_members();
+    r.replace_interrupted = true;
+    r.min = 4;
+    let target = NoticeTarget::Instance("i-1".into());
+    w.notices = vec![notice("e-1", NoticeKind::Rebalance, target.clone())];
+    let held = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(kinds(&held), ["removal_held"]);
+    assert!(replacing(&held).is_empty(), "kept at min: nothing is lost");
+    r.min = 0;
+    r.rebalance = dt::config::Rebalance::Report;
+    w.notices = vec![notice("e-2", NoticeKind::Rebalance, target)];
+    let reported = pass(&r, &mut w, &state, 3_000);
+    assert!(replacing(&reported).is_empty(), "reported only");
+}
+
+#[test]
+fn a_group_worker_warned_of_its_loss_is_left_to_its_group() {
+    let (mut r, mut w, state) = two_group_members();
+    r.replace_interrupted = true;
+    r.launch_template_id = Some("lt-1".into());
+    w.notices = vec![spot("e-1", "i-1")];
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert!(kinds(&plan).contains(&"interrupted"), "{:?}", kinds(&plan));
+    assert!(replacing(&plan).is_empty());
+}
+
+#[test]
+fn a_second_warning_for_a_worker_already_leaving_launches_nothing_more() {
+    let (mut r, mut w, state) = two_members();
+    r.replace_interrupted = true;
+    w.notices = vec![spot("e-1", "i-1")];
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert_eq!(replacing(&plan).len(), 1);
+    // The launch succeeded: nothing is owed any more.
+    let mut launched = plan.state.clone();
+    launched.replacements.clear();
+    w.notices = vec![spot("e-2", "i-1")];
+    let again = pass(&r, &mut w, &launched, 4_000);
+    assert!(
+        replacing(&again).is_empty(),
+        "{:?}",
+        again.state.replacements
+    );
+
+    // A worker a person is removing (its elastic tag deleted) is not replaced when warned.
+    w.notices.clear();
+    w.delete_elastic_tag("i-2");
+    let removing = pass(&r, &mut w, &state, 5_000);
+    assert_eq!(tagged(&removing, WorkerStatus::RemovalQueued), ["i-2"]);
+    w.notices = vec![spot("e-3", "i-2")];
+    let warned = pass(&r, &mut w, &removing.state, 6_000);
+    assert!(replacing(&warned).is_empty());
+}

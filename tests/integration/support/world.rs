@@ -55,6 +55,7 @@ pub(crate) fn rules() -> Rules {
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,
+        replace_interrupted: false,
     }
 }
 
