@@ -339,7 +339,7 @@ fn with_replace_interrupted_a_warned_worker_is_replaced_while_it_is_still_there(
         Replaced::Interrupted,
         "dt-replace-i-1".to_string(),
     );
-    assert_eq!(replacing(&plan), [owed.clone()]);
+    assert_eq!(replacing(&plan), std::slice::from_ref(&owed));
     assert!(
         plan.outcome.terminate().is_empty(),
         "AWS reclaims it, not dtd"
