@@ -18,6 +18,36 @@ pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
     Ok(parsed)
 }
 
+/// A value written in more than one form (a word or a mapping, a number or a name), read whole
+/// so that its form is told by its type: an untagged enum would answer a mistake with "data did
+/// not match any variant", naming neither the key nor what was wrong.
+pub(super) fn any_form<'de, D: Deserializer<'de>>(d: D) -> Result<serde_yaml::Value, D::Error> {
+    serde_yaml::Value::deserialize(d)
+}
+
+/// The mapping form of `key`'s value, with its own unknown keys and bad values named.
+pub(super) fn mapping_form<T, E>(key: &str, v: serde_yaml::Value) -> Result<T, E>
+where
+    T: serde::de::DeserializeOwned,
+    E: serde::de::Error,
+{
+    named(key, T::deserialize(v).map_err(E::custom))
+}
+
+/// What a value is, in a message: "job.owner: a list is neither a uid nor a user name".
+pub(super) fn form_of(v: &serde_yaml::Value) -> &'static str {
+    use serde_yaml::Value;
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "true or false",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a word",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
 /// `r`, its error prefixed with the key: inside a nested section serde names only the section.
 pub(super) fn named<T, E: serde::de::Error>(key: &str, r: Result<T, E>) -> Result<T, E> {
     r.map_err(|e| E::custom(format!("{key}: {e}")))

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Deserializer};
 
+use super::de::{any_form, form_of, mapping_form};
 use super::owner::JobOwner;
 use super::users::{is_user_name, lookup, NoUser};
 
@@ -38,21 +39,35 @@ impl JobUser {
 impl<'de> Deserialize<'de> for JobUser {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
+        use serde_yaml::Value;
+        /// Exactly these two: a `groups` key would be silently ignored, and the job runs with
+        /// no supplementary groups whatever it says.
         #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Form {
-            Uid(u32),
-            Name(String),
-            Ids { uid: u32, gid: u32 },
+        #[serde(deny_unknown_fields)]
+        struct Ids {
+            uid: u32,
+            gid: u32,
         }
-        let user = match Form::deserialize(d)? {
-            Form::Uid(uid) => JobUser::Ids { uid, gid: uid },
-            Form::Ids { uid, gid } => JobUser::Ids { uid, gid },
-            Form::Name(n) if is_user_name(&n) => JobUser::Name(n),
-            Form::Name(n) => {
-                return Err(D::Error::custom(format!(
-                    "job.launcher.user: `{n}` is neither a uid nor a user name"
-                )))
+        const KEY: &str = "job.launcher.user";
+        let fail = |why: String| D::Error::custom(format!("{KEY}: {why}"));
+        let user = match any_form(d)? {
+            Value::Number(n) => match n.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(uid) => JobUser::Ids { uid, gid: uid },
+                None => return Err(fail(format!("{n} is not a uid (0 to 4294967295)"))),
+            },
+            Value::String(n) if is_user_name(&n) => JobUser::Name(n),
+            Value::String(n) => {
+                return Err(fail(format!("`{n}` is neither a uid nor a user name")))
+            }
+            v @ Value::Mapping(_) => {
+                let Ids { uid, gid } = mapping_form(KEY, v)?;
+                JobUser::Ids { uid, gid }
+            }
+            v => {
+                let form = form_of(&v);
+                return Err(fail(format!(
+                    "{form} is not a uid, a user name or {{ uid, gid }}"
+                )));
             }
         };
         if matches!(

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
+use super::de::{any_form, form_of, mapping_form};
+
 /// How the job hears about a new membership (docs/job-contract.md).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum Notify {
@@ -34,35 +36,39 @@ struct RawNotify {
 impl<'de> Deserialize<'de> for Notify {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            Word(String),
-            Map(RawNotify),
-        }
-        match Either::deserialize(d)? {
-            Either::Word(w) if w == "none" => Ok(Notify::None),
-            Either::Word(w) => Err(D::Error::custom(format!(
-                "unknown notify `{w}`: use none, {{ signal, pidfile }} or {{ command: [..] }}"
-            ))),
-            Either::Map(RawNotify {
+        use serde_yaml::Value;
+        const FORMS: &str = "use none, { signal, pidfile } or { command: [..] }";
+        let raw: RawNotify = match any_form(d)? {
+            Value::String(w) if w == "none" => return Ok(Notify::None),
+            Value::String(w) => {
+                let why = format!("job.notify: unknown notify `{w}`: {FORMS}");
+                return Err(D::Error::custom(why));
+            }
+            v @ Value::Mapping(_) => mapping_form("job.notify", v)?,
+            v => {
+                let why = format!("job.notify: {} is not a notify: {FORMS}", form_of(&v));
+                return Err(D::Error::custom(why));
+            }
+        };
+        match raw {
+            RawNotify {
                 signal: Some(sig),
                 pidfile: Some(pidfile),
                 expect,
                 command: None,
-            }) => Ok(Notify::Signal {
+            } => Ok(Notify::Signal {
                 signal: parse_signal(&sig).map_err(D::Error::custom)?,
                 pidfile,
                 expect: expect_text(expect).map_err(D::Error::custom)?,
             }),
-            Either::Map(RawNotify {
+            RawNotify {
                 signal: None,
                 pidfile: None,
                 expect: None,
                 command: Some(argv),
-            }) if !argv.is_empty() && !argv[0].is_empty() => Ok(Notify::Command(argv)),
-            Either::Map(_) => Err(D::Error::custom(
-                "notify needs exactly { signal, pidfile[, expect] } or { command: [program, args..] }",
+            } if !argv.is_empty() && !argv[0].is_empty() => Ok(Notify::Command(argv)),
+            _ => Err(D::Error::custom(
+                "job.notify needs exactly { signal, pidfile[, expect] } or { command: [program, args..] }",
             )),
         }
     }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 
+use super::de::{any_form, form_of};
 use super::users::{is_user_name, lookup, NoUser};
 use super::{Job, Notify};
 
@@ -20,19 +21,19 @@ pub enum JobOwner {
 impl<'de> Deserialize<'de> for JobOwner {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            Uid(u32),
-            Name(String),
-        }
-        match Either::deserialize(d)? {
-            Either::Uid(uid) => Ok(JobOwner::Uid(uid)),
-            Either::Name(n) if is_user_name(&n) => Ok(JobOwner::Name(n)),
-            Either::Name(n) => Err(D::Error::custom(format!(
-                "`{n}` is neither a uid nor a user name (letters, digits, `_`, `-`, `.`)"
-            ))),
-        }
+        use serde_yaml::Value;
+        let why = match any_form(d)? {
+            Value::Number(n) => match n.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(uid) => return Ok(JobOwner::Uid(uid)),
+                None => format!("{n} is not a uid (0 to 4294967295)"),
+            },
+            Value::String(n) if is_user_name(&n) => return Ok(JobOwner::Name(n)),
+            Value::String(n) => {
+                format!("`{n}` is neither a uid nor a user name (letters, digits, `_`, `-`, `.`)")
+            }
+            v => format!("{} is neither a uid nor a user name", form_of(&v)),
+        };
+        Err(D::Error::custom(format!("job.owner: {why}")))
     }
 }
 

@@ -114,3 +114,49 @@ fn a_bad_health_check_is_named_with_its_key_and_line() {
     let e = error_of(&with("    command: [check]\n    every: 1m\n"));
     assert!(e.contains("every") && e.contains("line 16"), "{e}");
 }
+
+#[test]
+fn a_mistake_in_notify_or_owner_names_its_key_and_what_is_wrong() {
+    let signal = "notify: { signal: SIGUSR1, pidfile: /efs/job.pid }";
+    for (from, to, said) in [
+        (
+            signal,
+            "notify: { signl: SIGUSR1, pidfile: /efs/job.pid }",
+            "job.notify: unknown field `signl`",
+        ),
+        (
+            signal,
+            "notify: sometimes",
+            "job.notify: unknown notify `sometimes`",
+        ),
+        (signal, "notify: [a]", "job.notify: a list is not a notify"),
+        (
+            signal,
+            "notify: { signal: SIGUSR1 }",
+            "job.notify needs exactly",
+        ),
+        (
+            "  notify:",
+            "  owner: { name: bob }\n  notify:",
+            "job.owner: a mapping is neither a uid nor a user name",
+        ),
+        (
+            "  notify:",
+            "  owner: -3\n  notify:",
+            "job.owner: -3 is not a uid",
+        ),
+        (
+            "  notify:",
+            "  owner: \"b b\"\n  notify:",
+            "job.owner: `b b` is neither",
+        ),
+    ] {
+        let e = error_of(&GOOD.replace(from, to));
+        assert!(e.contains(said), "{to}: {e}");
+        assert!(!e.contains("did not match any variant"), "{to}: {e}");
+    }
+    let owned = Config::parse(&GOOD.replace("  notify:", "  owner: 1000\n  notify:"));
+    assert!(owned.is_ok(), "{owned:?}");
+    let named = Config::parse(&GOOD.replace("  notify:", "  owner: alice\n  notify:"));
+    assert!(named.is_ok(), "{named:?}");
+}

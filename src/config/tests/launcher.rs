@@ -205,3 +205,34 @@ fn an_acknowledgement_by_the_launchers_needs_a_launcher() {
         Config::parse(&with_launcher("").replace("  ack: {", "  ack: { by: launcher, ")).unwrap();
     assert_eq!(cfg.job.ack.by, crate::config::AckBy::Launcher);
 }
+
+#[test]
+fn the_jobs_user_is_a_uid_a_name_or_exactly_uid_and_gid() {
+    let user = |form: &str| with_launcher(&format!("    user: {form}\n"));
+    let ids = |form: &str| Config::parse(&user(form)).map(|c| c.job.launcher.map(|l| l.user));
+    assert!(ids("1000").is_ok());
+    assert!(ids("alice").is_ok());
+    assert!(ids("{ uid: 1000, gid: 1001 }").is_ok());
+    for (form, said) in [
+        // The groups would be silently dropped: the job runs with none.
+        (
+            "{ uid: 1000, gid: 1000, groups: [27] }",
+            "job.launcher.user: unknown field `groups`",
+        ),
+        ("{ uid: 1000 }", "job.launcher.user: missing field `gid`"),
+        (
+            "[1000]",
+            "job.launcher.user: a list is not a uid, a user name or { uid, gid }",
+        ),
+        ("-5", "job.launcher.user: -5 is not a uid"),
+        (
+            "\"al ice\"",
+            "job.launcher.user: `al ice` is neither a uid nor a user name",
+        ),
+        ("0", "never runs as root"),
+    ] {
+        let e = error_of(&user(form));
+        assert!(e.contains(said), "{form}: {e}");
+        assert!(!e.contains("did not match any variant"), "{form}: {e}");
+    }
+}
