@@ -419,14 +419,18 @@ class InPlace:
 
     def _acknowledge(self):
         """The writer acknowledges the newest plan once the quorum that just committed is
-        exactly its nodes: dtd may then terminate the nodes it let go."""
-        if self.global_rank() != 0 or not self.session.ack_file:
+        exactly its nodes: dtd may then terminate the nodes it let go. That plan's generation
+        is then the one it trains on, and the progress file says so (the process started in an
+        older one and is never restarted under `in_place`)."""
+        if self.global_rank() != 0:
             return
         plan = self._plan.read()
         if plan is None or plan[0] == self._acked or sorted(plan[1]) != self._members:
             return
-        atomic_write(self.session.ack_file, f"{plan[0]}\n".encode())
+        if self.session.ack_file:
+            atomic_write(self.session.ack_file, f"{plan[0]}\n".encode())
         self._acked = plan[0]
+        self.session.generation = plan[0]
 
     def _save(self):
         more, _ = self._more_state

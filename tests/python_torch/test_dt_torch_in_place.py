@@ -78,12 +78,24 @@ class InPlaceTest(unittest.TestCase):
         self.assertEqual((self.tmp / "ack").read_text(), "12\n", "the plan's generation, once the quorum is its nodes")
         body = json.loads((self.tmp / "progress").read_text())
         self.assertEqual((body["step"], body["world_size"]), (3, 1))
+        self.assertEqual(body["generation"], 12, "the plan's it trains on, not DT_GENERATION's 3")
         self.assertEqual(body["in_place"]["nodes"], 1)
         self.assertIsInstance(body["in_place"]["quorum"], int)
         golden = json.loads((GOLDEN / "progress_in_place.json").read_text())
         self.assertEqual(set(body["in_place"]), set(golden["in_place"]))
         self.assertEqual(set(golden["in_place"]["changes"][0]), {
             "quorum", "step", "nodes", "joined", "left", "lost_steps", "paused_s", "at"})
+        # dtd moves on (a node came and went): the next commit acknowledges the new plan, and
+        # the progress file follows it.
+        (self.tmp / "launch_plan").write_text(json.dumps({"generation": 14, "hosts": ["127.0.0.1"]}))
+        ft.begin()
+        idx = list(ft.shard())
+        loss = torch.nn.functional.mse_loss(ft.model(x[idx]), y[idx], reduction="sum") * ft.loss_scale
+        loss.backward()
+        self.assertTrue(ft.commit())
+        session.progress(ft.step, force=True)
+        self.assertEqual((self.tmp / "ack").read_text(), "14\n")
+        self.assertEqual(json.loads((self.tmp / "progress").read_text())["generation"], 14)
         session.stop_requested = True
         self.assertTrue(session.should_stop())
         self.assertTrue(ft.left)
