@@ -19,11 +19,7 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> io::Result<()> {
 /// [`write_atomic`], the new file given to `owner` (a uid) before it takes the name, so that no
 /// reader ever sees it owned by anyone else (`dtctl ack` run as root writes the job's file).
 pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io::Result<()> {
-    let dir = parent_dir(path);
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let (tmp, mut f) = create_temp(dir, &name.to_string_lossy())?;
+    let (dir, tmp, mut f) = temp_beside(path)?;
     let result = (|| {
         f.write_all(content)?;
         if let Some(uid) = owner {
@@ -44,11 +40,7 @@ pub fn write_atomic_owned(path: &Path, content: &[u8], owner: Option<u32>) -> io
 /// taken first (by another writer racing for it).
 pub fn create_whole(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = parent_dir(path);
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let (tmp, mut f) = create_temp(dir, &name.to_string_lossy())?;
+    let (dir, tmp, mut f) = temp_beside(path)?;
     let result = (|| {
         // Before the content: the temp name never holds it readable by others.
         f.set_permissions(fs::Permissions::from_mode(mode))?;
@@ -59,6 +51,16 @@ pub fn create_whole(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
     })();
     let _ = fs::remove_file(&tmp);
     result
+}
+
+/// `path`'s directory, and a new temp file in it named after `path` (see [`create_temp`]).
+fn temp_beside(path: &Path) -> io::Result<(&Path, std::path::PathBuf, fs::File)> {
+    let dir = parent_dir(path);
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let (tmp, f) = create_temp(dir, &name.to_string_lossy())?;
+    Ok((dir, tmp, f))
 }
 
 /// Attempts at a temp name before giving up: one taken by chance is a 1-in-2^64 event, so only

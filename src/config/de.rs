@@ -34,6 +34,12 @@ where
     named(key, T::deserialize(v).map_err(E::custom))
 }
 
+/// A uid written as a number, or why it is not one.
+pub(super) fn uid(n: &serde_yaml::Number) -> Result<u32, String> {
+    (n.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .ok_or_else(|| format!("{n} is not a uid (0 to 4294967295)"))
+}
+
 /// What a value is, in a message: "job.owner: a list is neither a uid nor a user name".
 pub(super) fn form_of(v: &serde_yaml::Value) -> &'static str {
     use serde_yaml::Value;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::{any_form, form_of, mapping_form};
+use super::de::{any_form, form_of, mapping_form, uid};
 use super::owner::JobOwner;
 use super::users::{is_user_name, lookup, NoUser};
 
@@ -51,10 +51,10 @@ impl<'de> Deserialize<'de> for JobUser {
         const KEY: &str = "job.launcher.user";
         let fail = |why: String| D::Error::custom(format!("{KEY}: {why}"));
         let user = match any_form(d)? {
-            Value::Number(n) => match n.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(uid) => JobUser::Ids { uid, gid: uid },
-                None => return Err(fail(format!("{n} is not a uid (0 to 4294967295)"))),
-            },
+            Value::Number(n) => {
+                let uid = uid(&n).map_err(fail)?;
+                JobUser::Ids { uid, gid: uid }
+            }
             Value::String(n) if is_user_name(&n) => JobUser::Name(n),
             Value::String(n) => {
                 return Err(fail(format!("`{n}` is neither a uid nor a user name")))

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::{any_form, form_of};
+use super::de::{any_form, form_of, uid};
 use super::users::{is_user_name, lookup, NoUser};
 use super::{Job, Notify};
 
@@ -23,9 +23,9 @@ impl<'de> Deserialize<'de> for JobOwner {
         use serde::de::Error;
         use serde_yaml::Value;
         let why = match any_form(d)? {
-            Value::Number(n) => match n.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(uid) => return Ok(JobOwner::Uid(uid)),
-                None => format!("{n} is not a uid (0 to 4294967295)"),
+            Value::Number(n) => match uid(&n) {
+                Ok(uid) => return Ok(JobOwner::Uid(uid)),
+                Err(why) => why,
             },
             Value::String(n) if is_user_name(&n) => return Ok(JobOwner::Name(n)),
             Value::String(n) => {

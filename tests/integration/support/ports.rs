@@ -10,7 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::net::TcpListener;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Locks held for the life of the process: dropping one would hand its port to another process.
@@ -22,10 +22,11 @@ pub fn free_port() -> u16 {
     let range = outside_ephemeral();
     let span = u32::from(range.end - range.start);
     let start = std::process::id().wrapping_mul(7919) % span;
+    let dir = lock_dir();
     let mut held = HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     for i in 0..span {
         let port = range.start + ((start + i) % span) as u16;
-        if let Some(lock) = reserve(port) {
+        if let Some(lock) = reserve(&dir, port) {
             held.push(lock);
             return port;
         }
@@ -33,9 +34,9 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port in {range:?} (outside the ephemeral range)");
 }
 
-/// Ours when its lock file is ours and nothing listens on it.
-fn reserve(port: u16) -> Option<File> {
-    let path = lock_dir().join(port.to_string());
+/// Ours when its lock file (in `dir`) is ours and nothing listens on it.
+fn reserve(dir: &Path, port: u16) -> Option<File> {
+    let path = dir.join(port.to_string());
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
