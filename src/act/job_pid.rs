@@ -248,9 +248,16 @@ mod tests {
     fn a_process_started_after_the_pidfile_was_written_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
-        // Its command line is there once the exec has completed, which spawn does not wait for.
+        // spawn returns when the exec closes the child's descriptors, before the kernel has set
+        // up the new command line: /proc shows the test's own, then none, then sleep's. Wait for
+        // sleep's, the one the checks below read.
         let cmdline = format!("/proc/{}/cmdline", child.id());
-        while std::fs::read(&cmdline).unwrap_or_default().is_empty() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !std::fs::read(&cmdline)
+            .unwrap_or_default()
+            .starts_with(b"sleep\0")
+        {
+            assert!(std::time::Instant::now() < deadline, "sleep never exec'd");
             std::thread::sleep(Duration::from_millis(5));
         }
         let p = pidfile(dir.path(), child.id());
