@@ -133,6 +133,11 @@ fn the_probe_finds_a_section_a_list_of_sections_and_a_leaf() {
         section_keys(&path(&["interval"])).is_none(),
         "a duration is a leaf"
     );
+    // Keys whose value has more than one form are sections too: their keys are probed.
+    let notify = section_keys(&path(&["job", "notify"])).expect("job.notify's mapping form");
+    assert_eq!(notify, ["signal", "pidfile", "expect", "command"]);
+    let user = section_keys(&path(&["job", "launcher", "user"])).expect("a user's mapping form");
+    assert_eq!(user, ["uid", "gid"]);
     let mut doc = BTreeSet::from(["job.launcher.user".to_string(), "job.ack.by".to_string()]);
     assert!(covered("job.launcher.user.uid", &doc));
     assert!(covered("job.ack", &doc));

@@ -13,6 +13,7 @@ mod apply;
 mod aws_events;
 mod capacity;
 mod clock;
+mod config_defaults;
 mod config_reference;
 mod dashboard;
 mod decide_launcher;
