@@ -30,7 +30,8 @@ pub struct LogLine {
     pub seq: u64,
     pub change: Change,
     pub ip: IpAddr,
-    /// Free text as the job wrote it (2018's launcher: `YYYY-mm-dd HH:MM:SS`); not interpreted.
+    /// Free text as the job wrote it (2018's launcher documents `TIME_SINCE_EPOCH`; the example job
+    /// writes a date and time); not interpreted.
     pub time: String,
 }
 
