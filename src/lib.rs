@@ -19,6 +19,7 @@ pub mod manual;
 pub mod metrics;
 pub mod model;
 pub mod observe;
+pub mod program;
 pub mod protocol;
 pub mod status;
 pub mod store;

@@ -1,6 +1,6 @@
 //! Running a hook command of the config (`job.notify.command`, `job.stall.command`). `dtd run`
 //! runs it as its own user, root on the master, so it goes through the runner `dtd agent` uses
-//! for the programs it runs as root ([`agent::program`](crate::agent::program)): nothing runs
+//! for the programs it runs as root ([`program`](crate::program)): nothing runs
 //! unless no one but root (or dtd's own user) can have put the program there or changed it (the
 //! walk from `/`, docs/shared-directory.md "The programs dtd agent runs"), and what runs is the
 //! descriptor that was checked. An argv, never through a shell, with its environment given and
@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::agent::program::{self, Program, Status};
+use crate::program::{self, Program, Status};
 
 /// A hook that runs longer than this is killed (a membership notification is retried next pass).
 pub const HOOK_TIMEOUT: Duration = Duration::from_secs(30);

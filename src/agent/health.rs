@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::program::{self, Outcome, Program, Status};
 use super::reports::Reports;
 use super::Identity;
 use crate::config::{Config, Health};
 use crate::digest::Sha256;
+use crate::program::{self, Outcome, Program, Status};
 use crate::protocol::health::{HealthReport, GPUS_LOST_EXIT};
 use crate::protocol::markers::MarkerKind;
 
@@ -43,7 +43,7 @@ impl Checker {
             // The config refuses an empty command; an empty program fails to start, visibly.
             None => (PathBuf::new(), Vec::new()),
         };
-        let mut env = program::agent_env(identity, &cfg.shared_dir, &cfg.cluster);
+        let mut env = super::env::agent_env(identity, &cfg.shared_dir, &cfg.cluster);
         if let Some(t) = instance_type {
             env.push(("DT_INSTANCE_TYPE".into(), t.into()));
         }

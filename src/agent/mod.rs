@@ -4,18 +4,16 @@
 //! is still being prepared), and once ready runs the health check every interval.
 
 mod channel;
+mod env;
 pub mod health;
 pub mod imds;
 pub mod key;
 pub mod launcher;
 pub mod notice;
 mod outbox;
-mod output;
 pub mod prepare;
-pub(crate) mod program;
 pub mod reports;
 pub mod signer;
-mod trust;
 pub mod watch;
 
 use std::net::IpAddr;

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::program::{self, Outcome, Program, Status};
 use super::reports::Reports;
 use super::Identity;
 use crate::config::Config;
 use crate::digest::Sha256;
+use crate::program::{self, Outcome, Program, Status};
 use crate::protocol::markers::MarkerKind;
 use crate::protocol::report::{self, FailureReport, SuccessReport};
 
@@ -168,7 +168,7 @@ fn seconds(d: Duration) -> f64 {
 }
 
 async fn run_attempt(spec: &Spec, n: u32) -> Outcome {
-    let mut env = program::agent_env(&spec.identity, &spec.shared_dir, &spec.cluster);
+    let mut env = super::env::agent_env(&spec.identity, &spec.shared_dir, &spec.cluster);
     env.push(("DT_ATTEMPT".into(), n.to_string().into()));
     program::run(&Program {
         path: &spec.program,

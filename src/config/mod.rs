@@ -10,6 +10,7 @@ mod alerts;
 mod capacity;
 mod de;
 mod disruption;
+mod elastic;
 mod error;
 mod in_place;
 mod job_user;
@@ -42,12 +43,13 @@ pub use alerts::{
 };
 pub use capacity::{Capacity, Choice};
 pub use disruption::{Budget, Disruption, Schedule, Window};
+pub use elastic::Elastic;
 pub use error::{ConfigError, InvalidConfig, Rule, TemplateUnusable};
 pub use in_place::InPlace;
 pub use job_user::JobUser;
 pub use join::Join;
 pub use launch_template::TemplateRef;
-pub use launcher::{Elastic, Launcher, NprocPerNode, Strategy};
+pub use launcher::{Launcher, NprocPerNode, Strategy};
 pub use notify::Notify;
 pub use owner::{JobOwner, JobOwnerError};
 pub use sections::{

@@ -117,7 +117,7 @@ fn a_link_to_a_good_prepare_data_program_never_runs() {
 #[test]
 fn a_prepare_data_program_owned_by_another_user_never_runs() {
     if !nix::unistd::geteuid().is_root() {
-        // Only root can give a file to another user; agent::trust's unit tests hold the rule.
+        // Only root can give a file to another user; program::trust's unit tests hold the rule.
         eprintln!("NOTE: not root: a file of another user cannot be made here");
         return;
     }

@@ -266,7 +266,7 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ),
         (
             "job.launcher.user",
-            Elsewhere("decided on the worker: src/agent/launcher/user.rs"),
+            Elsewhere("decided on the worker: src/program/user.rs"),
         ),
         (
             "job.launcher.sha256",

@@ -7,9 +7,9 @@ use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
-use crate::agent::program::{self, EnvVar};
 use crate::agent::Identity;
 use crate::config::{Config, Elastic, Launcher, Strategy};
+use crate::program::EnvVar;
 use crate::protocol::launch_plan::{self, LaunchPlan};
 
 /// torch's rendezvous keep-alive under the elastic strategy: a node that left (stopped by a
@@ -129,7 +129,7 @@ pub fn args(launcher: &Launcher, cluster: &str, at: &Placement) -> Vec<String> {
 
 /// What torchrun and the script it starts learn from the agent, then the config's `env`.
 pub fn env(cfg: &Config, launcher: &Launcher, who: &Identity, at: &Placement) -> Vec<EnvVar> {
-    let mut env = program::agent_env(who, &cfg.shared_dir, &cfg.cluster);
+    let mut env = crate::agent::env::agent_env(who, &cfg.shared_dir, &cfg.cluster);
     let path = |p: &Path| OsString::from(p);
     let shared = |name: &str| path(&cfg.shared_dir.join(name));
     env.extend([

@@ -15,17 +15,16 @@
 mod command;
 mod report;
 mod tree;
-pub(crate) mod user;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::program::{self, Program, Running, Status};
 use super::Identity;
 use crate::agent::reports::Reports;
 use crate::config::{Config, Launcher};
+use crate::program::{self, user, Program, Running, Status};
 use crate::protocol::launch_plan::{self, LaunchPlan};
 use crate::protocol::launcher::{LauncherState, HEARTBEAT};
 use command::Placement;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::command::Placement;
-use crate::agent::program::Status;
 use crate::agent::reports::Reports;
 use crate::agent::Identity;
+use crate::program::Status;
 use crate::protocol::launcher::{LauncherReport, LauncherState, HEARTBEAT};
 use crate::protocol::markers::MarkerKind;
 

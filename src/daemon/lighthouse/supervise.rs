@@ -10,9 +10,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::agent::launcher::user::{self, RunAs, RunAsError};
-use crate::agent::program::{self, Program, Status};
 use crate::config::{Config, InPlace, Launcher};
+use crate::program::user::{self, RunAs, RunAsError};
+use crate::program::{self, Program, Status};
 
 /// The first pause before starting it again; doubled per exit, up to [`MAX_BACKOFF`]. A run
 /// that lasted [`STEADY`] starts the count again.

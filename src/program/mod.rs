@@ -1,8 +1,13 @@
-//! Runs one of the user's programs (prepare-data, the health check) as an argv, never a shell:
-//! only once [`trust`](super::trust) has opened it and found that no one else can have put it
-//! there, from that very descriptor; in its own process group, with a time limit past which the
-//! whole group is killed, and with stdout and stderr kept as one bounded tail for the marker the
-//! agent writes about it.
+//! Runs a program of the user's (prepare-data, the health check, torchrun, the Lighthouse, the
+//! notify and stall commands) as an argv, never a shell: only once [`trust`] has opened it and
+//! found that no one else can have put it there, from that very descriptor; in its own process
+//! group, as the [`user`] it is given, with a time limit past which the whole group is killed,
+//! and with stdout and stderr kept as one bounded tail for the report written about it. Below
+//! both `dtd agent` and `dtd run`, which each run programs.
+
+mod output;
+pub mod trust;
+pub mod user;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -12,10 +17,9 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::output::Tail;
-use super::trust::{self, OpenError, Vetted};
-use super::Identity;
 use crate::digest::Sha256;
+use output::Tail;
+use trust::{OpenError, Vetted};
 
 /// After the program exits, how long its output may still take to drain (a leftover background
 /// process can hold the pipe open for ever; its output is not waited for).
@@ -69,17 +73,6 @@ impl Status {
 
 /// A variable of a program's environment: the agent's own names are `'static`, the config's not.
 pub type EnvVar = (std::borrow::Cow<'static, str>, OsString);
-
-/// What every program the agent runs learns about where it runs (docs/operating.md, "dtd agent").
-pub fn agent_env(id: &Identity, shared_dir: &Path, cluster: &str) -> Vec<EnvVar> {
-    vec![
-        ("DT_AGENT".into(), "1".into()),
-        ("DT_IP".into(), id.ip.to_string().into()),
-        ("DT_INSTANCE_ID".into(), id.instance_id.clone().into()),
-        ("DT_SHARED_DIR".into(), shared_dir.into()),
-        ("DT_CLUSTER".into(), cluster.into()),
-    ]
-}
 
 /// How one run ended and the last lines it printed.
 pub struct Outcome {

@@ -78,7 +78,7 @@ pub fn workdir(launcher: &Launcher, u: &RunAs) -> Option<std::path::PathBuf> {
 
 /// `HOME`, `USER` and `LOGNAME` of the job's user (the agent's are root's), unless the config's
 /// `env` sets them.
-pub fn add_env(env: &mut Vec<crate::agent::program::EnvVar>, u: &RunAs) {
+pub fn add_env(env: &mut Vec<super::EnvVar>, u: &RunAs) {
     let ours = [
         ("HOME", u.home.clone()),
         ("USER", u.name.clone().map(OsString::from)),
