@@ -8,15 +8,13 @@
 //! waiting), and a node the plan drops gets the stop signal sent to this node's *workers*, so
 //! torchrun sees them fail and forms a new round without waiting for a collective's timeout.
 //!
-//! The plan is read only when dtd's user owns it (workers write the shared directory through
-//! an access point that makes their files someone else's), and a plan older than one already
-//! followed is ignored: a worker cannot replay an old membership.
+//! The plan is read as [`plan`] says: only dtd's, never an older one.
 
 mod command;
+mod plan;
 mod report;
 mod tree;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -25,7 +23,7 @@ use super::Identity;
 use crate::agent::reports::Reports;
 use crate::config::{Config, Launcher};
 use crate::program::{self, user, Program, Running, Status};
-use crate::protocol::launch_plan::{self, LaunchPlan};
+use crate::protocol::launch_plan;
 use crate::protocol::launcher::{LauncherState, HEARTBEAT};
 use command::Placement;
 use report::Reporter;
@@ -78,11 +76,7 @@ struct Supervisor<'a> {
     cfg: &'a Config,
     launcher: &'a Launcher,
     identity: Identity,
-    plan_path: PathBuf,
-    /// The newest generation of a plan followed: an older plan is a replay.
-    newest: Option<u64>,
-    /// The last problem with the plan, warned once until it changes.
-    plan_problem: Option<String>,
+    plan: plan::PlanReader,
     hold: Hold,
     reporter: Reporter,
     /// Who the launcher runs as, or why it cannot start.
@@ -100,7 +94,7 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity, reports:
     let mut current: Option<Run> = None;
     let strategy = launcher.strategy;
     loop {
-        let wanted = s.wanted();
+        let wanted = s.plan.wanted(launcher, s.identity.ip);
         if let Some(mut run) = current.take() {
             match &wanted {
                 Some(Some(at)) if run.at.same_run(at, strategy) => {
@@ -159,64 +153,11 @@ impl<'a> Supervisor<'a> {
         Supervisor {
             cfg,
             launcher,
-            plan_path: cfg.shared_dir.join(launch_plan::PLAN_FILE),
+            plan: plan::PlanReader::new(cfg.shared_dir.join(launch_plan::PLAN_FILE)),
             identity,
-            newest: None,
-            plan_problem: None,
             hold: Hold::None,
             reporter,
             run_as,
-        }
-    }
-
-    /// Where the newest plan places this node: `Some(None)` when it does not list it, `None`
-    /// when there is no plan to follow (none yet, unreadable, or a replay).
-    fn wanted(&mut self) -> Option<Option<Placement>> {
-        let plan = self.read_plan()?;
-        if self.newest.is_some_and(|n| plan.generation < n) {
-            let problem = format!(
-                "ignoring a launch plan of generation {}: generation {} was already followed",
-                plan.generation,
-                self.newest.unwrap_or_default()
-            );
-            self.problem(problem);
-            return None;
-        }
-        self.newest = Some(plan.generation);
-        self.plan_problem = None;
-        let port = self.launcher.rdzv.port;
-        Some(Placement::of(
-            &plan,
-            self.identity.ip,
-            port,
-            self.launcher.strategy,
-        ))
-    }
-
-    fn read_plan(&mut self) -> Option<LaunchPlan> {
-        let owner = Some(crate::fsutil::own_uid());
-        let read = crate::untrusted::read_owned(&self.plan_path, launch_plan::MAX_BYTES, owner);
-        let body = match read {
-            Ok(Some(body)) => body,
-            Ok(None) => return None,
-            Err(e) => {
-                self.problem(format!("cannot use {}: {e}", self.plan_path.display()));
-                return None;
-            }
-        };
-        match LaunchPlan::parse(&body) {
-            Ok(plan) => Some(plan),
-            Err(e) => {
-                self.problem(format!("{}: {e}", self.plan_path.display()));
-                None
-            }
-        }
-    }
-
-    fn problem(&mut self, problem: String) {
-        if self.plan_problem.as_ref() != Some(&problem) {
-            tracing::warn!("launcher: {problem}");
-            self.plan_problem = Some(problem);
         }
     }
 
