@@ -292,7 +292,20 @@ fn a_report_sent_again_is_refused_while_dtd_runs_after_it_restarts_and_when_old(
     let older = health(victim, false);
     std::thread::sleep(Duration::from_millis(20));
     c.report(victim_ip, MarkerKind::Health, &health(victim, true));
-    c.wait_passes(3);
+    // Sent by the played agent's thread: wait until dtd believed it (state.json keeps the
+    // signing time of the newest), or the replay below would be the newest dtd has heard.
+    wait_until(
+        "dtd to believe the healthy report",
+        Duration::from_secs(30),
+        || {
+            let text =
+                std::fs::read_to_string(c.state_dir().join("state.json")).unwrap_or_default();
+            let state: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            state["workers"][victim.as_str()]["newest"]["health"]
+                .as_u64()
+                .is_some_and(|at| at > older_at)
+        },
+    );
     let replay = |c: &Cluster, at: u64| {
         let mut a = Attacker::connect(c, "127.0.0.2")
             .unwrap()

@@ -68,6 +68,8 @@ fn replace_one_of_two(c: &mut Cluster) -> (Workers, Workers) {
         || running_from_template(c, &ids),
         |r| r.len() == 1,
     );
+    // EC2 shows it before dtd has journaled it (and, in the same append, what the launch met).
+    c.wait_events("replacement_launched", &fresh[0].0, 1);
     (launched, fresh)
 }
 

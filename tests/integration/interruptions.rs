@@ -296,7 +296,7 @@ fn an_aws_health_scheduled_change_drains_the_worker_by_its_start_time() {
 fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
     let t = training("300ms");
     let (id, ip) = &t.workers[0];
-    let generation = t.c.status_json()["generation"].as_u64().unwrap();
+    let generation: u64 = t.c.written_generation().trim().parse().unwrap();
     // The worker's own agent, reading a local IMDS stand-in (moto has no instance metadata).
     let imds = ImdsStandIn::with_identity(ip, id);
     let agent_log = std::fs::File::create(t.c.dir.path().join("agent.log")).unwrap();
@@ -318,6 +318,16 @@ fn the_agent_and_the_queue_reporting_one_interruption_make_one_rescale() {
     wait_until("the queue to be drained", Duration::from_secs(10), || {
         queue_depth(&t.c, &t.queue) == 0
     });
+    // dtd heard the agent too (the tag may be the queue's doing alone).
+    let heard = "dt_notices_total{kind=\"interruption\",source=\"agent\"} 1";
+    wait_until(
+        "dtd to count the agent's notice",
+        Duration::from_secs(30),
+        || {
+            crate::support::prometheus::get(t.metrics, "/metrics")
+                .is_ok_and(|(_, text)| text.lines().any(|l| l == heard))
+        },
+    );
     // A few more passes, which hear the agent's notice again (it is sent on every connection).
     t.c.wait_passes(3);
     let _ = agent.kill();
@@ -412,6 +422,7 @@ fn with_replace_interrupted_the_replacement_is_launched_at_the_warning_and_joins
         || crate::health::running_from_template(&c, &[id, kept]),
         |r| !r.is_empty(),
     );
+    c.wait_events("replacement_launched", &fresh[0].0, 1);
     assert_eq!(c.state_of(id), "running", "launched before the loss");
     assert!(
         c.hosts().iter().all(|h| h != ip),

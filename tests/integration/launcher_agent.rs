@@ -244,7 +244,10 @@ fn with_session_worker(then: &str) -> (Node, i32, i32) {
     n.plan(1, &[IP]);
     let r = n.wait_report("running", |r| r["state"] == "running");
     let launcher = r["pid"].as_i64().unwrap() as i32;
-    wait_until("the worker's pid", WAIT, || pidfile.exists());
+    // `>` creates the file before echo writes to it: wait for the whole line.
+    wait_until("the worker's pid", WAIT, || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|t| t.ends_with('\n'))
+    });
     let worker = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()

@@ -453,8 +453,10 @@ fn a_real_torchrun_job_rescales_on_join_vanish_leave_and_spot_and_finishes() {
     figure("generation", LEAVE, "its processes gone (s)", gone);
     let g4 = s.wait_world(1, g3, "a world of 1 after the rendezvous holder left");
     s.after(before, &[staying], g4, "generation", LEAVE);
-    wait_until("the leaving node terminated", PHASE, || {
-        s.c.state_of(&leaving.id) == "terminated"
+    // The journal, not the instance's state: moto shows it terminated before dtd has heard
+    // back from TerminateInstances and journaled it.
+    wait_until("the leaving node's termination journaled", PHASE, || {
+        s.event_time("terminated", &leaving.id).is_some()
     });
     let stopped = s
         .event_time("launcher_stopped", &leaving.id)
@@ -554,8 +556,8 @@ fn under_the_elastic_strategy_torchrun_keeps_its_rendezvous_through_a_join_and_a
     assert_ne!(r["pid"], old);
     let holder_id = format!("{}-e{}", support::CLUSTER, staying.ip.replace('.', "-"));
     assert_eq!(r["rdzv_id"].as_str(), Some(holder_id.as_str()));
-    wait_until("the leaving node terminated", PHASE, || {
-        s.c.state_of(&leaving.id) == "terminated"
+    wait_until("the leaving node's termination journaled", PHASE, || {
+        s.event_time("terminated", &leaving.id).is_some()
     });
     let stopped = s.event_time("launcher_stopped", &leaving.id);
     let ended = s.event_time("terminated", &leaving.id);

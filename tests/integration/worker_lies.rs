@@ -218,8 +218,10 @@ fn job_files_another_user_created_are_refused_and_dtds_own_are_taken_back() {
     c.delete_elastic_tag(leaving);
     c.wait_tag(leaving, "REMOVAL_QUEUED");
     let ack = efs.join("ack");
-    std::fs::write(&ack, format!("{}\n", c.written_generation().trim())).unwrap();
-    chown(&ack, WORKER_UID);
+    // Created already the worker's: written as root then given away, a pass between the two
+    // would read the job's (uid 0) acknowledgement.
+    let body = format!("{}\n", c.written_generation().trim());
+    dt::fsutil::write_atomic_owned(&ack, body.as_bytes(), Some(WORKER_UID)).unwrap();
     c.wait_status_text(&format!(
         "Refused:     {} is owned by uid {WORKER_UID}, not the job's user (uid 0): ignored",
         ack.display()

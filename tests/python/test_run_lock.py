@@ -18,7 +18,8 @@ class RunLockTest(unittest.TestCase):
         self.tmp = Path(self.dir.name)
         self.log = self.tmp / "log"
         self.script = self.tmp / "run"
-        # NAME SECONDS [leave-a-child]: notes its start and end in the log around a sleep.
+        # NAME SECONDS|go [leave-a-child]: notes its start and end in the log around a sleep,
+        # or around a wait for the file `go` (the test says when).
         self.script.write_text(textwrap.dedent(f"""\
             #!/usr/bin/env bash
             set -euo pipefail
@@ -26,7 +27,11 @@ class RunLockTest(unittest.TestCase):
             dt_run_alone "$0" "$@"
             echo "$1 start" >>{self.log}
             if [ "${{3:-}}" = leave-a-child ]; then sleep 30 >/dev/null 2>&1 & echo $! >{self.tmp}/child; fi
-            sleep "$2"
+            if [ "$2" = go ]; then
+                while [ ! -e {self.tmp}/go ]; do sleep 0.05; done
+            else
+                sleep "$2"
+            fi
             echo "$1 end" >>{self.log}
             """))
         self.script.chmod(0o755)
@@ -40,9 +45,9 @@ class RunLockTest(unittest.TestCase):
             subprocess.run(["kill", child.read_text().strip()], check=False)
         self.dir.cleanup()
 
-    def start(self, *args):
+    def start(self, *args, stderr=subprocess.PIPE):
         return subprocess.Popen([str(self.script), *args], env=self.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=stderr)
 
     def wait_for_line(self, line):
         for _ in range(100):
@@ -52,11 +57,21 @@ class RunLockTest(unittest.TestCase):
         self.fail(f"{line!r} never logged")
 
     def test_two_runs_take_turns_and_the_second_says_whose_run_it_waits_for(self):
-        first = self.start("first", "1")
+        first = self.start("first", "go")
         self.wait_for_line("first start")
-        second = self.start("second", "0")
-        _, err = second.communicate(timeout=30)
+        err_path = self.tmp / "second.err"
+        with open(err_path, "w") as err_file:
+            second = self.start("second", "0", stderr=err_file)
+        # The first holds the lock until the second has said it waits, however slow its start.
+        deadline = time.monotonic() + 60
+        while "run: waiting" not in err_path.read_text():
+            self.assertIsNone(second.poll(), err_path.read_text())
+            self.assertLess(time.monotonic(), deadline, "the second run never said it waits")
+            time.sleep(0.05)
+        (self.tmp / "go").touch()
+        second.communicate(timeout=30)
         first.communicate(timeout=30)
+        err = err_path.read_text()
         self.assertEqual((first.returncode, second.returncode), (0, 0))
         self.assertEqual(self.log.read_text().splitlines(),
                          ["first start", "first end", "second start", "second end"])

@@ -170,8 +170,8 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     let (q3, change) = wait_quorum(&s, 2, q2, "a quorum of 2 after the leave");
     let kept = (processes(&s, &a), processes(&s, &c)) == (pa.clone(), pc);
     check_change(&change, ("left", b.ip), 0, LEAVE, t, kept);
-    wait_until("the leaving node terminated", PHASE, || {
-        s.c.state_of(&b.id) == "terminated"
+    wait_until("the leaving node's termination journaled", PHASE, || {
+        s.event_time("terminated", &b.id).is_some()
     });
     let at = |kind: &str| s.event_time(kind, &b.id).unwrap_or(u64::MAX);
     assert!(
@@ -198,11 +198,11 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
         t,
         processes(&s, &a) == pa,
     );
-    let status = support::stdout(&s.c.dtctl(&["status"]));
-    assert!(
-        status.contains("Quorum:      torchft quorum") && status.contains("127.0.0.4 left"),
-        "{status}"
-    );
+    // status.json is dtd's last finished pass: it may be a pass behind the job's own file.
+    wait_until("dtctl status showing the quorum without it", PHASE, || {
+        let status = support::stdout(&s.c.dtctl(&["status"]));
+        status.contains("Quorum:      torchft quorum") && status.contains("127.0.0.4 left")
+    });
     wait_until("the hung node out of the job on its silence", PHASE, || {
         !s.c.hosts().contains(&c.ip.to_string())
     });
