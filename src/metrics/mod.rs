@@ -6,6 +6,7 @@
 mod aws_calls;
 mod gpu;
 mod health;
+mod labels;
 mod latency;
 pub mod server;
 
@@ -13,7 +14,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -24,41 +24,11 @@ use std::sync::atomic::AtomicU64;
 pub use aws_calls::AwsCalls;
 pub use gpu::{FleetNow, GpuClock, GpuSeconds};
 pub use health::DaemonHealth;
+use labels::{AlertLabel, GpuLabel, KindLabel, NoticeLabels, SourceLabel, StatusLabel};
 use latency::Latencies;
 
 use crate::model::{Event, Markers, Millis, Notice, Shown, State, Totals, WorkerStatus};
 use crate::status::StatusReport;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StatusLabel {
-    status: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct NoticeLabels {
-    kind: &'static str,
-    source: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GpuLabel {
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AlertLabel {
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SourceLabel {
-    source: String,
-}
 
 type FloatCounter = Counter<f64, AtomicU64>;
 type FloatGauge = Gauge<f64, AtomicU64>;

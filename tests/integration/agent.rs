@@ -529,7 +529,9 @@ fn the_watch_runs_while_data_is_still_being_prepared() {
     w.start(&[]);
     w.wait_interruption(NoticeKind::SpotInterruption);
     // The watch and prepare-data start together: the notice does not say the script ran yet.
-    wait_until("prepare-data to start", Duration::from_secs(10), || w.runs() == 1);
+    wait_until("prepare-data to start", Duration::from_secs(10), || {
+        w.runs() == 1
+    });
     assert!(!w.marker("prepare_data_success").exists());
     w.wait_json("prepare_data_success");
 }
