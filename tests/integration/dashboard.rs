@@ -2,7 +2,9 @@
 //! Prometheus: after a join, a removal, a Spot warning from the queue, a refused report, an
 //! alert and an AWS call EC2 throttled, every query of every panel returns a series. A query
 //! that names a metric `dtd` does not export, or a label it does not have, returns nothing and
-//! fails here; so does a metric `dtd` exports that no panel shows.
+//! fails here; so does a metric `dtd` exports that no panel shows, a panel that groups by a
+//! label its metrics lack, a query not scoped to the dashboard's one cluster, and a panel whose
+//! values are not all in its unit.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -15,8 +17,7 @@ use crate::support::*;
 
 /// Every `expr` of every panel, with the panel's title.
 fn queries() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(repo().join("grafana/dtd.json")).expect("grafana/dtd.json");
-    let dash: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let dash = dashboard();
     let panels = dash["panels"].as_array().expect("panels");
     let mut found = Vec::new();
     for p in panels {
@@ -31,10 +32,117 @@ fn queries() -> Vec<(String, String)> {
     found
 }
 
-/// Grafana's variables, as it fills them in for a short range.
+/// Grafana's variables, as it fills them in for a short range and the tests' cluster.
 fn as_grafana_sends(expr: &str) -> String {
     expr.replace("$__rate_interval", "30s")
         .replace("$__range", "5m")
+        .replace("$cluster", CLUSTER)
+}
+
+fn dashboard() -> serde_json::Value {
+    let text = std::fs::read_to_string(repo().join("grafana/dtd.json")).expect("grafana/dtd.json");
+    serde_json::from_str(&text).expect("the dashboard is JSON")
+}
+
+/// Each `dt_` metric an expression selects, with its selector's matchers (`{...}`, or empty).
+fn selectors(expr: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("dt_") {
+        let from = &rest[at..];
+        let end = from
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(from.len());
+        let name = from[..end].to_string();
+        let after = &from[end..];
+        let matchers = match after.strip_prefix('{') {
+            Some(m) => m[..m.find('}').unwrap_or(m.len())].to_string(),
+            None => String::new(),
+        };
+        found.push((name, matchers));
+        rest = after;
+    }
+    found
+}
+
+/// The labels of each `by (...)` of an expression.
+fn grouped_by(expr: &str) -> Vec<String> {
+    expr.split("by (")
+        .skip(1)
+        .flat_map(|s| s[..s.find(')').unwrap_or(0)].split(','))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// Whether a query's values are seconds (a duration, not GPU-hours or a count).
+fn in_seconds(expr: &str) -> bool {
+    (expr.contains("_seconds") || expr.contains("time()")) && !expr.contains("/ 3600")
+}
+
+#[test]
+fn each_panel_shows_one_cluster_in_one_unit_and_refusals_are_what_workers_wrote() {
+    let dash = dashboard();
+    let vars = dash["templating"]["list"].as_array().expect("templating");
+    let cluster = vars
+        .iter()
+        .find(|v| v["name"] == "cluster")
+        .expect("a cluster variable");
+    assert_eq!(cluster["multi"], false, "one cluster at a time");
+    let mut wrong = Vec::new();
+    for p in dash["panels"].as_array().expect("panels") {
+        let title = p["title"].as_str().unwrap_or_default();
+        let unit_of = |ref_id: &serde_json::Value| {
+            let overrides = p["fieldConfig"]["overrides"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let by_ref = overrides
+                .iter()
+                .find(|o| o["matcher"]["options"] == *ref_id);
+            let own = by_ref.and_then(|o| o["properties"][0]["value"].as_str().map(str::to_string));
+            own.or(p["fieldConfig"]["defaults"]["unit"]
+                .as_str()
+                .map(str::to_string))
+        };
+        for t in p["targets"].as_array().expect("targets") {
+            let expr = t["expr"].as_str().unwrap_or_default();
+            let metrics = selectors(expr);
+            if let Some((name, _)) = metrics
+                .iter()
+                .find(|(_, m)| !m.contains("cluster=\"$cluster\""))
+            {
+                wrong.push(format!("{title}: {name} is not scoped to $cluster: {expr}"));
+            }
+            if expr.starts_with("up{") && !expr.contains("cluster=\"$cluster\"") {
+                wrong.push(format!("{title}: not scoped to $cluster: {expr}"));
+            }
+            let unit = unit_of(&t["refId"]);
+            if in_seconds(expr) != (unit.as_deref() == Some("s")) {
+                wrong.push(format!("{title}: unit {unit:?} for {expr}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+
+    let refusals = (dash["panels"].as_array().unwrap().iter())
+        .find(|p| p["title"] == "Refusals")
+        .expect("the refusals panel");
+    let expr = refusals["targets"][0]["expr"].as_str().unwrap();
+    let kinds = expr
+        .split("kind=~\"")
+        .nth(1)
+        .and_then(|k| k.split('"').next())
+        .unwrap();
+    for kind in kinds.split('|') {
+        let parsed: dt::model::EventKind = serde_json::from_value(serde_json::json!(kind)).unwrap();
+        assert!(
+            parsed.is_refusal(),
+            "{kind} is not something a worker wrote"
+        );
+    }
+    for own in ["notify_refused", "removal_refused"] {
+        assert!(!kinds.split('|').any(|k| k == own), "{own} is dtd's own");
+    }
 }
 
 /// The series of an instant query (an empty list when it matched nothing), or why not.
@@ -47,6 +155,26 @@ fn series(prom: &Prometheus, query: &str) -> Result<usize, String> {
         return Err(format!("HTTP {code}: {body}"));
     }
     Ok(v["data"]["result"].as_array().map_or(0, Vec::len))
+}
+
+/// The label names of each metric family in an exposition (the `le` of a histogram's buckets
+/// too), by the name queries use for its samples.
+fn labels_of(body: &str) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let mut found: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    for line in body.lines().filter(|l| l.starts_with("dt_")) {
+        let name = &line[..line.find(['{', ' ']).unwrap_or(line.len())];
+        let labels = found.entry(name.to_string()).or_default();
+        if let Some(inner) = line.split_once('{').and_then(|(_, r)| r.split_once('}')) {
+            labels.extend(
+                inner
+                    .0
+                    .split(',')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, _)| k.to_string()),
+            );
+        }
+    }
+    found
 }
 
 /// Names of the metric families in an exposition, as queries name them.
@@ -131,6 +259,18 @@ fn every_panel_of_the_dashboard_shows_what_dtd_exports() {
         for name in exported(&body) {
             if expr.contains(name.trim_end_matches("_total")) {
                 shown.insert(name);
+            }
+        }
+        // A `by` label the selected metrics lack would group everything into one series.
+        let labels = labels_of(&body);
+        let have: BTreeSet<String> = (selectors(&expr).iter())
+            .flat_map(|(name, _)| labels.get(name).cloned().unwrap_or_default())
+            .collect();
+        for label in grouped_by(&expr) {
+            if !have.contains(&label) {
+                empty.push(format!(
+                    "{title}: groups by `{label}`, which its metrics lack: {expr}"
+                ));
             }
         }
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{free_port, wait_for};
+use super::{free_port, wait_for, CLUSTER};
 
 pub struct Prometheus {
     pub addr: SocketAddr,
@@ -28,13 +28,15 @@ fn binary(var: &str, name: &str) -> PathBuf {
 }
 
 impl Prometheus {
-    /// Scrapes `target`'s `/metrics` every second.
+    /// Scrapes `target`'s `/metrics` every second, labelling its series with the tests' cluster
+    /// as docs/operating.md's scrape config does.
     pub fn scraping(target: SocketAddr) -> Prometheus {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("prometheus.yml");
         let body = format!(
             "global: {{ scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s }}\n\
-             scrape_configs:\n  - job_name: dtd\n    static_configs: [{{ targets: ['{target}'] }}]\n"
+             scrape_configs:\n  - job_name: dtd\n    static_configs: [{{ targets: ['{target}'], \
+             labels: {{ cluster: {CLUSTER} }} }}]\n"
         );
         std::fs::write(&config, body).expect("prometheus.yml");
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
