@@ -26,7 +26,8 @@ enum Command {
     },
     /// Run on each worker: prepare its data, write its marker, watch for interruption notices.
     Agent {
-        /// The YAML configuration file (the master's, on the shared directory, will do).
+        /// The YAML configuration file, on the worker's own disk (the stack writes it at boot): not
+        /// a copy in the shared directory, which the job on every worker can write.
         #[arg(long, short, default_value = "/etc/dt/dtd.yaml")]
         config: PathBuf,
         /// This worker's private IP (default: the instance metadata's local-ipv4).

@@ -11,10 +11,11 @@ use crate::protocol::host_files::TemplateError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
+    // Not a `source`: the message holds the reason, and `{:#}` would print it twice.
+    #[error("cannot read {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: {error}")]
     Invalid { path: PathBuf, error: InvalidConfig },

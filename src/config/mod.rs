@@ -255,9 +255,9 @@ pub struct Agent {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let cfg = Config::parse(&text).map_err(|error| ConfigError::Invalid {
             path: path.to_path_buf(),

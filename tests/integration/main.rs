@@ -12,6 +12,7 @@ mod alerts;
 mod apply;
 mod aws_events;
 mod capacity;
+mod cli_reference;
 mod clock;
 mod config_defaults;
 mod config_reference;

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Command;
 
+mod pages;
+
 /// Writes `NAME.1` and a page per subcommand (`NAME-SUB.1`, `NAME-SUB-SUB.1`) into `dir`,
 /// which is made if missing, and returns the pages it wrote.
 pub fn write_man_pages(cmd: Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
@@ -23,7 +25,15 @@ fn write_pages(cmd: Command, dir: &Path, written: &mut Vec<PathBuf>) -> std::io:
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
         write_pages(sub, dir, written)?;
     }
-    written.push(clap_mangen::Man::new(cmd).generate_to(dir)?);
+    let man = clap_mangen::Man::new(cmd);
+    let file = man.get_filename();
+    let mut page = Vec::new();
+    man.render(&mut page)?;
+    let name = file.strip_suffix(".1").unwrap_or(&file);
+    page.extend(pages::sections(name).as_bytes());
+    let path = dir.join(&file);
+    std::fs::write(&path, page)?;
+    written.push(path);
     Ok(())
 }
 
@@ -83,6 +93,7 @@ mod tests {
         let show = std::fs::read_to_string(dir.path().join("tool-show.1")).unwrap();
         assert!(show.contains(".TH tool-show 1"), "{show}");
         assert!(show.contains("Show it"), "{show}");
+        assert!(show.contains(".SH \"EXIT STATUS\""), "{show}");
     }
 
     #[test]
