@@ -1,4 +1,4 @@
-//! What every program the agent runs learns about where it runs (docs/operating.md, "dtd agent").
+//! What every program the agent runs learns about where it runs (docs/operating.md, "dtd").
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! The wire formats spoken through the shared directory, each named, parsed and rendered here
-//! only, so the agent and the master (and `dtctl`) cannot drift apart (ARCHITECTURE.md, "Files on the
-//! shared file system"). The bytes on disk are a contract with jobs and with 2018 users: a change
+//! only, so the agent and the master (and `dtctl`) cannot drift apart (ARCHITECTURE.md, "Sources of
+//! truth and contracts"). The bytes on disk are a contract with jobs and with 2018 users: a change
 //! here is a change of protocol.
 //!
 //! | file | written by | read by | module |

@@ -256,7 +256,7 @@ fn a_failed_prepare_is_journaled_once_and_explained() {
     c.start_dtd();
     let (id, ip) = c.launch(1).remove(0);
     c.wait_events("preparing", &id, 1);
-    // What `dtd agent` writes when the prepare-data program fails (docs/shared-directory.md, "Files").
+    // What `dtd agent` writes when the prepare-data program fails (docs/shared-directory.md, "How a worker's reports reach `dtd`").
     let report = r#"{"exit_code": 3, "attempts": 3, "duration_s": 4.2, "output_tail": ["checksum mismatch"]}"#;
     c.report_json(&ip, MarkerKind::Failed, report);
     c.wait_events("prepare_failed", &id, 1);
