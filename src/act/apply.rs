@@ -252,9 +252,9 @@ async fn apply_group(
 }
 
 /// Replacements of launch-template workers (unhealthy, or warned of their loss), before any
-/// termination: the new worker prepares while the old one leaves. Each result is reported by its token (decide stops owing
-/// a launch that succeeded, and sets when a refused one is sent again), and each capacity
-/// choice EC2 refused (decide skips it for its cool-down).
+/// termination: the new worker prepares while the old one leaves. Each result is reported by
+/// its token (decide stops owing a launch that succeeded, and sets when a refused one is sent
+/// again), and each capacity choice EC2 refused (decide skips it for its cool-down).
 async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done: &mut Applied) {
     let launches = outcome.launches();
     let Some(template) = a.launch_template.as_ref().filter(|_| !launches.is_empty()) else {

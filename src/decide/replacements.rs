@@ -1,8 +1,8 @@
 //! Launches owed for launch-template workers that are unhealthy or warned of their loss (see
-//! [`owe`]), sent until one is launched, each with the `workers.capacity` choices to try in order: those EC2 has not refused within their
-//! cool-down, none in a zone the shared file system cannot serve, and none from a reservation
-//! that cannot take one now (see [`reserved`]). Settle starts a cool-down when act reports a
-//! choice refused.
+//! [`owe`]), sent until one is launched, each with the `workers.capacity` choices to try in
+//! order: those EC2 has not refused within their cool-down, none in a zone the shared file
+//! system cannot serve, and none from a reservation that cannot take one now (see
+//! [`reserved`]). Settle starts a cool-down when act reports a choice refused.
 
 use super::draft::Draft;
 use super::inputs::Inputs;

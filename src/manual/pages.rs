@@ -9,10 +9,7 @@ pub fn sections(page: &str) -> String {
     section(&mut out, "ENVIRONMENT", &environment(binary, command));
     let examples = examples(page);
     if !examples.is_empty() {
-        out.push_str(".SH EXAMPLES\n");
-        for (command, what) in examples {
-            out.push_str(&format!(".TP\n.B {}\n{}\n", escape(command), escape(what)));
-        }
+        section(&mut out, "EXAMPLES", &examples);
     }
     out
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use dt::config::{Config, Launcher};
 
+use crate::config_reference::rows;
 use crate::support::repo;
 
 /// A config with only what is required, and the launcher's and the health check's required keys
@@ -364,20 +365,6 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ),
         ("alerts[].format", Literal(|c| lower(c.alerts[0].format))),
     ])
-}
-
-/// Each row's key and its Default cell.
-fn rows() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(repo().join("docs/configuration.md"))
-        .expect("docs/configuration.md");
-    text.lines()
-        .filter(|l| l.starts_with("| `"))
-        .map(|l| {
-            let cells: Vec<&str> = l.split(" | ").map(str::trim).collect();
-            let key = cells[0].trim_start_matches("| `").trim_end_matches('`');
-            (key.to_string(), cells.get(1).unwrap_or(&"").to_string())
-        })
-        .collect()
 }
 
 /// The cell's first literal: `` `10s` `` -> `10s`.

@@ -67,15 +67,23 @@ fn code_keys() -> BTreeSet<String> {
     found
 }
 
-/// The first column of every row of the reference's table: `` | `job.ack.by` | ``.
-fn documented_keys() -> BTreeSet<String> {
+/// Each row of the reference's table: its key (`` | `job.ack.by` | ``) and its Default cell.
+pub(crate) fn rows() -> Vec<(String, String)> {
     let text = std::fs::read_to_string(repo().join("docs/configuration.md"))
         .expect("docs/configuration.md");
     text.lines()
-        .filter_map(|l| l.strip_prefix("| `"))
-        .filter_map(|l| l.split('`').next())
-        .map(str::to_string)
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").map(str::trim).collect();
+            let key = cells[0].trim_start_matches("| `").trim_end_matches('`');
+            (key.to_string(), cells.get(1).unwrap_or(&"").to_string())
+        })
         .collect()
+}
+
+/// The first column of every row of the reference's table.
+fn documented_keys() -> BTreeSet<String> {
+    rows().into_iter().map(|(key, _)| key).collect()
 }
 
 /// A key is covered by its own row, by rows of its keys (a section), or by the row of a key

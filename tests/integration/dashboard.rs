@@ -243,6 +243,7 @@ fn every_panel_of_the_dashboard_shows_what_dtd_exports() {
     });
 
     let (_, body) = get(addr, "/metrics").expect("a scrape");
+    let (families, labels) = (exported(&body), labels_of(&body));
     let mut shown = BTreeSet::new();
     let mut empty = Vec::new();
     for (title, expr) in queries() {
@@ -256,13 +257,12 @@ fn every_panel_of_the_dashboard_shows_what_dtd_exports() {
         if !matches!(result, Ok(n) if n > 0) {
             empty.push(format!("{title}: {query}: {result:?}"));
         }
-        for name in exported(&body) {
+        for name in &families {
             if expr.contains(name.trim_end_matches("_total")) {
-                shown.insert(name);
+                shown.insert(name.clone());
             }
         }
         // A `by` label the selected metrics lack would group everything into one series.
-        let labels = labels_of(&body);
         let have: BTreeSet<String> = (selectors(&expr).iter())
             .flat_map(|(name, _)| labels.get(name).cloned().unwrap_or_default())
             .collect();
@@ -279,7 +279,7 @@ fn every_panel_of_the_dashboard_shows_what_dtd_exports() {
         "panels that show nothing:\n{}",
         empty.join("\n")
     );
-    let unshown: Vec<String> = exported(&body).difference(&shown).cloned().collect();
+    let unshown: Vec<String> = families.difference(&shown).cloned().collect();
     assert!(
         unshown.is_empty(),
         "metrics dtd exports that no panel shows: {unshown:?}"
