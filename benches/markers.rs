@@ -91,6 +91,7 @@ fn launcher(dir: &std::path::Path, key: &SigningKey, n: usize) {
         reason: "node 3 of 1000".into(),
         since: "2026-11-25T10:00:00Z".into(),
         output_tail: vec!["[torch_job] generation 7: rank 3 of 1000, from step 120".into()],
+        stopped: None,
     }
     .render();
     write(dir, key, MarkerKind::Launcher, n, &body);

@@ -64,6 +64,7 @@ pub fn rules(base: usize, max: usize) -> Rules {
         replace_unhealthy: false,
         replace_interrupted: false,
         stall_after_ms: None,
+        stall_action: dt::config::StallAction::Alert,
         launcher_silent_ms: None,
         launcher_silent_share: 1.0 / 3.0,
         ack_by_launcher: false,

@@ -54,7 +54,7 @@ pub use notify::Notify;
 pub use owner::{JobOwner, JobOwnerError};
 pub use sections::{
     Events, Health, HealthLeave, HealthPolicy, JournalConfig, MaxUnhealthy, MetricsConfig,
-    Rebalance, Reports, Slots, Stall,
+    Rebalance, Reports, Slots, Stall, StallAction,
 };
 pub use users::NoUser;
 

@@ -149,6 +149,24 @@ pub struct Stall {
     /// `job.notify` command is, if notify is one.
     #[serde(default, deserialize_with = "argv")]
     pub command: Option<Vec<String>>,
+    /// What else is done when the job stalls.
+    #[serde(default)]
+    pub action: StallAction,
+}
+
+/// `job.stall.action`: what `dtd` does about a stall besides journaling and telling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StallAction {
+    /// Journal, show and run the stall command: a person decides.
+    #[default]
+    Alert,
+    /// The nodes holding the job back (a training process a signal stopped) leave the job, are
+    /// terminated and replaced as unhealthy ones are; with none named, nothing more is done.
+    Drain,
+    /// As `drain`, and a new generation even with none named: under `generation` every
+    /// launcher starts again from the checkpoint.
+    Restart,
 }
 
 /// Inside a flow mapping serde's path ends at `job.stall`, so the message names the key itself.

@@ -20,6 +20,8 @@ pub(super) struct Draft {
     pub notices: Vec<JobNotice>,
     /// The refusals this pass saw (keys of `State::refused`): the others are forgotten.
     pub refused_keys: HashSet<RefusalKey>,
+    /// A new generation even without a join or a leave (`job.stall.action: restart`).
+    pub restart: bool,
 }
 
 impl Draft {
@@ -47,6 +49,7 @@ impl Draft {
             removed: Vec::new(),
             notices: Vec::new(),
             refused_keys: HashSet::new(),
+            restart: false,
         }
     }
 

@@ -239,7 +239,7 @@ fn replace_unjoined(p: &Inputs, st: &mut State, out: &mut Draft, at: usize) {
 
 /// A group worker is marked Unhealthy (its group replaces it); a launch-template worker is
 /// terminated.
-fn ending(p: &Inputs, at: usize) -> Ending {
+pub(super) fn ending(p: &Inputs, at: usize) -> Ending {
     match group::in_group(p, at) {
         true => Ending::MarkUnhealthy,
         false => Ending::Terminate,
@@ -248,7 +248,7 @@ fn ending(p: &Inputs, at: usize) -> Ending {
 
 /// A terminated launch-template worker's replacement is owed from now when `replace_unhealthy`
 /// is set: the new worker prepares while this one goes (sent by `replacements::send`).
-fn owe_replacement(p: &Inputs, st: &mut State, at: usize, end: &Ending) {
+pub(super) fn owe_replacement(p: &Inputs, st: &mut State, at: usize, end: &Ending) {
     if *end != Ending::Terminate
         || !p.rules.replace_unhealthy
         || p.rules.launch_template_id.is_none()
@@ -258,7 +258,7 @@ fn owe_replacement(p: &Inputs, st: &mut State, at: usize, end: &Ending) {
     replacements::owe(p, st, &p.list[at].id, Replaced::Unhealthy);
 }
 
-fn then_text(end: &Ending) -> &'static str {
+pub(super) fn then_text(end: &Ending) -> &'static str {
     match end {
         Ending::MarkUnhealthy => "marked Unhealthy, its Auto Scaling group replaces it",
         _ => "terminated",

@@ -21,6 +21,7 @@ mod group;
 mod health;
 mod holds;
 mod host_list;
+mod hung;
 mod inputs;
 mod joining;
 mod launch;

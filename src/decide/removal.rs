@@ -216,7 +216,7 @@ fn await_ack(p: &Inputs, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
             "job to acknowledge generation {} (timeout in {secs}s)",
             r.generation
         );
-        if r.cause() == Some(Cause::Unhealthy) {
+        if matches!(r.cause(), Some(Cause::Unhealthy | Cause::Hung)) {
             // The row is where people look for why a worker they did not remove is leaving.
             why = format!("{}; {why}", r.reason);
         }

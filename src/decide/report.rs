@@ -7,7 +7,7 @@ use super::{generation, group, host_list, rows, status_tags};
 use crate::model::*;
 
 pub(super) fn finish(p: &Inputs, mut st: State, mut out: Draft) -> Plan {
-    if !out.added.is_empty() || !out.removed.is_empty() {
+    if !out.added.is_empty() || !out.removed.is_empty() || out.restart {
         generation::bump(p, &mut st, &mut out);
     }
     if p.ec2_ok {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::config::{Config, HealthLeave, MaxUnhealthy, Rebalance, Slots};
+use crate::config::{Config, HealthLeave, MaxUnhealthy, Rebalance, Slots, StallAction};
 use crate::model::*;
 
 /// The tags AWS puts on instances launched from a template or by a group.
@@ -39,6 +39,8 @@ pub struct Rules {
     pub replace_interrupted: bool,
     /// `job.stall.after`: how long the job's step may stand still; `None`: no stall detection.
     pub stall_after_ms: Option<u64>,
+    /// `job.stall.action`.
+    pub stall_action: StallAction,
     /// `job.launcher.silent_after`: a training member whose agent's launcher report has not
     /// changed for this long stopped answering. `None`: no launcher configured.
     pub launcher_silent_ms: Option<u64>,
@@ -102,6 +104,7 @@ impl Rules {
             replace_unhealthy: cfg.workers.replace_unhealthy,
             replace_interrupted: cfg.workers.replace_interrupted,
             stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
+            stall_action: (cfg.job.stall.as_ref()).map_or(StallAction::Alert, |s| s.action),
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),
             launcher_silent_share: (cfg.job.launcher.as_ref()).map_or(1.0, |l| l.silent_share),

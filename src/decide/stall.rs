@@ -39,6 +39,7 @@ fn fresh(step: u64, now: Millis) -> JobProgress {
         step,
         advanced_at: now,
         stalled: false,
+        held_back: String::new(),
     }
 }
 
@@ -63,17 +64,23 @@ fn time(p: &Inputs, st: &mut State, out: &mut Draft, step: u64, after: Millis) {
     }
     known.stalled = true;
     let since = known.advanced_at;
+    let verdict = super::hung::judge(p, st);
     let msg = format!(
-        "the job's step {step} has not advanced for {} (since {}): stalled",
+        "the job's step {step} has not advanced for {} (since {}): stalled; {}",
         span(still),
-        rfc3339(since)
+        rfc3339(since),
+        verdict.said
     );
+    if let Some(known) = st.progress.as_mut() {
+        known.held_back = verdict.said.clone();
+    }
     out.event(p, EventKind::Stalled, None, None, msg);
     out.outcome.stall = Some(StallChange {
         stalled: true,
         step,
         since,
     });
+    super::hung::carry_out(p, st, out, &verdict, step);
 }
 
 /// Nothing to time any more; a stall shown is cleared with `why`.

@@ -103,6 +103,8 @@ pub struct LauncherSeen {
     pub restarts: u32,
     /// One line for people.
     pub reason: String,
+    /// A process of its launcher a signal stopped: the node holds a stalled job back.
+    pub stopped: Option<u32>,
     /// When `dtd` last saw the agent replace or touch the report (by its own clock, not the
     /// file's): a member not heard from for `job.launcher.silent_after` stopped answering.
     pub heard_at: Millis,

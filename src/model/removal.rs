@@ -71,6 +71,9 @@ pub enum Cause {
     /// Its agent's launcher report went silent: out of the job, kept running (nothing confirms
     /// it is gone), and it joins again once heard.
     Silent,
+    /// A process of its launcher stopped while the job stalled (`job.stall.action`): it is
+    /// replaced, as an unhealthy worker is.
+    Hung,
 }
 
 /// How a leaving worker's instance ends once the job has let it go.

@@ -271,4 +271,7 @@ pub struct JobProgress {
     /// `stalled` was journaled for this step, and `stall_cleared` not yet.
     #[serde(default)]
     pub stalled: bool,
+    /// Which nodes held the stalled job back and what `job.stall.action` did, for the status.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub held_back: String,
 }

@@ -80,6 +80,11 @@ pub struct LauncherReport {
     pub since: String,
     #[serde(default)]
     pub output_tail: Vec<String>,
+    /// A process of the launcher stopped by a signal (`T` in `/proc/<pid>/stat`) while it runs:
+    /// the node cannot take part in a step. Named when the job stalls (`job.stall.action`).
+    /// Not one stopped by a debugger (`t`): a person looking at a process is not a hang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<u32>,
 }
 
 impl LauncherReport {
@@ -119,6 +124,7 @@ mod tests {
             output_tail: (0..40)
                 .map(|i| format!("{i}{}", "\"".repeat(499)))
                 .collect(),
+            stopped: Some(4243),
         };
         let body = report.clone().render();
         assert!(body.len() as u64 <= super::super::markers::MAX_REPORT_BYTES);
@@ -126,6 +132,7 @@ mod tests {
         let back = LauncherReport::parse(&body).unwrap();
         assert_eq!(back.state, LauncherState::Failed);
         assert_eq!(back.reason, "exit code 1;again in 20s");
+        assert_eq!(back.stopped, Some(4243));
         assert!(back.output_tail.last().unwrap().starts_with("39"));
         assert!(!LauncherState::Failed.is_active() && LauncherState::Stopping.is_active());
     }

@@ -92,6 +92,10 @@ fn progress(cfg: &Config, snap: &Snapshot, state: &State) -> Option<ProgressStat
         advanced_at: known.map(|k| k.advanced_at),
         stalled: known.is_some_and(|k| k.stalled),
         stall_after_ms: stall.after.as_millis() as u64,
+        held_back: known
+            .filter(|k| k.stalled)
+            .map(|k| k.held_back.clone())
+            .unwrap_or_default(),
         error: snap
             .progress
             .as_ref()

@@ -92,6 +92,9 @@ pub struct ProgressStatus {
     /// The step has not advanced for `stall_after_ms`: journaled as `stalled`.
     pub stalled: bool,
     pub stall_after_ms: u64,
+    /// While stalled: which nodes hold the job back and what `job.stall.action` did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub held_back: String,
     /// Why the file cannot be read now (no stall is concluded from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -167,7 +167,7 @@ impl StatusReport {
 impl ProgressStatus {
     /// `Stalled:` while the step stands still past the limit, `Progress:` otherwise; and why
     /// the file cannot be read, if it cannot.
-    fn render(&self, o: &mut String, now: Millis) {
+    pub(super) fn render(&self, o: &mut String, now: Millis) {
         let after = span(self.stall_after_ms);
         match (self.step, self.advanced_at) {
             (Some(step), Some(at)) if self.stalled => {
@@ -177,6 +177,9 @@ impl ProgressStatus {
                     span(now.saturating_sub(at)),
                     rfc3339(at)
                 );
+                if !self.held_back.is_empty() {
+                    let _ = writeln!(o, "             {}", self.held_back);
+                }
             }
             (Some(step), Some(at)) => {
                 let _ = writeln!(

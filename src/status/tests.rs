@@ -134,9 +134,13 @@ fn progress(step: Option<u64>, stalled: bool, error: Option<&str>) -> ProgressSt
         advanced_at: step.map(|_| 1_795_508_201_000),
         stalled,
         stall_after_ms: 600_000,
+        held_back: String::new(),
         error: error.map(str::to_string),
     }
 }
+
+const HELD_BACK: &str =
+    "held back by 10.0.1.8 (its process 4242 stopped); drained (job.stall.action: drain)";
 
 #[test]
 fn a_stall_gets_its_line_with_the_step_and_how_long() {
@@ -181,12 +185,33 @@ fn the_progress_comes_from_the_state_and_the_files_error_from_the_snapshot() {
             step: 1234,
             advanced_at: 1_795_508_201_000,
             stalled: true,
+            held_back: HELD_BACK.into(),
         }),
         ..State::default()
     };
     let report = StatusReport::build(&cfg, facts(&Outcome::default(), &snap, &state));
-    let expected = progress(Some(1234), true, Some("/efs/progress is a FIFO"));
+    let expected = ProgressStatus {
+        held_back: HELD_BACK.into(),
+        ..progress(Some(1234), true, Some("/efs/progress is a FIFO"))
+    };
     assert_eq!(report.progress, Some(expected));
+}
+
+#[test]
+fn a_stall_names_the_nodes_holding_it_back_under_its_line() {
+    let stalled = ProgressStatus {
+        held_back: HELD_BACK.into(),
+        ..progress(Some(1234), true, None)
+    };
+    let mut o = String::new();
+    stalled.render(&mut o, 1_795_508_201_000 + 603_000);
+    assert_eq!(
+        o.lines().collect::<Vec<_>>(),
+        [
+            "Stalled:     step 1234 has not advanced for 10m 3s (since 2026-11-24T08:16:41Z)",
+            &format!("             {HELD_BACK}"),
+        ]
+    );
 }
 
 #[test]

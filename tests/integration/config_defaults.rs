@@ -23,6 +23,7 @@ const WITH_SECTIONS: &str =
     "cluster: demo\nshared_dir: /efs\nworkers: { max: 4, auto_scaling_group: g }
 job:
   launcher: { torchrun: [/usr/bin/torchrun], script: [train.py] }
+  stall: { after: 10m }
 agent:
   health: { command: [/usr/bin/true] }
 alerts:
@@ -183,6 +184,10 @@ fn checks() -> BTreeMap<&'static str, Check> {
             Elsewhere("<shared_dir>: the_tag_and_paths_name_the_cluster_and_shared_dir"),
         ),
         ("job.stall.after", Absent(|c| c.job.stall.is_none())),
+        (
+            "job.stall.action",
+            Literal(|c| lower(c.job.stall.as_ref().expect("the stall section").action)),
+        ),
         ("job.owner", Absent(|c| c.job.owner.is_none())),
         ("job.launcher", Absent(|c| c.job.launcher.is_none())),
         (
@@ -388,6 +393,7 @@ fn every_default_in_the_reference_is_the_parsers() {
     for (key, cell) in rows() {
         // Keys of a section the minimal config leaves out are read from the one that has it.
         let cfg = if key.starts_with("job.launcher.")
+            || key.starts_with("job.stall.action")
             || key.starts_with("agent.health.")
             || key.starts_with("alerts[]")
         {

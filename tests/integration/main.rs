@@ -26,6 +26,7 @@ mod groups;
 mod health;
 mod health_agent;
 mod hot_path;
+mod hung_node;
 mod in_place;
 mod interruptions;
 mod launcher_agent;

@@ -161,6 +161,7 @@ fn launcher(id: &str, state: LauncherState, generation: u64) -> Vec<u8> {
         reason: "node 1 of 2".into(),
         since: "2026-11-26T10:00:00Z".into(),
         output_tail: vec![],
+        stopped: None,
     }
     .render()
 }

@@ -135,6 +135,7 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity, reports:
         if s.reporter.heartbeat() {
             if let Some(run) = current.as_mut() {
                 run.tree.look();
+                s.reporter.stopped_process(run.tree.stopped());
             }
         }
     }

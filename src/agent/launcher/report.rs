@@ -44,6 +44,7 @@ impl Reporter {
                 reason: String::new(),
                 since: now(),
                 output_tail: Vec::new(),
+                stopped: None,
             },
             written: None,
             failing: None,
@@ -76,6 +77,16 @@ impl Reporter {
         self.set(LauncherState::Running, Some(at.generation), why);
     }
 
+    /// A process of the launcher a signal stopped, or none: written at once when it changes, so
+    /// that a stall names the node within a heartbeat.
+    pub fn stopped_process(&mut self, pid: Option<i32>) {
+        let pid = pid.and_then(|p| u32::try_from(p).ok());
+        if self.report.stopped != pid {
+            self.report.stopped = pid;
+            self.write();
+        }
+    }
+
     pub fn stopping(&mut self, why: &str) {
         self.set(LauncherState::Stopping, None, why);
     }
@@ -103,6 +114,7 @@ impl Reporter {
             _ => (None, None),
         };
         r.pid = None;
+        r.stopped = None;
         r.output_tail = tail;
     }
 

@@ -47,6 +47,16 @@ impl Tree {
         any_alive(&self.procs)
     }
 
+    /// The first process noted, still the same one, that a signal stopped (`T`): it takes no
+    /// part in the job's steps until someone continues it. One a debugger holds (`t`) is not
+    /// named: a person looking at a process is not a hang.
+    pub fn stopped(&self) -> Option<i32> {
+        let same_and_stopped = |p: &&Proc| {
+            fields(p.pid).is_some_and(|(state, _, start)| state == 'T' && start == p.start)
+        };
+        self.procs.iter().find(same_and_stopped).map(|p| p.pid)
+    }
+
     /// See [`signal_children`].
     pub fn signal_children(&self, signal: nix::sys::signal::Signal) -> usize {
         self.root.map_or(0, |root| signal_children(root, signal))
@@ -137,20 +147,23 @@ pub fn any_alive(procs: &[Proc]) -> bool {
         .any(|p| stat(p.pid).is_some_and(|(_, start)| start == p.start))
 }
 
-/// The parent and the start time of `pid` (fields 4 and 22 of `/proc/<pid>/stat`; the command
-/// name before them is in parentheses and may hold spaces and parentheses itself). A zombie
-/// counts as gone.
+/// The parent and the start time of `pid`. A zombie counts as gone.
 fn stat(pid: i32) -> Option<(i32, u64)> {
+    let (state, ppid, start) = fields(pid)?;
+    (state != 'Z').then_some((ppid, start))
+}
+
+/// The state, the parent and the start time of `pid` (fields 3, 4 and 22 of
+/// `/proc/<pid>/stat`; the command name before them is in parentheses and may hold spaces and
+/// parentheses itself).
+fn fields(pid: i32) -> Option<(char, i32, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state (3), ppid (4), ... starttime (22).
-    if fields.first() == Some(&"Z") {
-        return None;
-    }
+    let state = fields.first()?.chars().next()?;
     let ppid = fields.get(1)?.parse().ok()?;
     let start = fields.get(19)?.parse().ok()?;
-    Some((ppid, start))
+    Some((state, ppid, start))
 }
 
 #[cfg(test)]
@@ -184,5 +197,51 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         panic!("still alive: {found:?}");
+    }
+
+    #[test]
+    fn names_a_process_a_signal_stopped_until_it_is_continued() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & wait"])
+            .spawn()
+            .unwrap();
+        let mut tree = Tree::new(Some(child.id() as i32));
+        let sleep = wait_for("the sleep below sh", || {
+            tree.look();
+            tree.procs.first().map(|p| p.pid)
+        });
+        assert_eq!(tree.stopped(), None, "a running sleep is not stopped");
+        signal(sleep, "STOP");
+        assert_eq!(wait_for("the sleep stopped", || tree.stopped()), sleep);
+        signal(sleep, "CONT");
+        wait_for("the sleep running again", || {
+            tree.stopped().is_none().then_some(())
+        });
+        tree.kill();
+        let _ = child.wait();
+    }
+
+    fn signal(pid: i32, name: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name} {pid}");
+    }
+
+    /// What `probe` finds, within 5 s: the state changes when the kernel gets to it.
+    fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            if let Some(found) = probe() {
+                return found;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: not within 5 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }

@@ -177,6 +177,10 @@ pub fn who_asked(cause: Cause) -> &'static str {
             "dtd: its agent went silent (no new `launcher_<ip>`); kept running, it joins again \
              once heard"
         }
+        Cause::Hung => {
+            "dtd: the job stalled and its agent reported a training process stopped \
+             (`job.stall.action`); it is replaced"
+        }
     }
 }
 

@@ -78,6 +78,7 @@ pub struct LauncherBody {
     pub generation: Option<u64>,
     pub restarts: u32,
     pub reason: String,
+    pub stopped: Option<u32>,
 }
 
 impl Body {
@@ -182,6 +183,7 @@ fn launcher(r: LauncherReport) -> LauncherBody {
         generation: r.generation,
         restarts: r.restarts,
         reason: r.reason,
+        stopped: r.stopped,
     }
 }
 

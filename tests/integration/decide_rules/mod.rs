@@ -5,6 +5,7 @@
 mod capacity;
 mod group;
 mod health;
+mod hung;
 mod joining;
 mod leaving;
 mod notices;

@@ -47,7 +47,8 @@ fn a_step_standing_still_is_stalled_once_and_cleared_when_it_moves() {
     let msg = &plan.outcome.events[0].message;
     assert_eq!(
         msg,
-        "the job's step 5 has not advanced for 10m 3s (since 1970-01-01T00:00:00Z): stalled"
+        "the job's step 5 has not advanced for 10m 3s (since 1970-01-01T00:00:00Z): stalled; no node \
+         named (no agent reports a stopped training process)"
     );
     let stalled = StallChange {
         stalled: true,
@@ -194,6 +195,7 @@ fn without_stall_detection_nothing_is_timed() {
             step: 5,
             advanced_at: 0,
             stalled: true,
+            held_back: String::new(),
         }),
         ..State::default()
     };

@@ -45,6 +45,7 @@ fn launcher(state: LauncherState) -> Vec<u8> {
         reason: "node 1 of 2".into(),
         since: "2026-11-26T10:00:00Z".into(),
         output_tail: vec![],
+        stopped: None,
     }
     .render()
 }

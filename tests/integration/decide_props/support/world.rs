@@ -130,6 +130,7 @@ impl World {
                     generation: None,
                     restarts: 0,
                     reason: "report".into(),
+                    stopped: None,
                     heard_at: if silent { 0 } else { u64::MAX / 2 },
                 };
                 self.markers.launchers.insert(slot_ip(s), l);
