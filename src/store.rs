@@ -24,6 +24,10 @@ impl Paths {
     pub fn status(&self) -> PathBuf {
         self.dir.join("status.json")
     }
+    /// The goodput ledger (`daemon::goodput`).
+    pub fn goodput(&self) -> PathBuf {
+        self.dir.join("goodput.json")
+    }
     pub fn journal(&self) -> PathBuf {
         self.dir.join("events.jsonl")
     }

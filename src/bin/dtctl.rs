@@ -77,6 +77,12 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
+    /// Where the workers' paid time went: training, preparing, waiting to join, paused, redone,
+    /// leaving, idle, and the share trained.
+    Goodput {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Set how many workers there are: the worker Auto Scaling group's desired capacity (within
     /// its min and max), or launch-template workers launched or let go until N stay.
     Scale {
@@ -154,6 +160,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ctl::follow::follow(&cfg, since.map(Into::into), json(output)).await
         }
         Command::Explain { target, output } => ctl::explain::explain(&cfg, &target, json(output)),
+        Command::Goodput { output } => ctl::goodput::goodput(&cfg, json(output)),
         Command::Ack { generation } => ctl::local::ack(&cfg, generation),
         Command::Add { count } => ctl::ec2::add(&cfg, count).await,
         Command::Remove { targets } => ctl::ec2::remove(&cfg, &targets).await,

@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod ec2;
 pub mod explain;
 pub mod follow;
+pub mod goodput;
 pub mod local;
 pub mod scale;
 pub mod story;

@@ -5,6 +5,7 @@
 
 mod address;
 mod error;
+mod goodput;
 mod ledger;
 mod lighthouse;
 mod lock;
@@ -75,11 +76,15 @@ pub struct Daemon {
     next_pass_at: Option<Millis>,
     /// The address the agents dial (signed reports), and whether the shared directory has it.
     address: Option<(std::net::SocketAddr, bool)>,
+    /// Where every worker's paid time went, and when it was last written.
+    goodput: crate::model::Goodput,
+    goodput_saved_at: Millis,
 }
 
 impl Daemon {
     pub fn new(cfg: Config, clients: Clients, clock: SharedClock) -> Result<Daemon, DaemonError> {
         let paths = Paths::new(&cfg.state_dir);
+        let (paths_goodput, now) = (paths.goodput(), clock.now());
         let mut state = load_state_resuming(&paths.state(), &cfg.generation_file)?;
         recover::confirm_journaled_endings(&mut state, &paths.journal());
         let mut metrics = Metrics::new(
@@ -130,6 +135,10 @@ impl Daemon {
             rules,
             next_pass_at: None,
             address: None,
+            goodput: goodput::load(&paths_goodput, now),
+            // Written at the first pass: a dtd killed before the next write still leaves
+            // its ledger's start and every worker's mark for its successor.
+            goodput_saved_at: 0,
         })
     }
 
@@ -158,6 +167,7 @@ impl Daemon {
             }
             o.take_waiting_news();
         }
+        self.save_goodput(self.clock.now()).await;
         tracing::info!("dtd stopping");
         Ok(())
     }

@@ -107,6 +107,7 @@ impl Daemon {
         let fleet = (snap.instances.as_ref().ok())
             .map(|list| FleetNow::count(list, snap.markers.as_ref().ok(), &self.state, slots));
         self.metrics.count_gpu_time(now, fleet);
+        self.account_goodput(snap, now).await;
         let queue_error = self.observer.queue_error().map(|e| e.to_string());
         let facts = PassFacts {
             outcome,

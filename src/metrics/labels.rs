@@ -19,6 +19,11 @@ pub(super) struct GpuLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct BucketLabel {
+    pub bucket: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct KindLabel {
     pub kind: String,
 }

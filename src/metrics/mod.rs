@@ -24,7 +24,9 @@ use std::sync::atomic::AtomicU64;
 pub use aws_calls::AwsCalls;
 pub use gpu::{FleetNow, GpuClock, GpuSeconds};
 pub use health::DaemonHealth;
-use labels::{AlertLabel, GpuLabel, KindLabel, NoticeLabels, SourceLabel, StatusLabel};
+use labels::{
+    AlertLabel, BucketLabel, GpuLabel, KindLabel, NoticeLabels, SourceLabel, StatusLabel,
+};
 use latency::Latencies;
 
 use crate::model::{Event, Markers, Millis, Notice, Shown, State, Totals, WorkerStatus};
@@ -48,6 +50,7 @@ pub struct Metrics {
     steps_lost: Counter,
     quorum_pause: Histogram,
     gpu_time: Family<GpuLabel, FloatCounter>,
+    goodput: Family<BucketLabel, FloatGauge>,
     awaiting_ack: Gauge,
     source_up: Family<SourceLabel, Gauge>,
     events: Family<KindLabel, Counter>,
@@ -99,6 +102,7 @@ impl Metrics {
             steps_lost: Counter::default(),
             quorum_pause: Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0]),
             gpu_time: Family::default(),
+            goodput: Family::default(),
             awaiting_ack: Gauge::default(),
             source_up: Family::default(),
             events: Family::default(),
@@ -213,6 +217,12 @@ impl Metrics {
             Unit::Seconds,
             self.gpu_time.clone(),
         );
+        r.register_with_unit(
+            "dt_goodput_gpu",
+            "The goodput ledger: GPU-seconds of the worker instances since the ledger began, by where they went (training, preparing, waiting_to_join, paused, redone, leaving, idle); they sum to the time paid for. A gauge: a restart from a checkpoint moves training time to redone",
+            Unit::Seconds,
+            self.goodput.clone(),
+        );
         r.register(
             "dt_removals_awaiting_ack",
             "Workers out of the host files whose removal the job has not acknowledged yet",
@@ -320,6 +330,17 @@ impl Metrics {
         let new = total.saturating_sub(self.interruptions_seen);
         self.interruptions.inc_by(new);
         self.interruptions_seen = total;
+    }
+
+    /// The goodput ledger's totals, as its gauges.
+    pub fn show_goodput(&self, ledger: &crate::model::Goodput) {
+        for (bucket, spent) in ledger.totals() {
+            let label = BucketLabel {
+                bucket: bucket.as_str(),
+            };
+            let seconds = spent.gpu_ms as f64 / 1000.0;
+            self.goodput.get_or_create(&label).set(seconds);
+        }
     }
 
     /// The GPU time since the last pass, counted before the status that shows the totals.

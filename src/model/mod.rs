@@ -2,6 +2,7 @@
 
 mod capacity;
 mod event;
+mod goodput;
 mod observed;
 mod outcome;
 mod part;
@@ -19,6 +20,7 @@ pub use capacity::{
     CAPACITY_BLOCK_WARNS_MS, NO_CAPACITY,
 };
 pub use event::{Event, EventKind, QuorumCost, EVENT_LINE_LIMIT};
+pub use goodput::{Bucket, Goodput, Seen, Spent, StepRun};
 pub use observed::*;
 pub use outcome::{
     Action, Applied, HookAction, HookResult, LaunchFailed, Outcome, Plan, StallChange,

@@ -76,7 +76,10 @@ fn grouped_by(expr: &str) -> Vec<String> {
 
 /// Whether a query's values are seconds (a duration, not GPU-hours or a count).
 fn in_seconds(expr: &str) -> bool {
-    (expr.contains("_seconds") || expr.contains("time()")) && !expr.contains("/ 3600")
+    // Seconds over seconds is a share: no unit of time left (a histogram's `_count` is no time).
+    let share = (expr.split(" / ").skip(1))
+        .any(|d| d.contains("_seconds") && !d.contains("_seconds_count"));
+    (expr.contains("_seconds") || expr.contains("time()")) && !expr.contains("/ 3600") && !share
 }
 
 #[test]

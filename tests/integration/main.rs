@@ -22,6 +22,7 @@ mod decide_props;
 mod decide_rules;
 mod decide_trust;
 mod doctor;
+mod goodput;
 mod groups;
 mod health;
 mod health_agent;

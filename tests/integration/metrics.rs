@@ -49,6 +49,7 @@ fn prometheus_scrapes_a_join_and_a_removal() {
     prom.wait("dt_gpu_time_seconds_total{state=\"training\"} > 0", |_| {
         true
     });
+    prom.wait("dt_goodput_gpu_seconds{bucket=\"training\"} > 0", |_| true);
     prom.wait(
         "sum(dt_aws_calls_total{service=\"EC2\",operation=\"DescribeInstances\"})",
         |v| v >= 1.0,

@@ -1,0 +1,148 @@
+//! `dtctl goodput`: where the worker instances' paid time went, from `dtd`'s ledger
+//! (`goodput.json` in its state directory, written every 10 s and when it stops).
+
+use std::fmt::Write as _;
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::model::{rfc3339, Bucket, Goodput, Spent};
+use crate::store::Paths;
+use crate::untrusted;
+
+const LIMIT: u64 = 64 << 20;
+
+#[derive(Serialize)]
+struct Line {
+    bucket: &'static str,
+    node_seconds: f64,
+    gpu_seconds: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    since: String,
+    buckets: Vec<Line>,
+    paid: Line,
+    /// Training GPU time over paid GPU time; `None` before anything was paid.
+    trained_share: Option<f64>,
+}
+
+pub fn goodput(cfg: &Config, json: bool) -> anyhow::Result<()> {
+    let ledger = load(cfg)?;
+    let report = report(&ledger);
+    match json {
+        true => println!("{}", serde_json::to_string_pretty(&report)?),
+        false => print!("{}", render(&report)),
+    }
+    Ok(())
+}
+
+fn load(cfg: &Config) -> anyhow::Result<Goodput> {
+    let path = Paths::new(&cfg.state_dir).goodput();
+    let bytes = untrusted::read(&path, LIMIT)
+        .with_context(|| format!("cannot read the goodput ledger {}", path.display()))?;
+    let Some(bytes) = bytes else {
+        bail!(
+            "no goodput ledger at {}: dtd has not run for cluster {} yet (it writes one every 10 s)",
+            path.display(),
+            cfg.cluster
+        );
+    };
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a goodput ledger", path.display()))
+}
+
+fn line(bucket: &'static str, s: Spent) -> Line {
+    Line {
+        bucket,
+        node_seconds: s.node_ms as f64 / 1000.0,
+        gpu_seconds: s.gpu_ms as f64 / 1000.0,
+    }
+}
+
+fn report(g: &Goodput) -> Report {
+    let paid = g.paid();
+    let training = g
+        .buckets
+        .get(&Bucket::Training)
+        .copied()
+        .unwrap_or_default();
+    Report {
+        since: rfc3339(g.since).to_string(),
+        buckets: (g.totals().into_iter())
+            .map(|(b, s)| line(b.as_str(), s))
+            .collect(),
+        paid: line("paid", paid),
+        trained_share: (paid.gpu_ms > 0).then(|| training.gpu_ms as f64 / paid.gpu_ms as f64),
+    }
+}
+
+fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "Goodput since {} (every worker instance from its launch to its last pass; not the master)",
+        r.since
+    );
+    let _ = writeln!(
+        o,
+        "{:<16} {:>11} {:>11} {:>7}",
+        "", "node-hours", "GPU-hours", "share"
+    );
+    let paid = r.paid.gpu_seconds;
+    for l in r.buckets.iter().chain(std::iter::once(&r.paid)) {
+        let share = match paid > 0.0 {
+            true => format!("{:.1} %", 100.0 * l.gpu_seconds / paid),
+            false => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "{:<16} {:>11.3} {:>11.3} {:>7}",
+            l.bucket,
+            l.node_seconds / 3600.0,
+            l.gpu_seconds / 3600.0,
+            share
+        );
+    }
+    match r.trained_share {
+        Some(s) => {
+            let _ = writeln!(o, "Trained / paid: {:.1} % of the GPU time", 100.0 * s);
+        }
+        None => o.push_str("Trained / paid: nothing paid yet\n"),
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_every_bucket_the_paid_sum_and_the_trained_share() {
+        let mut g = Goodput::new(1_795_508_201_000);
+        let spent = |s: u64| Spent {
+            node_ms: s * 1000,
+            gpu_ms: s * 8000,
+        };
+        g.buckets.insert(Bucket::Training, spent(3_240));
+        g.buckets.insert(Bucket::Preparing, spent(360));
+        let text = render(&report(&g));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2 + 7 + 1 + 1, "{text}");
+        assert!(
+            lines[0].starts_with("Goodput since 2026-11-24T08:16:41Z"),
+            "{text}"
+        );
+        assert_eq!(lines[2], "training               0.900       7.200  90.0 %");
+        assert_eq!(lines[3], "preparing              0.100       0.800  10.0 %");
+        assert_eq!(lines[9], "paid                   1.000       8.000 100.0 %");
+        assert_eq!(lines[10], "Trained / paid: 90.0 % of the GPU time");
+        let empty = render(&report(&Goodput::new(0)));
+        assert!(
+            empty.ends_with("Trained / paid: nothing paid yet\n"),
+            "{empty}"
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! The goodput ledger: every second of every worker instance `dtd` sees running, from its launch,
+//! in exactly one bucket, so the buckets sum to the time paid for. Saved with the time each
+//! instance is accounted up to, in one file, so a restarted `dtd` (even after `kill -9`) goes on
+//! from there: the gap goes to the bucket the worker is in when it is seen again.
+//!
+//! A pass classifies each worker once and gives it the time since it was last accounted: what
+//! it did between two passes is what it is doing at the second (off by at most one pass per
+//! change).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Instance, Markers, Member, Millis, Removal, Stage, State};
+use crate::config::Slots;
+
+/// Where a worker's second went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bucket {
+    /// A member of the job, the job acknowledged the membership and its step is not stalled.
+    Training,
+    /// Booting, prepare-data, the health check: no success marker yet.
+    Preparing,
+    /// Ready (its success marker), not in the job yet: a batch, a checkpoint, the budget, max.
+    WaitingToJoin,
+    /// A member while a membership change is not yet acknowledged by the job (its restart, or
+    /// the quorum change under `in_place`).
+    Paused,
+    /// Training time whose steps were lost (the job went back to its checkpoint) and trained again.
+    Redone,
+    /// Out of the job, not yet terminated.
+    Leaving,
+    /// Running, in no job: kept after a silence, or a member of a stalled job.
+    Idle,
+}
+
+impl Bucket {
+    pub const ALL: [Bucket; 7] = [
+        Bucket::Training,
+        Bucket::Preparing,
+        Bucket::WaitingToJoin,
+        Bucket::Paused,
+        Bucket::Redone,
+        Bucket::Leaving,
+        Bucket::Idle,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bucket::Training => "training",
+            Bucket::Preparing => "preparing",
+            Bucket::WaitingToJoin => "waiting_to_join",
+            Bucket::Paused => "paused",
+            Bucket::Redone => "redone",
+            Bucket::Leaving => "leaving",
+            Bucket::Idle => "idle",
+        }
+    }
+}
+
+/// Node and GPU time in one bucket, in ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spent {
+    pub node_ms: u64,
+    pub gpu_ms: u64,
+}
+
+impl Spent {
+    fn add(&mut self, other: Spent) {
+        self.node_ms += other.node_ms;
+        self.gpu_ms += other.gpu_ms;
+    }
+}
+
+/// The job's step as the ledger follows it: where this run of steps began, and the newest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRun {
+    pub first: u64,
+    pub first_at: Millis,
+    pub last: u64,
+    pub last_at: Millis,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Goodput {
+    /// When the ledger began: instances already running then are counted from here.
+    pub since: Millis,
+    pub buckets: BTreeMap<Bucket, Spent>,
+    /// Each worker instance seen running at the last pass, and the time it is accounted up to.
+    pub accounted: BTreeMap<String, Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<StepRun>,
+}
+
+/// What one pass sees, for the ledger.
+pub struct Seen<'a> {
+    pub now: Millis,
+    pub instances: &'a [Instance],
+    pub markers: Option<&'a Markers>,
+    pub state: &'a State,
+    pub slots: &'a Slots,
+}
+
+impl Goodput {
+    pub fn new(now: Millis) -> Goodput {
+        Goodput {
+            since: now,
+            ..Goodput::default()
+        }
+    }
+
+    /// Every bucket's total, the empty ones too.
+    pub fn totals(&self) -> Vec<(Bucket, Spent)> {
+        let of = |b| self.buckets.get(&b).copied().unwrap_or_default();
+        Bucket::ALL.iter().map(|b| (*b, of(*b))).collect()
+    }
+
+    /// The time paid for: every bucket's.
+    pub fn paid(&self) -> Spent {
+        let mut sum = Spent::default();
+        for s in self.buckets.values() {
+            sum.add(*s);
+        }
+        sum
+    }
+
+    /// Accounts the time since the last pass.
+    pub fn account(&mut self, seen: &Seen) {
+        let mut accounted = BTreeMap::new();
+        let roles = Roles::of(seen.state);
+        for i in seen.instances {
+            // A worker seen for the first time was booting since its launch (not before the
+            // ledger began, nor after now: a clock EC2 and dtd do not share).
+            let (from, bucket) = match self.accounted.get(&i.id) {
+                Some(at) => (*at, roles.bucket(i, seen.markers)),
+                None => (i.launched_at.clamp(self.since, seen.now), Bucket::Preparing),
+            };
+            let ms = seen.now.saturating_sub(from);
+            let gpus = seen.slots.for_type(&i.instance_type) as u64;
+            self.buckets.entry(bucket).or_default().add(Spent {
+                node_ms: ms,
+                gpu_ms: ms * gpus,
+            });
+            accounted.insert(i.id.clone(), seen.now);
+        }
+        // An instance no longer seen ended at its last pass: its time is all accounted.
+        self.accounted = accounted;
+        if let Some(lost) = self.redo(seen) {
+            self.move_to_redone(lost);
+        }
+    }
+
+    /// When the job's step went back (a restart from its checkpoint), the training time of the
+    /// lost steps, at the rate this run of steps trained, is moved to `redone`.
+    fn redo(&mut self, seen: &Seen) -> Option<Spent> {
+        let step = seen.state.progress.as_ref()?.step;
+        let now = seen.now;
+        let run = self.steps.get_or_insert(StepRun {
+            first: step,
+            first_at: now,
+            last: step,
+            last_at: now,
+        });
+        if step >= run.last {
+            if step > run.last {
+                (run.last, run.last_at) = (step, now);
+            }
+            return None;
+        }
+        let lost = run.last - step;
+        let (steps, ms) = (
+            run.last - run.first,
+            run.last_at.saturating_sub(run.first_at),
+        );
+        *run = StepRun {
+            first: step,
+            first_at: now,
+            last: step,
+            last_at: now,
+        };
+        if steps == 0 {
+            return None;
+        }
+        let per_step = ms as f64 / steps as f64;
+        let members = seen.state.members.len() as f64;
+        let node_ms = (lost as f64 * per_step * members) as u64;
+        let gpus: u64 = (seen.state.members.iter())
+            .map(|m| seen.slots.for_type(&m.instance_type) as u64)
+            .sum();
+        let gpu_ms = (lost as f64 * per_step) as u64 * gpus;
+        Some(Spent { node_ms, gpu_ms })
+    }
+
+    /// Moves `lost` from training to redone, no more than training holds.
+    fn move_to_redone(&mut self, lost: Spent) {
+        let training = self.buckets.entry(Bucket::Training).or_default();
+        let take = Spent {
+            node_ms: lost.node_ms.min(training.node_ms),
+            gpu_ms: lost.gpu_ms.min(training.gpu_ms),
+        };
+        training.node_ms -= take.node_ms;
+        training.gpu_ms -= take.gpu_ms;
+        self.buckets.entry(Bucket::Redone).or_default().add(take);
+    }
+}
+
+/// What a pass's workers are doing, looked up by instance id: a pass at 10,000 workers must not
+/// scan the members for each.
+struct Roles<'a> {
+    members: HashMap<&'a str, &'a Member>,
+    removals: HashMap<&'a str, &'a Removal>,
+    /// A change of membership the job has not acknowledged: every member pauses for it.
+    changing: bool,
+    stalled: bool,
+}
+
+impl<'a> Roles<'a> {
+    fn of(st: &'a State) -> Roles<'a> {
+        Roles {
+            members: st.members.iter().map(|m| (m.id.as_str(), m)).collect(),
+            removals: st.removals.iter().map(|r| (r.id.as_str(), r)).collect(),
+            changing: st.pending_notification.is_some()
+                || st.removals.iter().any(|r| r.awaits_ack()),
+            stalled: st.progress.as_ref().is_some_and(|p| p.stalled),
+        }
+    }
+
+    /// What the worker is doing at this pass.
+    fn bucket(&self, i: &Instance, markers: Option<&Markers>) -> Bucket {
+        if let Some(r) = self.removals.get(i.id.as_str()) {
+            let kept = matches!(r.stage, Stage::AwaitingAck { then: None, .. });
+            return if kept { Bucket::Idle } else { Bucket::Leaving };
+        }
+        if let Some(m) = self.members.get(i.id.as_str()) {
+            return match (!m.acked || self.changing, self.stalled) {
+                (true, _) => Bucket::Paused,
+                (false, true) => Bucket::Idle,
+                (false, false) => Bucket::Training,
+            };
+        }
+        match markers.is_some_and(|m| m.success.contains(&i.ip)) {
+            true => Bucket::WaitingToJoin,
+            false => Bucket::Preparing,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

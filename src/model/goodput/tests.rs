@@ -1,0 +1,184 @@
+use super::*;
+use crate::model::{Cause, JobProgress, Member, Removal};
+
+fn instance(n: u8, launched_at: Millis) -> Instance {
+    Instance {
+        id: format!("i-{n}"),
+        ip: format!("10.0.0.{n}").parse().expect("an IP"),
+        instance_type: "p4d.24xlarge".into(),
+        az: "us-east-1a".into(),
+        market: "spot".into(),
+        launched_at,
+        tags: Default::default(),
+        capacity_reservation: None,
+        subnet: None,
+    }
+}
+
+fn member(i: &Instance, acked: bool) -> Member {
+    Member {
+        id: i.id.clone(),
+        ip: i.ip,
+        instance_type: i.instance_type.clone(),
+        joined_generation: 1,
+        joined_at: 0,
+        log_mark: 0,
+        acked,
+    }
+}
+
+fn removal(i: &Instance, then: Option<crate::model::Ending>) -> Removal {
+    Removal {
+        id: i.id.clone(),
+        ip: i.ip,
+        generation: 2,
+        queued_at: 0,
+        deadline: 1,
+        log_mark: 0,
+        reason: "test".into(),
+        stage: Stage::AwaitingAck {
+            cause: Cause::ElasticTag,
+            then,
+            heartbeat_at: None,
+        },
+    }
+}
+
+fn slots() -> Slots {
+    serde_yaml::from_str("{ p4d.24xlarge: 8, default: 1 }").expect("slots")
+}
+
+fn pass(g: &mut Goodput, now: Millis, list: &[Instance], markers: &Markers, state: &State) {
+    let slots = slots();
+    g.account(&Seen {
+        now,
+        instances: list,
+        markers: Some(markers),
+        state,
+        slots: &slots,
+    });
+}
+
+fn node_s(g: &Goodput, b: Bucket) -> u64 {
+    g.buckets.get(&b).map_or(0, |s| s.node_ms / 1000)
+}
+
+#[test]
+fn each_worker_is_in_the_bucket_of_what_it_does() {
+    let list: Vec<Instance> = (1..=7).map(|n| instance(n, 0)).collect();
+    let markers = Markers {
+        success: [1, 2, 3, 4, 5, 6].map(|n| list[n - 1].ip).into(),
+        ..Markers::default()
+    };
+    let state = State {
+        members: vec![member(&list[0], true), member(&list[1], false)],
+        removals: vec![
+            removal(&list[2], Some(crate::model::Ending::Terminate)),
+            removal(&list[3], None),
+        ],
+        ..State::default()
+    };
+    let seen = |state: &State, n: usize| Roles::of(state).bucket(&list[n], Some(&markers));
+    // A removal awaiting its acknowledgement: every member is paused (the job restarts).
+    assert_eq!(seen(&state, 0), Bucket::Paused);
+    assert_eq!(seen(&state, 1), Bucket::Paused);
+    assert_eq!(seen(&state, 2), Bucket::Leaving);
+    assert_eq!(
+        seen(&state, 3),
+        Bucket::Idle,
+        "kept running outside the job"
+    );
+    assert_eq!(seen(&state, 4), Bucket::WaitingToJoin);
+    assert_eq!(seen(&state, 6), Bucket::Preparing);
+    let settled = State {
+        members: vec![member(&list[0], true)],
+        ..State::default()
+    };
+    assert_eq!(seen(&settled, 0), Bucket::Training);
+    let stalled = State {
+        progress: Some(JobProgress {
+            step: 5,
+            advanced_at: 0,
+            stalled: true,
+            held_back: String::new(),
+        }),
+        ..settled
+    };
+    assert_eq!(seen(&stalled, 0), Bucket::Idle);
+}
+
+#[test]
+fn the_buckets_sum_to_the_time_paid_from_each_launch_to_its_last_pass() {
+    let mut g = Goodput::new(10_000);
+    // One running before the ledger began (counted from then), one launched after it.
+    let a = instance(1, 2_000);
+    let b = instance(2, 12_500);
+    let mut markers = Markers::default();
+    let mut state = State::default();
+    pass(&mut g, 11_000, std::slice::from_ref(&a), &markers, &state);
+    assert_eq!(node_s(&g, Bucket::Preparing), 1);
+    markers.success.insert(a.ip);
+    let both = [a.clone(), b.clone()];
+    pass(&mut g, 13_000, &both, &markers, &state);
+    state.members.push(member(&a, true));
+    pass(&mut g, 20_000, &both, &markers, &state);
+    // b is gone (terminated between passes): its time ends at its last pass.
+    pass(&mut g, 30_000, std::slice::from_ref(&a), &markers, &state);
+    let paid_a = 30_000 - 10_000;
+    let paid_b = 20_000 - 12_500;
+    assert_eq!(g.paid().node_ms, paid_a + paid_b);
+    assert_eq!(g.paid().gpu_ms, (paid_a + paid_b) * 8);
+    // The join seen at 20 s counts from the pass before (off by at most one pass a change).
+    assert_eq!(node_s(&g, Bucket::Training), 17);
+    assert_eq!(node_s(&g, Bucket::WaitingToJoin), 2, "a, from 11 s to 13 s");
+    assert_eq!(g.accounted.keys().collect::<Vec<_>>(), ["i-1"]);
+}
+
+#[test]
+fn a_restart_gives_the_gap_to_the_bucket_each_worker_is_found_in() {
+    let mut g = Goodput::new(0);
+    let a = instance(1, 0);
+    let markers = Markers {
+        success: [a.ip].into(),
+        ..Markers::default()
+    };
+    let state = State {
+        members: vec![member(&a, true)],
+        ..State::default()
+    };
+    pass(&mut g, 5_000, std::slice::from_ref(&a), &markers, &state);
+    let saved = serde_json::to_string(&g).expect("JSON");
+    // dtd is killed, and started again 60 s later.
+    let mut g: Goodput = serde_json::from_str(&saved).expect("read back");
+    pass(&mut g, 65_000, std::slice::from_ref(&a), &markers, &state);
+    assert_eq!(g.paid().node_ms, 65_000);
+    assert_eq!(node_s(&g, Bucket::Training), 60);
+}
+
+#[test]
+fn steps_lost_to_a_restart_move_their_training_time_to_redone() {
+    let mut g = Goodput::new(0);
+    let (a, b) = (instance(1, 0), instance(2, 0));
+    let list = [a.clone(), b.clone()];
+    let markers = Markers {
+        success: [a.ip, b.ip].into(),
+        ..Markers::default()
+    };
+    let at_step = |step| State {
+        members: vec![member(&a, true), member(&b, true)],
+        progress: Some(JobProgress {
+            step,
+            advanced_at: 0,
+            stalled: false,
+            held_back: String::new(),
+        }),
+        ..State::default()
+    };
+    pass(&mut g, 0, &list, &markers, &at_step(0));
+    pass(&mut g, 10_000, &list, &markers, &at_step(100));
+    // Back to its checkpoint at 60: 40 steps of 100 ms each on two nodes were lost.
+    pass(&mut g, 11_000, &list, &markers, &at_step(60));
+    assert_eq!(node_s(&g, Bucket::Redone), 8);
+    assert_eq!(node_s(&g, Bucket::Training), 22 - 8);
+    assert_eq!(g.paid().node_ms, 22_000, "moved, not added");
+}

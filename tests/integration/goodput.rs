@@ -1,0 +1,123 @@
+//! The goodput ledger, end to end: the real `dtd` against moto, two workers launched from the
+//! template, one prepared, joined, acknowledged and trained through a `kill -9` of `dtd` and
+//! eight seconds without it, then removed and terminated; the other still preparing. The ledger
+//! (`dtctl goodput`) holds every second of both from their launch, the dead `dtd`'s seconds
+//! too, and each in the bucket of what the worker was doing.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn ack(c: &Cluster) {
+    let out = c.dtctl(&["ack", c.written_generation().trim()]);
+    assert!(out.status.success(), "dtctl ack: {}", stderr(&out));
+}
+
+/// Each instance's launch time as EC2 gives it, in seconds.
+fn launched_at(c: &Cluster, id: &str) -> f64 {
+    let text = c.aws(&[
+        "ec2",
+        "describe-instances",
+        "--instance-ids",
+        id,
+        "--query",
+        "Reservations[0].Instances[0].LaunchTime",
+        "--output",
+        "text",
+    ]);
+    let t = humantime::parse_rfc3339_weak(text.trim_end_matches("+00:00"))
+        .unwrap_or_else(|e| panic!("LaunchTime {text}: {e}"));
+    t.duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+fn bucket(g: &Value, name: &str) -> f64 {
+    let b = g["buckets"].as_array().expect("buckets");
+    let line = b.iter().find(|l| l["bucket"] == name).expect(name);
+    line["node_seconds"].as_f64().expect("seconds")
+}
+
+#[test]
+fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
+    let mut c = Cluster::new();
+    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    c.start_dtd();
+    let workers = c.launch(2);
+    let (a, a_ip) = &workers[0];
+    let b = &workers[1].0;
+    std::thread::sleep(Duration::from_secs(2));
+    c.marker(a_ip);
+    c.wait_hosts("a to join", |h| h.contains(a_ip));
+    ack(&c);
+    c.wait_tag(a, "ADDED");
+    std::thread::sleep(Duration::from_secs(3));
+
+    // dtd is killed; nobody accounts for eight seconds.
+    c.kill_dtd();
+    std::thread::sleep(Duration::from_secs(8));
+    c.start_dtd();
+    c.wait_passes(2);
+
+    c.delete_elastic_tag(a);
+    c.wait_hosts("a to leave", |h| !h.contains(a_ip));
+    std::thread::sleep(Duration::from_secs(2));
+    ack(&c);
+    wait_until("a terminated", Duration::from_secs(30), || {
+        c.state_of(a) == "terminated"
+    });
+    let gone = (c.journal_of(a).iter())
+        .find(|e| e["kind"] == "terminated")
+        .and_then(|e| e["time"].as_u64())
+        .expect("a's terminated line") as f64
+        / 1000.0;
+    c.wait_passes(2);
+    c.stop_dtd();
+    let stopped = now_s();
+
+    let out = c.dtctl(&["goodput", "-o", "json"]);
+    assert!(out.status.success(), "dtctl goodput: {}", stderr(&out));
+    let g: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let names = [
+        "training",
+        "preparing",
+        "waiting_to_join",
+        "paused",
+        "redone",
+        "leaving",
+        "idle",
+    ];
+    let sum: f64 = names.iter().map(|n| bucket(&g, n)).sum();
+    let paid = g["paid"]["node_seconds"].as_f64().expect("paid");
+    assert!((sum - paid).abs() < 0.002, "{sum} against {paid}");
+    // Paid: a from its launch to its termination, b from its launch to dtd's stop (each to a
+    // pass, which comes at least every second). The eight seconds without dtd are in it.
+    let expected = (gone - launched_at(&c, a)) + (stopped - launched_at(&c, b));
+    assert!(
+        (paid - expected).abs() < 4.0,
+        "paid {paid:.1} s, expected {expected:.1} s: {g}"
+    );
+    assert!(
+        bucket(&g, "training") >= 3.0 + 8.0,
+        "trained through the kill: {g}"
+    );
+    assert!(
+        bucket(&g, "preparing") >= 2.0 * 2.0,
+        "both booted first: {g}"
+    );
+    assert!(
+        bucket(&g, "leaving") >= 2.0,
+        "a, out of the job, not yet gone: {g}"
+    );
+    assert_eq!(bucket(&g, "idle"), 0.0, "{g}");
+    let text = stdout(&c.dtctl(&["goodput"]));
+    assert!(text.contains("Trained / paid: "), "{text}");
+}
