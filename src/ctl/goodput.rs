@@ -25,6 +25,8 @@ struct Report {
     since: String,
     buckets: Vec<Line>,
     paid: Line,
+    /// The master's own time, apart from the workers'.
+    master_node_seconds: f64,
     /// Training GPU time over paid GPU time; `None` before anything was paid.
     trained_share: Option<f64>,
 }
@@ -75,6 +77,7 @@ fn report(g: &Goodput) -> Report {
             .map(|(b, s)| line(b.as_str(), s))
             .collect(),
         paid: line("paid", paid),
+        master_node_seconds: g.master_ms as f64 / 1000.0,
         trained_share: (paid.gpu_ms > 0).then(|| training.gpu_ms as f64 / paid.gpu_ms as f64),
     }
 }
@@ -106,6 +109,11 @@ fn render(r: &Report) -> String {
             share
         );
     }
+    let _ = writeln!(
+        o,
+        "Master (dtd's instance, apart): {:.3} node-hours",
+        r.master_node_seconds / 3600.0
+    );
     match r.trained_share {
         Some(s) => {
             let _ = writeln!(o, "Trained / paid: {:.1} % of the GPU time", 100.0 * s);
@@ -130,7 +138,7 @@ mod tests {
         g.buckets.insert(Bucket::Preparing, spent(360));
         let text = render(&report(&g));
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2 + 7 + 1 + 1, "{text}");
+        assert_eq!(lines.len(), 2 + 7 + 1 + 2, "{text}");
         assert!(
             lines[0].starts_with("Goodput since 2026-11-24T08:16:41Z"),
             "{text}"
@@ -138,7 +146,11 @@ mod tests {
         assert_eq!(lines[2], "training               0.900       7.200  90.0 %");
         assert_eq!(lines[3], "preparing              0.100       0.800  10.0 %");
         assert_eq!(lines[9], "paid                   1.000       8.000 100.0 %");
-        assert_eq!(lines[10], "Trained / paid: 90.0 % of the GPU time");
+        assert_eq!(
+            lines[10],
+            "Master (dtd's instance, apart): 0.000 node-hours"
+        );
+        assert_eq!(lines[11], "Trained / paid: 90.0 % of the GPU time");
         let empty = render(&report(&Goodput::new(0)));
         assert!(
             empty.ends_with("Trained / paid: nothing paid yet\n"),

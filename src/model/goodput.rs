@@ -91,6 +91,13 @@ pub struct Goodput {
     pub accounted: BTreeMap<String, Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<StepRun>,
+    /// The master's own time (the instance `dtd` runs on), apart from the workers': from the
+    /// ledger's start to its last pass, the time `dtd` was down included.
+    #[serde(default)]
+    pub master_ms: u64,
+    /// The last pass accounted.
+    #[serde(default)]
+    pub last_pass: Millis,
 }
 
 /// What one pass sees, for the ledger.
@@ -106,6 +113,7 @@ impl Goodput {
     pub fn new(now: Millis) -> Goodput {
         Goodput {
             since: now,
+            last_pass: now,
             ..Goodput::default()
         }
     }
@@ -146,6 +154,9 @@ impl Goodput {
         }
         // An instance no longer seen ended at its last pass: its time is all accounted.
         self.accounted = accounted;
+        let from = self.last_pass.max(self.since);
+        self.master_ms += seen.now.saturating_sub(from);
+        self.last_pass = self.last_pass.max(seen.now);
         if let Some(lost) = self.redo(seen) {
             self.move_to_redone(lost);
         }

@@ -120,6 +120,13 @@ fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
         "a, out of the job, not yet gone: {g}"
     );
     assert_eq!(bucket(&g, "idle"), 0.0, "{g}");
+    let master = g["master_node_seconds"]
+        .as_f64()
+        .expect("the master's time");
+    assert!(
+        master >= 3.0 + 8.0,
+        "the master ran while dtd was down: {g}"
+    );
     let text = stdout(&c.dtctl(&["goodput"]));
     assert!(text.contains("Trained / paid: "), "{text}");
 }

@@ -153,6 +153,7 @@ fn a_restart_gives_the_gap_to_the_bucket_each_worker_is_found_in() {
     pass(&mut g, 65_000, std::slice::from_ref(&a), &markers, &state);
     assert_eq!(g.paid().node_ms, 65_000);
     assert_eq!(node_s(&g, Bucket::Training), 60);
+    assert_eq!(g.master_ms, 65_000, "the master ran while dtd was down");
 }
 
 #[test]
