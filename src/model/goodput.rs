@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::{Instance, Markers, Member, Millis, Removal, Stage, State};
-use crate::config::Slots;
 
 /// Where a worker's second went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -106,7 +105,8 @@ pub struct Seen<'a> {
     pub instances: &'a [Instance],
     pub markers: Option<&'a Markers>,
     pub state: &'a State,
-    pub slots: &'a Slots,
+    /// The GPUs of an instance type (`workers.slots`).
+    pub gpus: &'a dyn Fn(&str) -> u64,
 }
 
 impl Goodput {
@@ -145,7 +145,7 @@ impl Goodput {
                 None => (i.launched_at.clamp(self.since, seen.now), Bucket::Preparing),
             };
             let ms = seen.now.saturating_sub(from);
-            let gpus = seen.slots.for_type(&i.instance_type) as u64;
+            let gpus = (seen.gpus)(&i.instance_type);
             self.buckets.entry(bucket).or_default().add(Spent {
                 node_ms: ms,
                 gpu_ms: ms * gpus,
@@ -197,7 +197,7 @@ impl Goodput {
         let members = seen.state.members.len() as f64;
         let node_ms = (lost as f64 * per_step * members) as u64;
         let gpus: u64 = (seen.state.members.iter())
-            .map(|m| seen.slots.for_type(&m.instance_type) as u64)
+            .map(|m| (seen.gpus)(&m.instance_type))
             .sum();
         let gpu_ms = (lost as f64 * per_step) as u64 * gpus;
         Some(Spent { node_ms, gpu_ms })

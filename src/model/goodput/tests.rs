@@ -44,18 +44,22 @@ fn removal(i: &Instance, then: Option<crate::model::Ending>) -> Removal {
     }
 }
 
-fn slots() -> Slots {
-    serde_yaml::from_str("{ p4d.24xlarge: 8, default: 1 }").expect("slots")
+/// `workers.slots: { p4d.24xlarge: 8, default: 1 }`.
+fn gpus(kind: &str) -> u64 {
+    if kind == "p4d.24xlarge" {
+        8
+    } else {
+        1
+    }
 }
 
 fn pass(g: &mut Goodput, now: Millis, list: &[Instance], markers: &Markers, state: &State) {
-    let slots = slots();
     g.account(&Seen {
         now,
         instances: list,
         markers: Some(markers),
         state,
-        slots: &slots,
+        gpus: &gpus,
     });
 }
 
