@@ -90,7 +90,7 @@ impl Daemon {
         let mut metrics = Metrics::new(
             &clients.calls,
             crate::status::read_totals(&paths.status()),
-            clock.now(),
+            now,
             cfg.interval,
         );
         if let (Some(addr), Some(registry)) = (cfg.metrics.listen, metrics.take_registry()) {

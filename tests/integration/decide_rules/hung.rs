@@ -34,15 +34,6 @@ fn running(w: &mut World, addr: &str, id: &str, stopped: Option<u32>, at: Millis
     w.markers.launchers.insert(ip(addr), l);
 }
 
-fn at_step(w: &mut World, step: u64) {
-    w.progress = Some(Ok(Progress {
-        step,
-        time: None,
-        checkpoint_step: None,
-        quorum: None,
-    }));
-}
-
 /// Two members training at step 5 since 2 s, both agents heard at `heard`, i-2's with
 /// `stopped`; then the pass at which the step has stood still for `job.stall.after`.
 fn stall(action: StallAction, stopped: [Option<u32>; 2]) -> (Rules, World, Plan) {

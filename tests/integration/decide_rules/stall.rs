@@ -11,15 +11,6 @@ fn stall_rules() -> Rules {
     }
 }
 
-fn at_step(w: &mut World, step: u64) {
-    w.progress = Some(Ok(Progress {
-        step,
-        time: None,
-        checkpoint_step: None,
-        quorum: None,
-    }));
-}
-
 /// A pass whose state goes through its JSON form, as a restarted dtd would read it.
 fn pass_restarted(r: &Rules, w: &mut World, state: &State, now: Millis) -> Plan {
     let mut plan = pass(r, w, state, now);

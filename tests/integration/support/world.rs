@@ -377,3 +377,13 @@ pub(crate) fn remembered(st: &State, has: impl Fn(&Pending) -> bool) -> Vec<&str
         .map(|(id, _)| id.as_str())
         .collect()
 }
+
+/// The job's progress file says `step`.
+pub(crate) fn at_step(w: &mut World, step: u64) {
+    w.progress = Some(Ok(Progress {
+        step,
+        time: None,
+        checkpoint_step: None,
+        quorum: None,
+    }));
+}
