@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
 use super::support::{
-    access_point, config_in, decode_base64, dtctl, launch_data, launch_version, master_group,
-    moto_access_point_ref, tags_of, template, ELASTIC_KEY, STACK, WEBHOOK_SECRET,
+    access_point, assert_user_data_fits, config_in, decode_base64, dtctl, launch_data,
+    launch_version, master_group, moto_access_point_ref, tags_of, template, ELASTIC_KEY, STACK,
+    WEBHOOK_SECRET,
 };
 use crate::support::{repo, stderr, Moto};
 use serde_json::Value as Json;
@@ -50,6 +51,7 @@ fn check_worker_user_data(moto: &Moto, out: &BTreeMap<String, String>, data: &Js
     let ap = access_point(moto, &out["FileSystemId"]);
     let ap_id = ap["AccessPointId"].as_str().unwrap();
     let user_data = decode_base64(data["UserData"].as_str().expect("user data"));
+    assert_user_data_fits("the worker", &user_data);
     let user_data = moto_access_point_ref(&user_data, ap_id);
     let source = std::fs::read_to_string(repo().join("templates/user-data/node.sh")).unwrap();
     assert_embedded(&user_data, &source);
@@ -185,6 +187,7 @@ pub fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
     assert_eq!(data["MetadataOptions"]["HttpTokens"], "required");
     assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "disabled");
     let user_data = decode_base64(data["UserData"].as_str().unwrap());
+    assert_user_data_fits("the master", &user_data);
     assert!(user_data.starts_with("#!/bin/bash\n"));
     for source in ["master.sh", "node.sh"] {
         let text = std::fs::read_to_string(repo().join("templates/user-data").join(source));
