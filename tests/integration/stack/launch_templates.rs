@@ -78,6 +78,8 @@ fn check_worker_user_data(moto: &Moto, out: &BTreeMap<String, String>, data: &Js
     );
     let config = config_in(&user_data);
     assert!(!user_data.contains("${"), "every variable is substituted");
+    // TorchrunStrategy defaults to generation: no Lighthouse, nothing for node.sh to fill in.
+    assert!(!config.contains("@MASTER_IP@") && !config.contains("in_place"));
     // The alerts' webhook is the master's alone: no worker holds it or can read its secret.
     assert!(
         config.contains("\n# alerts: on the master only\n"),
@@ -157,7 +159,7 @@ fn assert_embedded(rendered: &str, source: &str) {
 }
 
 /// `bash -n`: the rendered user data parses as the script it claims to be.
-fn bash_syntax_ok(script: &str) {
+pub(super) fn bash_syntax_ok(script: &str) {
     use std::io::Write;
     let mut child = Command::new("bash")
         .args(["-n", "/dev/stdin"])

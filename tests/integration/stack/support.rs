@@ -92,6 +92,12 @@ pub fn master_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
     decode_base64(data["UserData"].as_str().unwrap())
 }
 
+/// The worker launch template's user data.
+pub fn worker_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
+    let data = launch_data(moto, &out["WorkerLaunchTemplateId"]);
+    decode_base64(data["UserData"].as_str().unwrap())
+}
+
 /// EC2 takes at most 16 KB of user data, counted before base64 (EC2 User Guide, "Run commands
 /// when you launch an EC2 instance with user data input"): with the template itself in S3 (1 MB),
 /// this is the limit the embedded scripts run into first.
