@@ -87,6 +87,13 @@ dt_webhook() {
     mv /etc/dt/webhook.new /etc/dt/webhook
 }
 
+# job.launcher.in_place.lighthouse: dtd serves the Lighthouse on this IP (node.sh, master_ip).
+dt_master_ip() {
+    local t imds=http://169.254.169.254/latest
+    t=$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' $imds/api/token)
+    curl -fsS -H "X-aws-ec2-metadata-token: $t" $imds/meta-data/local-ipv4
+}
+
 dt_before_start() {
     dt_webhook
     mkdir -p /etc/systemd/system/dtd.service.d

@@ -11,11 +11,20 @@ echo "dt-bootstrap: role ${DtdRole}, stack ${AWS::StackName}, $(date -u +%FT%TZ)
 hook() {
     if declare -F "dt_$1" >/dev/null; then "dt_$1"; fi
 }
+# The master's IP: the master's own (dt_master_ip), else the one dtd run published in the shared
+# directory (its address for the agents' reports), believed only when root's: through the
+# access point a worker writes as uid ${WorkerUid}, so only the master writes there as root.
+master_ip() {
+    local f=/myEFSvolume/dtd_address
+    if declare -F dt_master_ip >/dev/null; then dt_master_ip; return; fi
+    [ -f $f ] && [ ! -L $f ] && [ "$(stat -c %u $f)" = 0 ] || return 1
+    sed 's/:[0-9]*$//' $f
+}
 retry() {
     local n
     for n in 1 2 3 4 5 6 7 8; do
         "$@" && return 0
-        echo "dt-bootstrap: attempt $n of $* failed; retrying in $((n * 5))s"
+        echo "dt-bootstrap: attempt $n of $* failed; retrying in $((n * 5))s" >&2
         sleep $((n * 5))
     done
     return 1
@@ -70,6 +79,23 @@ mkdir -p /etc/dt
 (umask 077 && cat >/etc/dt/dtd.yaml.new) <<'DT_CONFIG_END'
 ${DtdConfig}
 DT_CONFIG_END
+# TorchrunStrategy=in_place (with a TrainingScript): torchft beside torchrun, for the training on
+# a worker and the Lighthouse (torchft_lighthouse, dtd's default) on the master, pinned as
+# requirements-torch.txt pins it (torch itself is the environment's own; torchft 0.2.0 takes 2.7
+# or newer); and the master's IP, which no stack parameter knows, where the config says
+# @MASTER_IP@.
+if grep -q @MASTER_IP@ /etc/dt/dtd.yaml.new; then
+    retry "$(dirname '${Torchrun}')/python3" -m pip install --no-input --progress-bar off \
+        torchft==0.2.0 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 \
+        opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 \
+        opentelemetry-exporter-otlp-common==0.66b2 opentelemetry-exporter-http-transport==0.66b2 \
+        opentelemetry-proto==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
+        googleapis-common-protos==1.76.0 protobuf==7.36.2 requests==2.34.2 \
+        certifi==2026.10.19.post1 charset-normalizer==3.5.3 idna==3.20 urllib3==2.8.0
+    ip=$(retry master_ip)
+    [[ $ip =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]
+    sed -i "s/@MASTER_IP@/$ip/" /etc/dt/dtd.yaml.new
+fi
 /usr/local/bin/dtctl config check /etc/dt/dtd.yaml.new
 mv /etc/dt/dtd.yaml.new /etc/dt/dtd.yaml
 echo 'DT_CONFIG=/etc/dt/dtd.yaml' >/etc/profile.d/dt.sh

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
 use super::support::{
-    access_point, config_in, decode_base64, dtctl, launch_data, launch_version, master_group,
-    moto_access_point_ref, tags_of, template, ELASTIC_KEY, STACK, WEBHOOK_SECRET,
+    access_point, assert_user_data_fits, config_in, decode_base64, dtctl, launch_data,
+    launch_version, master_group, moto_access_point_ref, tags_of, template, ELASTIC_KEY, STACK,
+    WEBHOOK_SECRET,
 };
 use crate::support::{repo, stderr, Moto};
 use serde_json::Value as Json;
@@ -50,6 +51,7 @@ fn check_worker_user_data(moto: &Moto, out: &BTreeMap<String, String>, data: &Js
     let ap = access_point(moto, &out["FileSystemId"]);
     let ap_id = ap["AccessPointId"].as_str().unwrap();
     let user_data = decode_base64(data["UserData"].as_str().expect("user data"));
+    assert_user_data_fits("the worker", &user_data);
     let user_data = moto_access_point_ref(&user_data, ap_id);
     let source = std::fs::read_to_string(repo().join("templates/user-data/node.sh")).unwrap();
     assert_embedded(&user_data, &source);
@@ -76,6 +78,8 @@ fn check_worker_user_data(moto: &Moto, out: &BTreeMap<String, String>, data: &Js
     );
     let config = config_in(&user_data);
     assert!(!user_data.contains("${"), "every variable is substituted");
+    // TorchrunStrategy defaults to generation: no Lighthouse, nothing for node.sh to fill in.
+    assert!(!config.contains("@MASTER_IP@") && !config.contains("in_place"));
     // The alerts' webhook is the master's alone: no worker holds it or can read its secret.
     assert!(
         config.contains("\n# alerts: on the master only\n"),
@@ -155,7 +159,7 @@ fn assert_embedded(rendered: &str, source: &str) {
 }
 
 /// `bash -n`: the rendered user data parses as the script it claims to be.
-fn bash_syntax_ok(script: &str) {
+pub(super) fn bash_syntax_ok(script: &str) {
     use std::io::Write;
     let mut child = Command::new("bash")
         .args(["-n", "/dev/stdin"])
@@ -185,6 +189,7 @@ pub fn check_master(moto: &Moto, out: &BTreeMap<String, String>) {
     assert_eq!(data["MetadataOptions"]["HttpTokens"], "required");
     assert_eq!(data["MetadataOptions"]["InstanceMetadataTags"], "disabled");
     let user_data = decode_base64(data["UserData"].as_str().unwrap());
+    assert_user_data_fits("the master", &user_data);
     assert!(user_data.starts_with("#!/bin/bash\n"));
     for source in ["master.sh", "node.sh"] {
         let text = std::fs::read_to_string(repo().join("templates/user-data").join(source));

@@ -1,7 +1,8 @@
-//! The CloudFormation stack, deployed into the emulator's CloudFormation (moto) with
-//! `aws cloudformation deploy`, checked resource by resource, and then used: `dtd run` with the
-//! config the stack generates, a worker launched from the stack's launch template with the AWS
-//! CLI, its prepare-data step, and the worker joining.
+//! The CloudFormation stack, deployed into the emulator's CloudFormation (moto) with `aws
+//! cloudformation deploy --s3-bucket`, checked resource by resource, and then used: `dtd run`
+//! with the config the stack generates, a worker launched from the stack's launch template with
+//! the AWS CLI, its prepare-data step, and the worker joining. in_place.rs makes a second stack,
+//! with the in-place strategy, from the template's S3 URL.
 //!
 //! Stand-ins, each named where it is used: moto's CloudFormation does not create
 //! `AWS::SQS::QueuePolicy`, ignores the group's `LifecycleHookSpecificationList` and
@@ -17,6 +18,7 @@ mod events;
 mod file_system;
 mod groups;
 mod iam;
+mod in_place;
 mod joining;
 mod launch_templates;
 mod policies;

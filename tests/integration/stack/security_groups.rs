@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 
 /// The security group tagged `Name` = `name`: its id and its ingress rules.
-fn security_group(moto: &Moto, name: &str) -> (String, Vec<Json>) {
+pub(super) fn security_group(moto: &Moto, name: &str) -> (String, Vec<Json>) {
     let found = aws_json(
         moto,
         &[
@@ -27,7 +27,7 @@ fn security_group(moto: &Moto, name: &str) -> (String, Vec<Json>) {
 }
 
 /// The groups a rule lets in, with its protocol and ports.
-fn sources(rules: &[Json]) -> Vec<(String, String, Option<i64>, Option<i64>)> {
+pub(super) fn sources(rules: &[Json]) -> Vec<(String, String, Option<i64>, Option<i64>)> {
     let mut all: Vec<_> = (rules.iter())
         .flat_map(|r| {
             let pairs = r["UserIdGroupPairs"]

@@ -92,6 +92,26 @@ pub fn master_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
     decode_base64(data["UserData"].as_str().unwrap())
 }
 
+/// The worker launch template's user data.
+pub fn worker_user_data(moto: &Moto, out: &BTreeMap<String, String>) -> String {
+    let data = launch_data(moto, &out["WorkerLaunchTemplateId"]);
+    decode_base64(data["UserData"].as_str().unwrap())
+}
+
+/// EC2 takes at most 16 KB of user data, counted before base64 (EC2 User Guide, "Run commands
+/// when you launch an EC2 instance with user data input"): with the template itself in S3 (1 MB),
+/// this is the limit the embedded scripts run into first.
+pub const USER_DATA_MAX: usize = 16 * 1024;
+
+/// A node's rendered user data fits EC2's limit.
+pub fn assert_user_data_fits(what: &str, user_data: &str) {
+    assert!(
+        user_data.len() <= USER_DATA_MAX,
+        "{what}'s user data is {} bytes, over EC2's {USER_DATA_MAX}",
+        user_data.len()
+    );
+}
+
 pub fn tags_of(list: &Json) -> BTreeMap<String, String> {
     list.as_array()
         .map(|a| {

@@ -249,11 +249,17 @@ pub fn aws_env(endpoint: &str) -> Vec<(&'static str, String)> {
 
 /// The AWS CLI against the emulator at `endpoint`: its stdout, or a panic with its stderr.
 pub fn aws_cli(endpoint: &str, args: &[&str]) -> String {
+    aws_cli_with(endpoint, &[], args)
+}
+
+/// [`aws_cli`] with more of the environment (`extra` after the emulator's).
+pub fn aws_cli_with(endpoint: &str, extra: &[(&str, String)], args: &[&str]) -> String {
     // The CLI's SQS client ignores AWS_ENDPOINT_URL (it keeps queue.amazonaws.com).
     let out = Command::new(tool("DT_AWS_CLI", "aws"))
         .args(["--endpoint-url", endpoint])
         .args(args)
         .envs(aws_env(endpoint))
+        .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("running the AWS CLI");
     assert!(
