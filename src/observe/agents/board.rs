@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -74,6 +75,21 @@ pub enum KeyRefused {
     },
 }
 
+/// Set when a connection's agent is heard on a newer one, or forgotten: that connection ends
+/// (at its next line, or the next look at the quiet ones) and nothing more on it is believed.
+#[derive(Debug, Default)]
+pub struct Displaced(AtomicBool);
+
+impl Displaced {
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Release)
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     reports: BTreeMap<MarkerName, Arc<Read>>,
@@ -83,8 +99,8 @@ struct Inner {
     heard: HashMap<String, Millis>,
     pins: HashMap<String, AgentKey>,
     refused: BTreeMap<(IpAddr, String), Refusal>,
-    /// Per instance, what a newer connection of its agent wakes to end the older one.
-    displace: HashMap<String, Arc<Notify>>,
+    /// Per instance, what a newer connection of its agent sets to end the older one.
+    displace: HashMap<String, Arc<Displaced>>,
 }
 
 #[derive(Default)]
@@ -110,8 +126,8 @@ impl Board {
     }
 
     /// Makes `p.key` the instance's, when it may be: returns what the connection it came on
-    /// waits on, woken when a newer connection of the same agent takes its place.
-    pub fn prove(&self, p: Proof) -> Result<Arc<Notify>, KeyRefused> {
+    /// looks at, set when a newer connection of the same agent takes its place.
+    pub fn prove(&self, p: Proof) -> Result<Arc<Displaced>, KeyRefused> {
         let mut g = self.lock();
         let id = p.instance_id.clone();
         if let Some(kept) = g.pins.get(&id).filter(|k| **k != p.key) {
@@ -131,9 +147,9 @@ impl Board {
         }
         g.heard.insert(id.clone(), p.at);
         g.proofs.insert(id.clone(), p);
-        let ended = Arc::new(Notify::new());
+        let ended = Arc::new(Displaced::default());
         if let Some(old) = g.displace.insert(id, ended.clone()) {
-            old.notify_one();
+            old.set();
         }
         drop(g);
         self.news.notify_one();
@@ -228,7 +244,7 @@ impl Board {
         displace.retain(|id, ended| {
             let kept = proofs.contains_key(id);
             if !kept {
-                ended.notify_one();
+                ended.set();
             }
             kept
         });

@@ -1,7 +1,8 @@
-//! One agent's connection: its hello first, within a few seconds, then its reports and pings,
-//! each answered. Nothing on it is believed beyond what the hello proved: every report must be
-//! for the hello's IP, signed with its key, at a time near dtd's clock, and newer than the one
-//! kept. A refusal is answered (the agent logs it) and kept on the board to be shown.
+//! One agent's connection until its hello is believed: the hello first, within a few seconds,
+//! proving the instance and its key; then the connection goes to the thread that serves every
+//! proved one (`proved`), where each report must be for the hello's IP, signed with its key, at
+//! a time near dtd's clock, and newer than the one kept (`said`). A refusal is answered (the
+//! agent logs it) and kept on the board to be shown.
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,14 +12,14 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::board::{Board, Proof, Refusal};
+use super::board::{Board, Displaced, Proof};
 use super::hello::{self, Judge};
+use super::proved::{Adopted, Door};
+use super::said;
 use crate::clock::SharedClock;
 use crate::model::Millis;
-use crate::observe::markers::read;
 use crate::protocol::channel::{self, Answer, Frame, HelloName, MAX_LINE};
 use crate::protocol::identity::Certificates;
-use crate::protocol::markers::MarkerName;
 
 /// A connection must say hello this soon, or it is closed: a slot held without a word is a
 /// slot a worker's agent may need.
@@ -30,7 +31,8 @@ const READ_CHUNK: usize = 4096;
 /// What every connection shares.
 pub struct Ctx {
     pub board: Arc<Board>,
-    /// Changes (its sender gone) when the port closes: every connection ends.
+    /// Changes (its sender gone) when the port closes: every connection waiting for its hello
+    /// ends (the proved ones end with their thread).
     pub closed: tokio::sync::watch::Receiver<()>,
     pub certs: Certificates,
     /// `workers.max_clock_skew`, in ms.
@@ -38,9 +40,11 @@ pub struct Ctx {
     pub clock: SharedClock,
     /// A proved connection that says nothing for this long is closed (its agent pings more often).
     pub idle: Duration,
+    pub door: Door,
 }
 
-/// Why a connection ends: logged at debug level, as agents reconnect on their own.
+/// Why a connection ends before its hello is believed: logged at debug level, as agents
+/// reconnect on their own.
 #[derive(Debug, thiserror::Error)]
 enum Ended {
     #[error("closed by the agent")]
@@ -51,13 +55,12 @@ enum Ended {
     Silent(Duration),
     #[error("refused: {0}")]
     Refused(String),
-    #[error("a newer connection of the same agent took its place")]
-    Displaced,
     #[error("dtd stopped taking reports")]
     PortClosed,
 }
 
-/// Serves the connection until it ends; `admitted` is released once the hello is believed.
+/// Serves the hello and hands the connection over; `admitted` is released once the hello is
+/// believed.
 pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, admitted: G) {
     let mut conn = Conn {
         s: stream,
@@ -66,34 +69,39 @@ pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, admitt
         unread: Vec::new(),
     };
     let mut closed = conn.ctx.closed.clone();
-    let serve = async {
-        // On the heap while it lasts: the hello's state (its timer, the refusal's words) would
-        // otherwise stay in every connected agent's task (136 of its 1,104 bytes).
-        let (proof, displaced) = Box::pin(conn.hello()).await?;
-        drop(admitted);
-        conn.speak(&proof, displaced).await
-    };
     let ended = tokio::select! {
-        ended = serve => ended,
+        hello = conn.hello() => hello,
         _ = closed.changed() => Err(Ended::PortClosed),
     };
-    if let Err(why) = ended {
-        tracing::debug!(%peer, "agent connection ended: {why}");
+    drop(admitted);
+    let (proof, displaced) = match ended {
+        Ok(proved) => proved,
+        Err(why) => return tracing::debug!(%peer, "agent connection ended: {why}"),
+    };
+    let Conn { s, ctx, unread, .. } = conn;
+    match s.into_std() {
+        Ok(stream) => ctx.door.adopt(Adopted {
+            stream,
+            peer,
+            proof,
+            displaced,
+            unread,
+        }),
+        Err(e) => tracing::debug!(%peer, "agent connection ended: {e}"),
     }
 }
 
-/// What a connected agent costs dtd between its lines is this and its task: at 10,000 agents
-/// every byte here is 10 kB, so nothing is buffered while the agent is quiet.
+/// A connection until its hello is believed.
 struct Conn {
     s: TcpStream,
     peer: SocketAddr,
     ctx: Arc<Ctx>,
-    /// Bytes received past the last line's end: none while the agent waits for its answer.
+    /// Bytes received past the hello's end.
     unread: Vec<u8>,
 }
 
 impl Conn {
-    async fn hello(&mut self) -> Result<(Proof, Arc<tokio::sync::Notify>), Ended> {
+    async fn hello(&mut self) -> Result<(Proof, Arc<Displaced>), Ended> {
         let line =
             match tokio::time::timeout(HELLO_WAIT, read_line(&self.s, &mut self.unread)).await {
                 Err(_) => return Err(Ended::Silent(HELLO_WAIT)),
@@ -135,71 +143,6 @@ impl Conn {
         }
     }
 
-    /// Reports and pings until the agent goes, falls silent, or a newer connection of its
-    /// agent takes this one's place.
-    async fn speak(
-        &mut self,
-        proof: &Proof,
-        displaced: Arc<tokio::sync::Notify>,
-    ) -> Result<(), Ended> {
-        loop {
-            let idle = self.ctx.idle;
-            let line = tokio::select! {
-                () = displaced.notified() => return Err(Ended::Displaced),
-                read = tokio::time::timeout(idle, read_line(&self.s, &mut self.unread)) => match read {
-                    Err(_) => return Err(Ended::Silent(idle)),
-                    Ok(read) => read?,
-                },
-            };
-            let now = self.ctx.clock.now();
-            let answer = match channel::parse(&line) {
-                Ok(Frame::Ping) => {
-                    self.ctx.board.heard(&proof.instance_id, now);
-                    Answer::ok(now)
-                }
-                Ok(Frame::Report { name, signed }) if name.ip == proof.ip => {
-                    match report(&self.ctx, proof, name, signed, now) {
-                        Ok(()) => Answer::ok(now),
-                        Err((class, why)) => {
-                            let why = format!("{name} {why}");
-                            self.keep(name.ip, &name.to_string(), class, why.clone(), now);
-                            Answer::refused(now, why)
-                        }
-                    }
-                }
-                Ok(Frame::Report { name, .. }) => {
-                    let why = format!("{name} came on the connection of {} ({}): an agent speaks only for its own instance", proof.instance_id, proof.ip);
-                    let name = name.to_string();
-                    return Err(Box::pin(self.refuse(proof.ip, &name, "other-ip", why, now)).await);
-                }
-                Ok(Frame::Hello { .. }) => Answer::refused(now, "one hello per connection".into()),
-                Err(e) => {
-                    let why = format!(
-                        "connection from {}: a line from {}'s agent is refused: {e}",
-                        self.peer.ip(),
-                        proof.instance_id
-                    );
-                    let file = format!("connection from {}", self.peer.ip());
-                    return Err(Box::pin(self.refuse(proof.ip, &file, "garbled", why, now)).await);
-                }
-            };
-            // Freed before the answer's write: a line kept across it would stay in the task.
-            drop(line);
-            self.answer(answer).await?;
-        }
-    }
-
-    fn keep(&self, ip: std::net::IpAddr, file: &str, class: &str, why: String, now: Millis) {
-        tracing::warn!(peer = %self.peer, "{why}");
-        self.ctx.board.refuse(Refusal {
-            ip,
-            file: file.to_string(),
-            class: class.to_string(),
-            why,
-            last: now,
-        });
-    }
-
     /// Keeps the refusal, tells the agent, and ends the connection.
     async fn refuse(
         &mut self,
@@ -209,7 +152,7 @@ impl Conn {
         why: String,
         now: Millis,
     ) -> Ended {
-        self.keep(ip, file, class, why.clone(), now);
+        said::keep(&self.ctx, self.peer, ip, file, class, why.clone(), now);
         let _ = self.answer(Answer::refused(now, why.clone())).await;
         Ended::Refused(why)
     }
@@ -218,50 +161,6 @@ impl Conn {
         self.s.write_all(&a.render()).await?;
         Ok(())
     }
-}
-
-/// A report on a proved connection: kept on the board, or why not (its class and words).
-fn report(
-    ctx: &Ctx,
-    proof: &Proof,
-    name: MarkerName,
-    signed: &[u8],
-    now: Millis,
-) -> Result<(), (&'static str, String)> {
-    let read = read::from_bytes(&name, signed, None, None);
-    let signed_at = match &read.signed {
-        Ok(s) if s.key == proof.key => s.signed_at,
-        Ok(s) => {
-            let why = format!(
-                "is signed with key {}…, not with the key {}'s hello proved ({}…): ignored",
-                s.key.short(),
-                proof.instance_id,
-                proof.key.short()
-            );
-            return Err(("other-key", why));
-        }
-        Err(e) => return Err(("signature", format!("is refused: {e}"))),
-    };
-    hello::fresh(signed_at, now, ctx.skew).map_err(|e| ("time", e.to_string()))?;
-    let named = read.body.as_ref().ok().and_then(|b| b.instance_id());
-    if named.is_some_and(|n| n != proof.instance_id) {
-        let why = format!(
-            "names {:?}, but comes from {}'s agent: ignored",
-            named.unwrap_or(""),
-            proof.instance_id
-        );
-        return Err(("names", why));
-    }
-    (ctx.board)
-        .report(&proof.instance_id, name, read, signed_at, now)
-        .map_err(|newer| {
-            let why = format!(
-                "signed at {} is older than the one kept (signed at {}): sent again by someone; ignored",
-                crate::model::rfc3339(signed_at),
-                crate::model::rfc3339(newer)
-            );
-            ("older", why)
-        })
 }
 
 /// The next line, without its newline, at most [`MAX_LINE`] bytes; `unread` keeps what came

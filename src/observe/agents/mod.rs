@@ -1,13 +1,16 @@
 //! The agents' reports, as they arrive on each agent's own connection to `workers.listen`
 //! (`protocol::channel`; ARCHITECTURE.md, "How a worker's word reaches dtd"): the port and its
-//! limits ([`listen`]), one connection's protocol ([`conn`]), a hello's proof ([`hello`]), and
-//! what they have said ([`board`]), which each pass takes. What a report is believed for is
+//! limits ([`listen`]), a connection until its hello is believed ([`conn`]), a hello's proof
+//! ([`hello`]), the proved connections on one thread ([`proved`]), what one of their lines means
+//! ([`said`]), and what they have said ([`board`]), which each pass takes. What a report is believed for is
 //! still the book's (`observe::markers::book`), as for files.
 
 pub mod board;
 mod conn;
 pub mod hello;
 mod listen;
+mod proved;
+mod said;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -42,6 +45,8 @@ pub struct Agents {
     _open: tokio::sync::watch::Sender<()>,
     /// The accepting task, which holds the port: aborted with this.
     accepting: tokio::task::JoinHandle<()>,
+    /// The thread serving the proved connections: stopped with this, closing them.
+    _proved: proved::Running,
 }
 
 impl Drop for Agents {
@@ -51,7 +56,8 @@ impl Drop for Agents {
 }
 
 impl Agents {
-    /// Binds `workers.listen` and serves it on tasks of its own; `pins`: the keys `dtd` keeps.
+    /// Binds `workers.listen` and serves it (hellos on tasks, proved connections on a thread);
+    /// `pins`: the keys `dtd` keeps.
     pub async fn start(
         cfg: &Config,
         clock: SharedClock,
@@ -66,7 +72,9 @@ impl Agents {
         let board = Arc::new(Board::default());
         board.set_pins(pins);
         let (open, closed) = tokio::sync::watch::channel(());
+        let (door, room) = proved::open().map_err(|source| ListenError { addr, source })?;
         let ctx = conn::Ctx {
+            door,
             closed,
             board: Arc::clone(&board),
             certs: cfg.workers.identity.clone(),
@@ -74,13 +82,16 @@ impl Agents {
             clock,
             idle: beat(cfg.job.launcher.as_ref().map(|l| l.silent_after)) * IDLE_BEATS,
         };
-        let accepting = tokio::spawn(listen::accept(listener, Arc::new(ctx)));
+        let ctx = Arc::new(ctx);
+        let proved = (room.run(Arc::clone(&ctx))).map_err(|source| ListenError { addr, source })?;
+        let accepting = tokio::spawn(listen::accept(listener, ctx));
         tracing::info!(%bound, certificates = %cfg.workers.identity.source, "taking the agents' reports");
         Ok(Agents {
             board,
             bound,
             _open: open,
             accepting,
+            _proved: proved,
         })
     }
 
