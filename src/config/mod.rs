@@ -161,6 +161,8 @@ pub struct Workers {
     pub identity: Certificates,
     /// How far from dtd's clock a report's signing time may be.
     pub max_clock_skew: Duration,
+    /// Dollars an hour per instance type, for the goodput ledger's cost (`workers.prices`).
+    pub prices: BTreeMap<String, f64>,
 }
 
 /// One host file: a built-in `format`, or a `template` file of the user's own.

@@ -89,6 +89,7 @@ fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
         listen: w.listen,
         identity: w.identity_certificates.unwrap_or_else(Certificates::aws),
         max_clock_skew: w.max_clock_skew,
+        prices: w.prices,
     }
 }
 

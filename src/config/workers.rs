@@ -56,6 +56,8 @@ pub(super) struct RawWorkers {
         deserialize_with = "max_clock_skew"
     )]
     pub max_clock_skew: Duration,
+    #[serde(default)]
+    pub prices: BTreeMap<String, f64>,
 }
 
 /// The section's own rules, checked while it is parsed so the error names `workers` and its line.
@@ -94,6 +96,8 @@ pub(super) enum WorkersError {
     CapacityWithoutTemplate,
     #[error("tags must name at least one worker tag (default NodeType: Worker)")]
     NoTags,
+    #[error("prices.{0}: {1} is not a price in dollars an hour (a number above 0)")]
+    Price(String, f64),
 }
 
 impl RawWorkers {
@@ -129,6 +133,9 @@ impl RawWorkers {
         }
         if self.tags.is_empty() {
             return Err(WorkersError::NoTags);
+        }
+        if let Some((kind, p)) = (self.prices.iter()).find(|(_, p)| !(p.is_finite() && **p > 0.0)) {
+            return Err(WorkersError::Price(kind.clone(), *p));
         }
         Ok(())
     }

@@ -18,6 +18,9 @@ struct Line {
     bucket: &'static str,
     node_seconds: f64,
     gpu_seconds: f64,
+    /// At `workers.prices`; `None` when no worker's type has a price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usd: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -56,16 +59,18 @@ fn load(cfg: &Config) -> anyhow::Result<Goodput> {
         .with_context(|| format!("{} is not a goodput ledger", path.display()))
 }
 
-fn line(bucket: &'static str, s: Spent) -> Line {
+fn line(bucket: &'static str, s: Spent, priced: bool) -> Line {
     Line {
         bucket,
         node_seconds: s.node_ms as f64 / 1000.0,
         gpu_seconds: s.gpu_ms as f64 / 1000.0,
+        usd: priced.then(|| s.usd()),
     }
 }
 
 fn report(g: &Goodput) -> Report {
     let paid = g.paid();
+    let priced = paid.micro_usd > 0;
     let training = g
         .buckets
         .get(&Bucket::Training)
@@ -74,9 +79,9 @@ fn report(g: &Goodput) -> Report {
     Report {
         since: rfc3339(g.since).to_string(),
         buckets: (g.totals().into_iter())
-            .map(|(b, s)| line(b.as_str(), s))
+            .map(|(b, s)| line(b.as_str(), s, priced))
             .collect(),
-        paid: line("paid", paid),
+        paid: line("paid", paid, priced),
         master_node_seconds: g.master_ms as f64 / 1000.0,
         trained_share: (paid.gpu_ms > 0).then(|| training.gpu_ms as f64 / paid.gpu_ms as f64),
     }
@@ -89,9 +94,14 @@ fn render(r: &Report) -> String {
         "Goodput since {} (every worker instance from its launch to its last pass; not the master)",
         r.since
     );
+    let dollars = |l: &Line| l.usd.map(|d| format!(" {d:>10.2}")).unwrap_or_default();
+    let priced = match r.paid.usd.is_some() {
+        true => format!(" {:>10}", "dollars"),
+        false => String::new(),
+    };
     let _ = writeln!(
         o,
-        "{:<16} {:>11} {:>11} {:>7}",
+        "{:<16} {:>11} {:>11} {:>7}{priced}",
         "", "node-hours", "GPU-hours", "share"
     );
     let paid = r.paid.gpu_seconds;
@@ -102,11 +112,12 @@ fn render(r: &Report) -> String {
         };
         let _ = writeln!(
             o,
-            "{:<16} {:>11.3} {:>11.3} {:>7}",
+            "{:<16} {:>11.3} {:>11.3} {:>7}{}",
             l.bucket,
             l.node_seconds / 3600.0,
             l.gpu_seconds / 3600.0,
-            share
+            share,
+            dollars(l)
         );
     }
     let _ = writeln!(
@@ -133,6 +144,7 @@ mod tests {
         let spent = |s: u64| Spent {
             node_ms: s * 1000,
             gpu_ms: s * 8000,
+            micro_usd: 0,
         };
         g.buckets.insert(Bucket::Training, spent(3_240));
         g.buckets.insert(Bucket::Preparing, spent(360));
@@ -151,6 +163,26 @@ mod tests {
             "Master (dtd's instance, apart): 0.000 node-hours"
         );
         assert_eq!(lines[11], "Trained / paid: 90.0 % of the GPU time");
+        // At a price, each bucket's dollars (32.77 dollars an hour: 3,240 s is 29.49).
+        let priced = |s: u64| Spent {
+            micro_usd: s * 32_770_000 / 3600,
+            ..spent(s)
+        };
+        g.buckets.insert(Bucket::Training, priced(3_240));
+        g.buckets.insert(Bucket::Preparing, priced(360));
+        let text = render(&report(&g));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].ends_with("share    dollars"), "{text}");
+        assert_eq!(
+            lines[2],
+            "training               0.900       7.200  90.0 %      29.49"
+        );
+        assert_eq!(
+            lines[9],
+            "paid                   1.000       8.000 100.0 %      32.77"
+        );
+        let json = serde_json::to_value(report(&g)).unwrap();
+        assert_eq!(json["paid"]["usd"], 32.77);
         let empty = render(&report(&Goodput::new(0)));
         assert!(
             empty.ends_with("Trained / paid: nothing paid yet\n"),

@@ -44,13 +44,14 @@ impl Daemon {
     /// The time since the last pass, into the ledger; written when due.
     pub(super) async fn account_goodput(&mut self, snap: &Snapshot, now: Millis) {
         if let Ok(list) = snap.instances.as_ref() {
-            let slots = &self.cfg.workers.slots;
+            let (slots, prices) = (&self.cfg.workers.slots, &self.cfg.workers.prices);
             self.goodput.account(&Seen {
                 now,
                 instances: list,
                 markers: snap.markers.as_ref().ok(),
                 state: &self.state,
                 gpus: &|kind| slots.for_type(kind) as u64,
+                price: &|kind| prices.get(kind).copied(),
             });
         }
         self.metrics.show_goodput(&self.goodput);

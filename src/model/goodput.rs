@@ -58,17 +58,40 @@ impl Bucket {
     }
 }
 
-/// Node and GPU time in one bucket, in ms.
+/// Node and GPU time in one bucket, in ms, and what it cost at `workers.prices`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spent {
     pub node_ms: u64,
     pub gpu_ms: u64,
+    /// Millionths of a dollar: the time of instances with a price, at the price when accounted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub micro_usd: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Spent {
     fn add(&mut self, other: Spent) {
         self.node_ms += other.node_ms;
         self.gpu_ms += other.gpu_ms;
+        self.micro_usd += other.micro_usd;
+    }
+
+    /// `ms` of an instance with `gpus` GPUs at `usd_per_hour` (none: no price known).
+    fn of(ms: u64, gpus: u64, usd_per_hour: Option<f64>) -> Spent {
+        // A dollar an hour is a millionth of a dollar every 3.6 ms.
+        let micro_usd = usd_per_hour.map_or(0, |p| (ms as f64 * p / 3.6).round() as u64);
+        Spent {
+            node_ms: ms,
+            gpu_ms: ms * gpus,
+            micro_usd,
+        }
+    }
+
+    pub fn usd(&self) -> f64 {
+        self.micro_usd as f64 / 1e6
     }
 }
 
@@ -107,6 +130,8 @@ pub struct Seen<'a> {
     pub state: &'a State,
     /// The GPUs of an instance type (`workers.slots`).
     pub gpus: &'a dyn Fn(&str) -> u64,
+    /// Its price in dollars an hour (`workers.prices`), when known.
+    pub price: &'a dyn Fn(&str) -> Option<f64>,
 }
 
 impl Goodput {
@@ -145,11 +170,11 @@ impl Goodput {
                 None => (i.launched_at.clamp(self.since, seen.now), Bucket::Preparing),
             };
             let ms = seen.now.saturating_sub(from);
-            let gpus = (seen.gpus)(&i.instance_type);
-            self.buckets.entry(bucket).or_default().add(Spent {
-                node_ms: ms,
-                gpu_ms: ms * gpus,
-            });
+            let (gpus, price) = (
+                (seen.gpus)(&i.instance_type),
+                (seen.price)(&i.instance_type),
+            );
+            (self.buckets.entry(bucket).or_default()).add(Spent::of(ms, gpus, price));
             accounted.insert(i.id.clone(), seen.now);
         }
         // An instance no longer seen ended at its last pass: its time is all accounted.
@@ -200,18 +225,27 @@ impl Goodput {
             .map(|m| (seen.gpus)(&m.instance_type))
             .sum();
         let gpu_ms = (lost as f64 * per_step) as u64 * gpus;
-        Some(Spent { node_ms, gpu_ms })
+        Some(Spent {
+            node_ms,
+            gpu_ms,
+            micro_usd: 0,
+        })
     }
 
-    /// Moves `lost` from training to redone, no more than training holds.
+    /// Moves `lost` from training to redone, no more than training holds; its dollars go with
+    /// it at training's average price per GPU-ms.
     fn move_to_redone(&mut self, lost: Spent) {
         let training = self.buckets.entry(Bucket::Training).or_default();
+        let gpu_ms = lost.gpu_ms.min(training.gpu_ms);
+        let share = gpu_ms as f64 / training.gpu_ms.max(1) as f64;
         let take = Spent {
             node_ms: lost.node_ms.min(training.node_ms),
-            gpu_ms: lost.gpu_ms.min(training.gpu_ms),
+            gpu_ms,
+            micro_usd: ((training.micro_usd as f64 * share) as u64).min(training.micro_usd),
         };
         training.node_ms -= take.node_ms;
         training.gpu_ms -= take.gpu_ms;
+        training.micro_usd -= take.micro_usd;
         self.buckets.entry(Bucket::Redone).or_default().add(take);
     }
 }

@@ -144,6 +144,7 @@ fn checks() -> BTreeMap<&'static str, Check> {
             "workers.max_clock_skew",
             Literal(|c| d(c.workers.max_clock_skew)),
         ),
+        ("workers.prices", Absent(|c| c.workers.prices.is_empty())),
         (
             "shared_dir",
             Required("cluster: demo\nworkers: { max: 4, auto_scaling_group: g }\n"),

@@ -49,7 +49,15 @@ fn bucket(g: &Value, name: &str) -> f64 {
 #[test]
 fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
     let mut c = Cluster::new();
-    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    // The workers are p3.2xlarge (support's launch): priced at its on-demand 3.06 dollars an hour.
+    let config = c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }");
+    let priced = config.replacen(
+        "  min: 0\n",
+        "  min: 0\n  prices: { p3.2xlarge: 3.06 }\n",
+        1,
+    );
+    assert_ne!(priced, config, "the workers section has min: 0");
+    c.write_config(&priced);
     c.start_dtd();
     let workers = c.launch(2);
     let (a, a_ip) = &workers[0];
@@ -127,6 +135,18 @@ fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
         master >= 3.0 + 8.0,
         "the master ran while dtd was down: {g}"
     );
+    let usd = g["paid"]["usd"]
+        .as_f64()
+        .expect("dollars, with workers.prices");
+    let at_price = paid * 3.06 / 3600.0;
+    assert!(
+        (usd - at_price).abs() < 1e-4,
+        "{usd} dollars against {at_price}: {g}"
+    );
     let text = stdout(&c.dtctl(&["goodput"]));
     assert!(text.contains("Trained / paid: "), "{text}");
+    assert!(
+        text.lines().nth(1).is_some_and(|l| l.ends_with("dollars")),
+        "{text}"
+    );
 }

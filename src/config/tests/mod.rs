@@ -86,6 +86,22 @@ fn min_above_max_is_refused() {
 }
 
 #[test]
+fn prices_are_dollars_an_hour_above_zero() {
+    let priced =
+        |p: &str| GOOD.replace("min: 1", &format!("min: 1\n  prices: {{ g5.xlarge: {p} }}"));
+    let cfg = Config::parse(&priced("1.006")).expect("a price");
+    assert_eq!(cfg.workers.prices.get("g5.xlarge"), Some(&1.006));
+    for bad in ["0", "-1", ".nan", ".inf"] {
+        let e = error_of(&priced(bad));
+        assert!(
+            e.contains("prices.g5.xlarge") && e.contains("dollars an hour"),
+            "{bad}: {e}"
+        );
+    }
+    assert!(error_of(&priced("cheap")).contains("prices"));
+}
+
+#[test]
 fn notify_forms() {
     let cfg = good_with(
         "{ signal: SIGUSR1, pidfile: /efs/job.pid }",

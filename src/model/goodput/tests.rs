@@ -60,7 +60,13 @@ fn pass(g: &mut Goodput, now: Millis, list: &[Instance], markers: &Markers, stat
         markers: Some(markers),
         state,
         gpus: &gpus,
+        price: &price,
     });
+}
+
+/// `workers.prices: { p4d.24xlarge: 32.77 }`.
+fn price(kind: &str) -> Option<f64> {
+    (kind == "p4d.24xlarge").then_some(32.77)
 }
 
 fn node_s(g: &Goodput, b: Bucket) -> u64 {
@@ -132,6 +138,13 @@ fn the_buckets_sum_to_the_time_paid_from_each_launch_to_its_last_pass() {
     let paid_b = 20_000 - 12_500;
     assert_eq!(g.paid().node_ms, paid_a + paid_b);
     assert_eq!(g.paid().gpu_ms, (paid_a + paid_b) * 8);
+    // 27.5 s at 32.77 dollars an hour, each bucket's rounded to a millionth of a dollar.
+    let usd = (27.5 * 32.77 / 3600.0 * 1e6_f64).round() as i64;
+    assert!(
+        (g.paid().micro_usd as i64 - usd).abs() <= 7,
+        "{:?}",
+        g.paid()
+    );
     // The join seen at 20 s counts from the pass before (off by at most one pass a change).
     assert_eq!(node_s(&g, Bucket::Training), 17);
     assert_eq!(node_s(&g, Bucket::WaitingToJoin), 2, "a, from 11 s to 13 s");
@@ -186,4 +199,24 @@ fn steps_lost_to_a_restart_move_their_training_time_to_redone() {
     assert_eq!(node_s(&g, Bucket::Redone), 8);
     assert_eq!(node_s(&g, Bucket::Training), 22 - 8);
     assert_eq!(g.paid().node_ms, 22_000, "moved, not added");
+    // The dollars go with the time: 8 of 22 node-seconds.
+    let (redone, paid) = (g.buckets[&Bucket::Redone], g.paid());
+    // Each pass's share rounded to a millionth of a dollar: six of them here.
+    let usd = (22_000.0 * 32.77_f64 / 3.6).round() as i64;
+    assert!((paid.micro_usd as i64 - usd).abs() <= 6, "{paid:?}");
+    let share = redone.micro_usd as f64 / paid.micro_usd as f64;
+    assert!((share - 8.0 / 22.0).abs() < 1e-3, "{share}");
+}
+
+#[test]
+fn an_instance_type_without_a_price_costs_no_dollars() {
+    let mut g = Goodput::new(0);
+    let a = Instance {
+        instance_type: "m5.large".into(),
+        ..instance(1, 0)
+    };
+    let state = State::default();
+    pass(&mut g, 9_000, &[a], &Markers::default(), &state);
+    assert_eq!(g.paid().node_ms, 9_000);
+    assert_eq!(g.paid().micro_usd, 0);
 }
