@@ -80,6 +80,10 @@ enum Command {
     /// Where the workers' paid time went: training, preparing, waiting to join, paused, redone,
     /// leaving, idle, and the share trained.
     Goodput {
+        /// Only the time since the ledger's hourly mark at or before this long ago, e.g. 6h,
+        /// 2days (marks are kept for three days).
+        #[arg(long)]
+        since: Option<humantime::Duration>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -160,7 +164,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ctl::follow::follow(&cfg, since.map(Into::into), json(output)).await
         }
         Command::Explain { target, output } => ctl::explain::explain(&cfg, &target, json(output)),
-        Command::Goodput { output } => ctl::goodput::goodput(&cfg, json(output)),
+        Command::Goodput { since, output } => {
+            ctl::goodput::goodput(&cfg, since.map(Into::into), json(output))
+        }
         Command::Ack { generation } => ctl::local::ack(&cfg, generation),
         Command::Add { count } => ctl::ec2::add(&cfg, count).await,
         Command::Remove { targets } => ctl::ec2::remove(&cfg, &targets).await,

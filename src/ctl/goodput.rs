@@ -3,11 +3,14 @@
 
 use std::fmt::Write as _;
 
+use std::time::Duration;
+
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use crate::clock::{millis, now_millis};
 use crate::config::Config;
-use crate::model::{rfc3339, Bucket, Goodput, Spent};
+use crate::model::{rfc3339, Bucket, Goodput, Millis, Spent, MARKS_KEPT};
 use crate::store::Paths;
 use crate::untrusted;
 
@@ -34,8 +37,12 @@ struct Report {
     trained_share: Option<f64>,
 }
 
-pub fn goodput(cfg: &Config, json: bool) -> anyhow::Result<()> {
-    let ledger = load(cfg)?;
+/// `since`: only the time after the hourly mark at or before this long ago.
+pub fn goodput(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Result<()> {
+    let mut ledger = load(cfg)?;
+    if let Some(ago) = since {
+        ledger = window(&ledger, now_millis().saturating_sub(millis(ago)))?;
+    }
     let report = report(&ledger);
     match json {
         true => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -57,6 +64,22 @@ fn load(cfg: &Config) -> anyhow::Result<Goodput> {
     };
     serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a goodput ledger", path.display()))
+}
+
+/// The ledger since the hourly mark at or before `at`, or why there is none.
+fn window(g: &Goodput, at: Millis) -> anyhow::Result<Goodput> {
+    if let Some(w) = g.since(at) {
+        return Ok(w);
+    }
+    match g.marks.first() {
+        Some(oldest) => bail!(
+            "the goodput ledger keeps hourly marks for {MARKS_KEPT} hours: the oldest is at {}, \
+             after {}",
+            rfc3339(oldest.at),
+            rfc3339(at)
+        ),
+        None => bail!("the goodput ledger has no hourly mark yet (dtd takes one at its next pass)"),
+    }
 }
 
 fn line(bucket: &'static str, s: Spent, priced: bool) -> Line {

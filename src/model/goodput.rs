@@ -120,6 +120,23 @@ pub struct Goodput {
     /// The last pass accounted.
     #[serde(default)]
     pub last_pass: Millis,
+    /// The totals every hour, oldest first, for the last [`MARKS_KEPT`] hours (`dtctl goodput
+    /// --since`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Mark>,
+}
+
+/// A mark is taken at a pass this long after the one before.
+pub const MARK_EVERY: Millis = 3_600_000;
+/// Three days of hourly marks: about 30 KB of the ledger's file.
+pub const MARKS_KEPT: usize = 72;
+
+/// The ledger's totals at one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub at: Millis,
+    pub buckets: BTreeMap<Bucket, Spent>,
+    pub master_ms: u64,
 }
 
 /// What one pass sees, for the ledger.
@@ -185,6 +202,44 @@ impl Goodput {
         if let Some(lost) = self.redo(seen) {
             self.move_to_redone(lost);
         }
+        self.mark(seen.now);
+    }
+
+    /// Takes an hourly mark when one is due (the first at the ledger's first pass).
+    fn mark(&mut self, now: Millis) {
+        let due = (self.marks.last()).is_none_or(|m| now >= m.at.saturating_add(MARK_EVERY));
+        if !due {
+            return;
+        }
+        self.marks.push(Mark {
+            at: now,
+            buckets: self.buckets.clone(),
+            master_ms: self.master_ms,
+        });
+        let over = self.marks.len().saturating_sub(MARKS_KEPT);
+        self.marks.drain(..over);
+    }
+
+    /// The ledger's time since the newest mark at or before `at`: its buckets and master's time
+    /// less the mark's, `since` the mark's time. `None`: no mark that old is kept.
+    pub fn since(&self, at: Millis) -> Option<Goodput> {
+        let mark = self.marks.iter().rev().find(|m| m.at <= at)?;
+        let less = |b: &Bucket, s: &Spent| {
+            let then = mark.buckets.get(b).copied().unwrap_or_default();
+            let spent = Spent {
+                node_ms: s.node_ms.saturating_sub(then.node_ms),
+                gpu_ms: s.gpu_ms.saturating_sub(then.gpu_ms),
+                micro_usd: s.micro_usd.saturating_sub(then.micro_usd),
+            };
+            (*b, spent)
+        };
+        Some(Goodput {
+            since: mark.at,
+            buckets: self.buckets.iter().map(|(b, s)| less(b, s)).collect(),
+            master_ms: self.master_ms.saturating_sub(mark.master_ms),
+            last_pass: self.last_pass,
+            ..Goodput::default()
+        })
     }
 
     /// When the job's step went back (a restart from its checkpoint), the training time of the

@@ -220,3 +220,43 @@ fn an_instance_type_without_a_price_costs_no_dollars() {
     assert_eq!(g.paid().node_ms, 9_000);
     assert_eq!(g.paid().micro_usd, 0);
 }
+
+#[test]
+fn a_mark_each_hour_gives_the_time_since_it_and_only_three_days_are_kept() {
+    let hour = MARK_EVERY;
+    let mut g = Goodput::new(0);
+    let a = instance(1, 0);
+    let markers = Markers {
+        success: [a.ip].into(),
+        ..Markers::default()
+    };
+    let state = State {
+        members: vec![member(&a, true)],
+        ..State::default()
+    };
+    let list = std::slice::from_ref(&a);
+    // A pass every 10 minutes for two hours and a half: marks at 0, 1 h and 2 h.
+    for n in 0..=15 {
+        pass(&mut g, n * hour / 6, list, &markers, &state);
+    }
+    assert_eq!(
+        g.marks.iter().map(|m| m.at / hour).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    // Since 1.5 h ago, at 2.5 h: from the mark at 1 h, the newest at or before 1 h.
+    let w = g.since(hour).expect("a mark at 1 h");
+    assert_eq!(w.since, hour);
+    assert_eq!(node_s(&w, Bucket::Training), 3 * 1800);
+    assert_eq!(w.paid().node_ms, g.paid().node_ms - hour);
+    assert_eq!(w.master_ms, g.master_ms - hour);
+    assert!(g.since(hour - 1).is_some(), "the mark at 0 h");
+    // Three days later, only the last 72 marks stay.
+    for n in 3..=(3 + 24 * 3) {
+        pass(&mut g, n * hour, list, &markers, &state);
+    }
+    assert_eq!(g.marks.len(), MARKS_KEPT);
+    assert!(g.since(hour).is_none(), "older than any mark kept");
+    let saved: Goodput =
+        serde_json::from_str(&serde_json::to_string(&g).expect("JSON")).expect("read back");
+    assert_eq!(saved.marks, g.marks);
+}
