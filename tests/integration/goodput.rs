@@ -145,14 +145,25 @@ fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
     );
     // --since: from the hourly mark at or before then; the only one is the first pass's.
     let out = c.dtctl(&["goodput", "--since", "1s", "-o", "json"]);
-    assert!(out.status.success(), "dtctl goodput --since: {}", stderr(&out));
+    assert!(
+        out.status.success(),
+        "dtctl goodput --since: {}",
+        stderr(&out)
+    );
     let w: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
     let w_paid = w["paid"]["node_seconds"].as_f64().expect("paid");
     assert!(w["since"] == g["since"] || w_paid < paid, "{w}");
-    assert!(w_paid > paid - 10.0, "the first pass is within seconds of the start: {w}");
+    assert!(
+        w_paid > paid - 10.0,
+        "the first pass is within seconds of the start: {w}"
+    );
     let out = c.dtctl(&["goodput", "--since", "1h"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("the oldest is at"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the oldest is at"),
+        "{}",
+        stderr(&out)
+    );
     let text = stdout(&c.dtctl(&["goodput"]));
     assert!(text.contains("Trained / paid: "), "{text}");
     assert!(

@@ -12,14 +12,13 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::board::{Board, Displaced, Proof};
+use super::board::{Displaced, Proof};
+use super::ctx::Ctx;
 use super::hello::{self, Judge};
 use super::proved::{Adopted, Door};
 use super::said;
-use crate::clock::SharedClock;
 use crate::model::Millis;
 use crate::protocol::channel::{self, Answer, Frame, HelloName, MAX_LINE};
-use crate::protocol::identity::Certificates;
 
 /// A connection must say hello this soon, or it is closed: a slot held without a word is a
 /// slot a worker's agent may need.
@@ -27,21 +26,6 @@ const HELLO_WAIT: Duration = Duration::from_secs(5);
 
 /// What one read takes from the socket: on the stack while it is copied, never kept.
 const READ_CHUNK: usize = 4096;
-
-/// What every connection shares.
-pub struct Ctx {
-    pub board: Arc<Board>,
-    /// Changes (its sender gone) when the port closes: every connection waiting for its hello
-    /// ends (the proved ones end with their thread).
-    pub closed: tokio::sync::watch::Receiver<()>,
-    pub certs: Certificates,
-    /// `workers.max_clock_skew`, in ms.
-    pub skew: Millis,
-    pub clock: SharedClock,
-    /// A proved connection that says nothing for this long is closed (its agent pings more often).
-    pub idle: Duration,
-    pub door: Door,
-}
 
 /// Why a connection ends before its hello is believed: logged at debug level, as agents
 /// reconnect on their own.
@@ -61,7 +45,7 @@ enum Ended {
 
 /// Serves the hello and hands the connection over; `admitted` is released once the hello is
 /// believed.
-pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, admitted: G) {
+pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, door: Door, admitted: G) {
     let mut conn = Conn {
         s: stream,
         peer,
@@ -78,9 +62,9 @@ pub async fn serve<G>(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, admitt
         Ok(proved) => proved,
         Err(why) => return tracing::debug!(%peer, "agent connection ended: {why}"),
     };
-    let Conn { s, ctx, unread, .. } = conn;
+    let Conn { s, unread, .. } = conn;
     match s.into_std() {
-        Ok(stream) => ctx.door.adopt(Adopted {
+        Ok(stream) => door.adopt(Adopted {
             stream,
             peer,
             proof,

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 
 use super::board::Refusal;
-use super::conn::{self, Ctx};
+use super::conn;
+use super::ctx::Ctx;
+use super::proved::Door;
 
 /// Connections waiting for their hello, in all.
 const MAX_WAITING: usize = 512;
@@ -58,7 +60,7 @@ fn admit(places: &Arc<Mutex<Places>>, ip: IpAddr) -> Option<Place> {
 }
 
 /// Accepts connections for as long as the daemon runs.
-pub async fn accept(listener: TcpListener, ctx: Arc<Ctx>) {
+pub async fn accept(listener: TcpListener, ctx: Arc<Ctx>, door: Door) {
     let places = Arc::new(Mutex::new(Places::default()));
     let mut closed = ctx.closed.clone();
     loop {
@@ -80,7 +82,13 @@ pub async fn accept(listener: TcpListener, ctx: Arc<Ctx>) {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(conn::serve(stream, peer, Arc::clone(&ctx), place));
+        tokio::spawn(conn::serve(
+            stream,
+            peer,
+            Arc::clone(&ctx),
+            door.clone(),
+            place,
+        ));
     }
 }
 

@@ -1,12 +1,14 @@
 //! The agents' reports, as they arrive on each agent's own connection to `workers.listen`
 //! (`protocol::channel`; ARCHITECTURE.md, "How a worker's word reaches dtd"): the port and its
-//! limits ([`listen`]), a connection until its hello is believed ([`conn`]), a hello's proof
-//! ([`hello`]), the proved connections on one thread ([`proved`]), what one of their lines means
-//! ([`said`]), and what they have said ([`board`]), which each pass takes. What a report is believed for is
-//! still the book's (`observe::markers::book`), as for files.
+//! limits ([`listen`]), what the connections share ([`ctx`]), a connection until its hello is
+//! believed ([`conn`]), a hello's proof ([`hello`]), the proved connections on one thread
+//! ([`proved`]), what one of their lines means ([`said`]), and what they have said ([`board`]),
+//! which each pass takes. What a report is believed for is still the book's
+//! (`observe::markers::book`), as for files.
 
 pub mod board;
 mod conn;
+mod ctx;
 pub mod hello;
 mod listen;
 mod proved;
@@ -73,8 +75,7 @@ impl Agents {
         board.set_pins(pins);
         let (open, closed) = tokio::sync::watch::channel(());
         let (door, room) = proved::open().map_err(|source| ListenError { addr, source })?;
-        let ctx = conn::Ctx {
-            door,
+        let ctx = ctx::Ctx {
             closed,
             board: Arc::clone(&board),
             certs: cfg.workers.identity.clone(),
@@ -84,7 +85,7 @@ impl Agents {
         };
         let ctx = Arc::new(ctx);
         let proved = (room.run(Arc::clone(&ctx))).map_err(|source| ListenError { addr, source })?;
-        let accepting = tokio::spawn(listen::accept(listener, ctx));
+        let accepting = tokio::spawn(listen::accept(listener, ctx, door));
         tracing::info!(%bound, certificates = %cfg.workers.identity.source, "taking the agents' reports");
         Ok(Agents {
             board,

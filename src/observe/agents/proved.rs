@@ -18,7 +18,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::board::{Displaced, Proof};
-use super::conn::Ctx;
+use super::ctx::Ctx;
 use super::said::{said, Said};
 use crate::protocol::channel::{Answer, MAX_LINE};
 
@@ -39,6 +39,7 @@ pub struct Adopted {
 }
 
 /// Where the hellos' tasks hand their connections over.
+#[derive(Clone)]
 pub struct Door {
     tx: mpsc::Sender<Adopted>,
     waker: Arc<Waker>,

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::board::{Proof, Refusal};
-use super::conn::Ctx;
+use super::ctx::Ctx;
 use super::hello;
 use crate::model::Millis;
 use crate::observe::markers::read;

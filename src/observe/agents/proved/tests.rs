@@ -11,7 +11,7 @@ const ID: &str = "i-0b0000000000000b5";
 
 struct Open {
     board: Arc<Board>,
-    ctx: Arc<Ctx>,
+    door: Door,
     running: Option<Running>,
     /// The agent's: every connection of the test's is the same agent's.
     key: SigningKey,
@@ -30,12 +30,11 @@ fn open_room(idle: Duration) -> Open {
         skew: 60_000,
         clock: Arc::new(SystemClock),
         idle,
-        door,
     });
-    let running = Some(room.run(Arc::clone(&ctx)).unwrap());
+    let running = Some(room.run(ctx).unwrap());
     Open {
         board,
-        ctx,
+        door,
         running,
         key: SigningKey::from_pkcs8(&SigningKey::generate().unwrap()).unwrap(),
         _open: open,
@@ -56,7 +55,7 @@ fn proved(o: &Open, after_hello: &[u8]) -> StdStream {
         at: 1,
     };
     let displaced = o.board.prove(proof.clone()).unwrap();
-    o.ctx.door.adopt(Adopted {
+    o.door.adopt(Adopted {
         stream: dtd,
         peer,
         proof,
