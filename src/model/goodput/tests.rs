@@ -69,6 +69,20 @@ fn price(kind: &str) -> Option<f64> {
     (kind == "p4d.24xlarge").then_some(32.77)
 }
 
+/// One worker, launched at 0, ready and an acknowledged member of the job.
+fn one_member() -> (Instance, Markers, State) {
+    let a = instance(1, 0);
+    let markers = Markers {
+        success: [a.ip].into(),
+        ..Markers::default()
+    };
+    let state = State {
+        members: vec![member(&a, true)],
+        ..State::default()
+    };
+    (a, markers, state)
+}
+
 fn node_s(g: &Goodput, b: Bucket) -> u64 {
     g.buckets.get(&b).map_or(0, |s| s.node_ms / 1000)
 }
@@ -154,15 +168,7 @@ fn the_buckets_sum_to_the_time_paid_from_each_launch_to_its_last_pass() {
 #[test]
 fn a_restart_gives_the_gap_to_the_bucket_each_worker_is_found_in() {
     let mut g = Goodput::new(0);
-    let a = instance(1, 0);
-    let markers = Markers {
-        success: [a.ip].into(),
-        ..Markers::default()
-    };
-    let state = State {
-        members: vec![member(&a, true)],
-        ..State::default()
-    };
+    let (a, markers, state) = one_member();
     pass(&mut g, 5_000, std::slice::from_ref(&a), &markers, &state);
     let saved = serde_json::to_string(&g).expect("JSON");
     // dtd is killed, and started again 60 s later.
@@ -225,15 +231,7 @@ fn an_instance_type_without_a_price_costs_no_dollars() {
 fn a_mark_each_hour_gives_the_time_since_it_and_only_three_days_are_kept() {
     let hour = MARK_EVERY;
     let mut g = Goodput::new(0);
-    let a = instance(1, 0);
-    let markers = Markers {
-        success: [a.ip].into(),
-        ..Markers::default()
-    };
-    let state = State {
-        members: vec![member(&a, true)],
-        ..State::default()
-    };
+    let (a, markers, state) = one_member();
     let list = std::slice::from_ref(&a);
     // A pass every 10 minutes for two hours and a half: marks at 0, 1 h and 2 h.
     for n in 0..=15 {

@@ -15,17 +15,15 @@ use tokio::net::TcpStream;
 use super::board::{Displaced, Proof};
 use super::ctx::Ctx;
 use super::hello::{self, Judge};
+use super::lines::{self, TooLong, READ_CHUNK};
 use super::proved::{Adopted, Door};
 use super::said;
 use crate::model::Millis;
-use crate::protocol::channel::{self, Answer, Frame, HelloName, MAX_LINE};
+use crate::protocol::channel::{self, Answer, Frame, HelloName};
 
 /// A connection must say hello this soon, or it is closed: a slot held without a word is a
 /// slot a worker's agent may need.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
-
-/// What one read takes from the socket: on the stack while it is copied, never kept.
-const READ_CHUNK: usize = 4096;
 
 /// Why a connection ends before its hello is believed: logged at debug level, as agents
 /// reconnect on their own.
@@ -147,20 +145,15 @@ impl Conn {
     }
 }
 
-/// The next line, without its newline, at most [`MAX_LINE`] bytes; `unread` keeps what came
+/// The next line, without its newline, at most [`channel::MAX_LINE`] bytes; `unread` keeps what came
 /// after it. Read with `try_read` after readiness, so that no buffer is held while waiting.
 async fn read_line(s: &TcpStream, unread: &mut Vec<u8>) -> Result<Vec<u8>, Ended> {
     let mut searched = 0;
     loop {
-        if let Some(i) = unread[searched..].iter().position(|b| *b == b'\n') {
-            let end = searched + i;
-            let rest = unread.split_off(end + 1);
-            let mut line = std::mem::replace(unread, rest);
-            line.truncate(end);
-            return too_long(end).map(|()| line);
+        if let Some(line) = lines::take(unread, searched).map_err(too_long)? {
+            return Ok(line);
         }
         searched = unread.len();
-        too_long(searched)?;
         s.readable().await?;
         let mut chunk = [0u8; READ_CHUNK];
         match s.try_read(&mut chunk) {
@@ -172,20 +165,14 @@ async fn read_line(s: &TcpStream, unread: &mut Vec<u8>) -> Result<Vec<u8>, Ended
     }
 }
 
-fn too_long(len: usize) -> Result<(), Ended> {
-    if len <= MAX_LINE {
-        return Ok(());
-    }
-    let e = io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("a line longer than {MAX_LINE} bytes"),
-    );
-    Err(Ended::Io(e))
+fn too_long(e: TooLong) -> Ended {
+    Ended::Io(io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::channel::MAX_LINE;
     use tokio::io::AsyncWriteExt;
 
     /// A connected pair on loopback: what the agent writes, what dtd reads.

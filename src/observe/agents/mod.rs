@@ -10,6 +10,7 @@ pub mod board;
 mod conn;
 mod ctx;
 pub mod hello;
+mod lines;
 mod listen;
 mod proved;
 mod said;

@@ -19,14 +19,13 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::board::{Displaced, Proof};
 use super::ctx::Ctx;
+use super::lines::{self, READ_CHUNK};
 use super::said::{said, Said};
-use crate::protocol::channel::{Answer, MAX_LINE};
+use crate::protocol::channel::Answer;
 
 const WAKE: Token = Token(usize::MAX);
 /// How often the quiet connections are looked at: silence is judged to within this.
 const LOOK: Duration = Duration::from_secs(1);
-/// What one read takes from a socket: on the stack while it is copied, never kept.
-const READ_CHUNK: usize = 4096;
 
 /// A connection whose hello was believed, with what it proved.
 pub struct Adopted {
@@ -207,11 +206,7 @@ impl Quiet {
     }
 
     fn lines(&mut self, ctx: &Ctx) -> Result<(), String> {
-        while let Some(end) = self.unread.iter().position(|b| *b == b'\n') {
-            too_long(end)?;
-            let rest = self.unread.split_off(end + 1);
-            let mut line = std::mem::replace(&mut self.unread, rest);
-            line.truncate(end);
+        while let Some(line) = lines::take(&mut self.unread, 0).map_err(|e| e.to_string())? {
             if self.displaced.is_set() {
                 return Err(DISPLACED.into());
             }
@@ -224,7 +219,7 @@ impl Quiet {
                 }
             }
         }
-        too_long(self.unread.len())
+        Ok(())
     }
 
     fn answer(&mut self, a: &Answer) -> Result<(), String> {
@@ -243,13 +238,6 @@ impl Quiet {
 }
 
 const DISPLACED: &str = "a newer connection of the same agent took its place";
-
-fn too_long(len: usize) -> Result<(), String> {
-    if len <= MAX_LINE {
-        return Ok(());
-    }
-    Err(format!("a line longer than {MAX_LINE} bytes"))
-}
 
 #[cfg(test)]
 mod tests;
