@@ -1,6 +1,7 @@
 //! `dtctl explain IP|INSTANCE_ID`: a worker's story from the events journal, and where it is
 //! now from dtd's last status report. The story itself is built in [`super::story`].
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context};
@@ -11,7 +12,7 @@ use super::story::{self, Span, Story, Target};
 use crate::act::journal;
 use crate::clock::now_millis;
 use crate::config::Config;
-use crate::model::{rfc3339, span_measured, Millis};
+use crate::model::{rfc3339, span_measured, Change, Millis};
 use crate::store::Paths;
 
 /// What `-o json` prints.
@@ -50,6 +51,12 @@ pub fn explain(cfg: &Config, target: &Target, json: bool) -> anyhow::Result<()> 
             s.now = report.workers.iter().find(|w| w.id == s.instance).cloned();
         }
     }
+    // The ledger is a second opinion: a story is told without it.
+    if let Ok(ledger) = super::goodput::load(cfg) {
+        for s in &mut stories {
+            s.changes = costs(s, &ledger.changes);
+        }
+    }
     let updated_at = status.as_ref().ok().map(|r| r.updated_at);
     let status_error = status.as_ref().err().map(|e| format!("{e:#}"));
     if json {
@@ -65,6 +72,15 @@ pub fn explain(cfg: &Config, target: &Target, json: bool) -> anyhow::Result<()> 
         print!("{}", render(target, &stories, now_line));
     }
     Ok(())
+}
+
+/// The ledger's changes of the generations the story's lines name (its join, its leave).
+fn costs(s: &Story, changes: &[Change]) -> Vec<Change> {
+    let generations: BTreeSet<u64> = s.steps.iter().filter_map(|st| st.generation).collect();
+    (changes.iter())
+        .filter(|c| generations.contains(&c.generation))
+        .cloned()
+        .collect()
 }
 
 /// The stories as text, oldest first; `now_line` says where each instance is now.
@@ -88,8 +104,37 @@ pub fn render(target: &Target, stories: &[Story], now_line: impl Fn(&Story) -> S
         render_steps(&mut out, s);
         let _ = writeln!(out, "  {:<20}  {}", "now", now_line(s));
         render_totals(&mut out, s);
+        render_costs(&mut out, s);
     }
     out
+}
+
+/// What its changes cost the whole job, as the goodput ledger charged them.
+fn render_costs(out: &mut String, s: &Story) {
+    if s.changes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  cost to the job (the goodput ledger, every node's time)"
+    );
+    for c in &s.changes {
+        let cost = c.cost();
+        let usd = match cost.micro_usd {
+            0 => String::new(),
+            _ => format!(", {:.2} dollars", cost.usd()),
+        };
+        let _ = writeln!(
+            out,
+            "    g{:<18} {}s paused, {}s leaving, {} steps redone: {:.3} GPU-hours{usd} ({})",
+            c.generation,
+            c.paused.node_ms / 1000,
+            c.leaving.node_ms / 1000,
+            c.redone_steps,
+            cost.gpu_ms as f64 / 3_600_000.0,
+            c.what
+        );
+    }
 }
 
 fn render_steps(out: &mut String, s: &Story) {
@@ -202,6 +247,58 @@ i-0aaaaaaaaaaaaaaaa (10.0.1.5): instance 1 of 2 journaled for 10.0.1.5
         );
         assert!(
             text.contains("\ni-0bbbbbbbbbbbbbbbb (10.0.1.5): instance 2 of 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_changes_it_joined_and_left_in_are_costed_from_the_ledger() {
+        let event = |time, kind, generation| Event {
+            instance: Some("i-0aaaaaaaaaaaaaaaa".into()),
+            ip: Some("10.0.1.8".parse().unwrap()),
+            generation: Some(generation),
+            ..Event::new(time, kind, format!("said at {time}"))
+        };
+        let events = [
+            event(2_000, EventKind::Joined, 3),
+            event(9_000, EventKind::RemovalQueued, 5),
+        ];
+        let target = Target::parse("10.0.1.8").unwrap();
+        let mut stories = story::stories(&events, &target, 10_000);
+        let spent = |s: u64| crate::model::Spent {
+            node_ms: s * 1000,
+            gpu_ms: s * 8000,
+            micro_usd: s * 32_770_000 / 3600,
+        };
+        let change = |generation, what: &str| Change {
+            generation,
+            what: what.into(),
+            paused: spent(20),
+            ..Change::default()
+        };
+        let ledger = [
+            change(3, "10.0.1.8 joined"),
+            change(4, "10.0.1.9 joined"),
+            Change {
+                leaving: spent(118),
+                redone_steps: 40,
+                ..change(
+                    5,
+                    "10.0.1.8 left (a Spot interruption notice from the queue)",
+                )
+            },
+        ];
+        stories[0].changes = costs(&stories[0], &ledger);
+        assert_eq!(stories[0].changes.len(), 2, "not generation 4's");
+        let text = render(&target, &stories, |_| String::new());
+        assert!(
+            text.ends_with(
+                "  cost to the job (the goodput ledger, every node's time)\n    \
+                 g3                  20s paused, 0s leaving, 0 steps redone: 0.044 GPU-hours, \
+                 0.18 dollars (10.0.1.8 joined)\n    \
+                 g5                  20s paused, 118s leaving, 40 steps redone: 0.307 GPU-hours, \
+                 1.26 dollars (10.0.1.8 left (a Spot interruption notice from the queue))\n"
+            ),
             "{text}"
         );
     }

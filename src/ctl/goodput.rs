@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::clock::{millis, now_millis};
 use crate::config::Config;
-use crate::model::{rfc3339, Bucket, Goodput, Millis, Spent, MARKS_KEPT};
+use crate::model::{rfc3339, Bucket, Change, Goodput, Millis, Spent, MARKS_KEPT};
 use crate::store::Paths;
 use crate::untrusted;
 
@@ -35,7 +35,27 @@ struct Report {
     master_node_seconds: f64,
     /// Training GPU time over paid GPU time; `None` before anything was paid.
     trained_share: Option<f64>,
+    /// The changes of membership kept, oldest first, and what each cost.
+    changes: Vec<ChangeLine>,
 }
+
+#[derive(Serialize)]
+struct ChangeLine {
+    generation: u64,
+    at: String,
+    what: String,
+    paused_node_seconds: f64,
+    leaving_node_seconds: f64,
+    redone_node_seconds: f64,
+    redone_steps: u64,
+    /// Paused, leaving and redone together.
+    gpu_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usd: Option<f64>,
+}
+
+/// The changes the text shows, the newest; `-o json` has every one kept.
+const CHANGES_SHOWN: usize = 10;
 
 /// `since`: only the time after the hourly mark at or before this long ago.
 pub fn goodput(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Result<()> {
@@ -51,7 +71,7 @@ pub fn goodput(cfg: &Config, since: Option<Duration>, json: bool) -> anyhow::Res
     Ok(())
 }
 
-fn load(cfg: &Config) -> anyhow::Result<Goodput> {
+pub(super) fn load(cfg: &Config) -> anyhow::Result<Goodput> {
     let path = Paths::new(&cfg.state_dir).goodput();
     let bytes = untrusted::read(&path, LIMIT)
         .with_context(|| format!("cannot read the goodput ledger {}", path.display()))?;
@@ -107,6 +127,23 @@ fn report(g: &Goodput) -> Report {
         paid: line("paid", paid, priced),
         master_node_seconds: g.master_ms as f64 / 1000.0,
         trained_share: (paid.gpu_ms > 0).then(|| training.gpu_ms as f64 / paid.gpu_ms as f64),
+        changes: g.changes.iter().map(|c| change(c, priced)).collect(),
+    }
+}
+
+fn change(c: &Change, priced: bool) -> ChangeLine {
+    let s = |ms: u64| ms as f64 / 1000.0;
+    let cost = c.cost();
+    ChangeLine {
+        generation: c.generation,
+        at: rfc3339(c.at).to_string(),
+        what: c.what.clone(),
+        paused_node_seconds: s(c.paused.node_ms),
+        leaving_node_seconds: s(c.leaving.node_ms),
+        redone_node_seconds: s(c.redone.node_ms),
+        redone_steps: c.redone_steps,
+        gpu_seconds: s(cost.gpu_ms),
+        usd: priced.then(|| cost.usd()),
     }
 }
 
@@ -154,7 +191,46 @@ fn render(r: &Report) -> String {
         }
         None => o.push_str("Trained / paid: nothing paid yet\n"),
     }
+    render_changes(&mut o, &r.changes);
     o
+}
+
+/// What the newest changes cost, one line each.
+fn render_changes(o: &mut String, changes: &[ChangeLine]) {
+    if changes.is_empty() {
+        return;
+    }
+    let shown = &changes[changes.len().saturating_sub(CHANGES_SHOWN)..];
+    let _ = writeln!(
+        o,
+        "\nWhat each change cost ({} of {}, newest last; -o json for all):",
+        shown.len(),
+        changes.len()
+    );
+    let priced = changes.iter().any(|c| c.usd.is_some());
+    let dollars = if priced { "  dollars" } else { "" };
+    let _ = writeln!(
+        o,
+        "{:>5}  {:<20}  {:>8}  {:>8}  {:>6}  {:>9}{dollars}  what",
+        "gen", "at", "paused", "leaving", "redone", "GPU-hours"
+    );
+    for c in shown {
+        let usd = c.usd.map(|d| format!("  {d:>7.2}")).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "{:>5}  {:<20}  {:>7.0}s  {:>7.0}s  {:>6}  {:>9.3}{usd}  {}",
+            c.generation,
+            c.at,
+            c.paused_node_seconds,
+            c.leaving_node_seconds,
+            c.redone_steps,
+            c.gpu_seconds / 3600.0,
+            c.what
+        );
+    }
+    o.push_str(
+        "(paused and leaving in node-seconds, redone in steps; GPU-hours and dollars: all three)\n",
+    );
 }
 
 #[cfg(test)]
@@ -206,6 +282,31 @@ mod tests {
         );
         let json = serde_json::to_value(report(&g)).unwrap();
         assert_eq!(json["paid"]["usd"], 32.77);
+        // Each change's cost, after the totals.
+        g.changes.push(Change {
+            generation: 4,
+            at: 1_795_508_261_000,
+            what: "10.0.1.8 left (a Spot interruption notice from the queue)".into(),
+            paused: priced(20),
+            leaving: priced(30),
+            redone_steps: 40,
+            redone: priced(40),
+        });
+        let text = render(&report(&g));
+        let lines: Vec<&str> = text.lines().skip(12).collect();
+        assert_eq!(
+            lines[1],
+            "What each change cost (1 of 1, newest last; -o json for all):"
+        );
+        assert_eq!(
+            lines[3],
+            "    4  2026-11-24T08:17:41Z       20s       30s      40      0.200     0.82  \
+             10.0.1.8 left (a Spot interruption notice from the queue)",
+            "{text}"
+        );
+        let json = serde_json::to_value(report(&g)).unwrap();
+        assert_eq!(json["changes"][0]["leaving_node_seconds"], 30.0);
+        assert_eq!(json["changes"][0]["redone_steps"], 40);
         let empty = render(&report(&Goodput::new(0)));
         assert!(
             empty.ends_with("Trained / paid: nothing paid yet\n"),

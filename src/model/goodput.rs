@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Instance, Markers, Member, Millis, Removal, Stage, State};
 
+mod changes;
+pub use changes::{Change, CHANGES_KEPT};
+
 /// Where a worker's second went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -124,6 +127,9 @@ pub struct Goodput {
     /// --since`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<Mark>,
+    /// The newest [`CHANGES_KEPT`] changes of membership, oldest first, with what each cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Change>,
 }
 
 /// A mark is taken at a pass this long after the one before.
@@ -179,6 +185,7 @@ impl Goodput {
     pub fn account(&mut self, seen: &Seen) {
         let mut accounted = BTreeMap::new();
         let roles = Roles::of(seen.state);
+        self.note_change(seen.state, seen.now);
         for i in seen.instances {
             // A worker seen for the first time was booting since its launch (not before the
             // ledger began, nor after now: a clock EC2 and dtd do not share).
@@ -191,7 +198,11 @@ impl Goodput {
                 (seen.gpus)(&i.instance_type),
                 (seen.price)(&i.instance_type),
             );
-            (self.buckets.entry(bucket).or_default()).add(Spent::of(ms, gpus, price));
+            let spent = Spent::of(ms, gpus, price);
+            (self.buckets.entry(bucket).or_default()).add(spent);
+            if matches!(bucket, Bucket::Paused | Bucket::Leaving) {
+                self.charge(roles.cause(i, seen.state), bucket, spent);
+            }
             accounted.insert(i.id.clone(), seen.now);
         }
         // An instance no longer seen ended at its last pass: its time is all accounted.
@@ -199,8 +210,10 @@ impl Goodput {
         let from = self.last_pass.max(self.since);
         self.master_ms += seen.now.saturating_sub(from);
         self.last_pass = self.last_pass.max(seen.now);
-        if let Some(lost) = self.redo(seen) {
-            self.move_to_redone(lost);
+        if let Some((steps, lost)) = self.redo(seen) {
+            let moved = self.move_to_redone(lost);
+            self.charge(seen.state.generation, Bucket::Redone, moved);
+            self.charge_steps(seen.state.generation, steps);
         }
         self.mark(seen.now);
     }
@@ -221,7 +234,8 @@ impl Goodput {
     }
 
     /// The ledger's time since the newest mark at or before `at`: its buckets and master's time
-    /// less the mark's, `since` the mark's time. `None`: no mark that old is kept.
+    /// less the mark's, `since` the mark's time, and the changes made since. `None`: no mark
+    /// that old is kept.
     pub fn since(&self, at: Millis) -> Option<Goodput> {
         let mark = self.marks.iter().rev().find(|m| m.at <= at)?;
         let less = |b: &Bucket, s: &Spent| {
@@ -238,13 +252,17 @@ impl Goodput {
             buckets: self.buckets.iter().map(|(b, s)| less(b, s)).collect(),
             master_ms: self.master_ms.saturating_sub(mark.master_ms),
             last_pass: self.last_pass,
+            changes: (self.changes.iter())
+                .filter(|c| c.at >= mark.at)
+                .cloned()
+                .collect(),
             ..Goodput::default()
         })
     }
 
-    /// When the job's step went back (a restart from its checkpoint), the training time of the
-    /// lost steps, at the rate this run of steps trained, is moved to `redone`.
-    fn redo(&mut self, seen: &Seen) -> Option<Spent> {
+    /// When the job's step went back (a restart from its checkpoint): the steps lost and their
+    /// training time at the rate this run of steps trained, to be moved to `redone`.
+    fn redo(&mut self, seen: &Seen) -> Option<(u64, Spent)> {
         let step = seen.state.progress.as_ref()?.step;
         let now = seen.now;
         let run = self.steps.get_or_insert(StepRun {
@@ -280,16 +298,17 @@ impl Goodput {
             .map(|m| (seen.gpus)(&m.instance_type))
             .sum();
         let gpu_ms = (lost as f64 * per_step) as u64 * gpus;
-        Some(Spent {
+        let spent = Spent {
             node_ms,
             gpu_ms,
             micro_usd: 0,
-        })
+        };
+        Some((lost, spent))
     }
 
     /// Moves `lost` from training to redone, no more than training holds; its dollars go with
-    /// it at training's average price per GPU-ms.
-    fn move_to_redone(&mut self, lost: Spent) {
+    /// it at training's average price per GPU-ms. Returns what was moved.
+    fn move_to_redone(&mut self, lost: Spent) -> Spent {
         let training = self.buckets.entry(Bucket::Training).or_default();
         let gpu_ms = lost.gpu_ms.min(training.gpu_ms);
         let share = gpu_ms as f64 / training.gpu_ms.max(1) as f64;
@@ -302,6 +321,7 @@ impl Goodput {
         training.gpu_ms -= take.gpu_ms;
         training.micro_usd -= take.micro_usd;
         self.buckets.entry(Bucket::Redone).or_default().add(take);
+        take
     }
 }
 
@@ -324,6 +344,12 @@ impl<'a> Roles<'a> {
                 || st.removals.iter().any(|r| r.awaits_ack()),
             stalled: st.progress.as_ref().is_some_and(|p| p.stalled),
         }
+    }
+
+    /// The generation whose change a worker's time at this pass is charged to: its removal's
+    /// for a leaver, the current one's for the others (only paused time is charged to it).
+    fn cause(&self, i: &Instance, st: &State) -> u64 {
+        (self.removals.get(i.id.as_str())).map_or(st.generation, |r| r.generation)
     }
 
     /// What the worker is doing at this pass.

@@ -20,7 +20,7 @@ pub use capacity::{
     CAPACITY_BLOCK_WARNS_MS, NO_CAPACITY,
 };
 pub use event::{Event, EventKind, QuorumCost, EVENT_LINE_LIMIT};
-pub use goodput::{Bucket, Goodput, Mark, Seen, Spent, StepRun, MARKS_KEPT};
+pub use goodput::{Bucket, Change, Goodput, Mark, Seen, Spent, StepRun, CHANGES_KEPT, MARKS_KEPT};
 pub use observed::*;
 pub use outcome::{
     Action, Applied, HookAction, HookResult, LaunchFailed, Outcome, Plan, StallChange,

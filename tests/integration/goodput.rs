@@ -135,6 +135,25 @@ fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
         master >= 3.0 + 8.0,
         "the master ran while dtd was down: {g}"
     );
+    // What each change cost: a's join, then its leave, charged its time out of the job; every
+    // leaving and paused second is some change's.
+    let changes = g["changes"].as_array().expect("changes");
+    let what = |c: &Value| c["what"].as_str().unwrap_or_default().to_string();
+    let joined = format!("{a_ip} joined");
+    let left = format!("{a_ip} left (");
+    assert!(changes.iter().any(|c| what(c) == joined), "{g}");
+    let leave = (changes.iter())
+        .find(|c| what(c).starts_with(&left))
+        .unwrap_or_else(|| panic!("a's leave: {g}"));
+    let leaving = leave["leaving_node_seconds"].as_f64().expect("leaving");
+    assert!(leaving >= 2.0, "{leave}");
+    for (part, name) in [
+        ("leaving_node_seconds", "leaving"),
+        ("paused_node_seconds", "paused"),
+    ] {
+        let charged: f64 = changes.iter().filter_map(|c| c[part].as_f64()).sum();
+        assert!((charged - bucket(&g, name)).abs() < 0.002, "{name}: {g}");
+    }
     let usd = g["paid"]["usd"]
         .as_f64()
         .expect("dollars, with workers.prices");
@@ -166,6 +185,18 @@ fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
     );
     let text = stdout(&c.dtctl(&["goodput"]));
     assert!(text.contains("Trained / paid: "), "{text}");
+    assert!(text.contains("What each change cost"), "{text}");
+    assert!(text.lines().any(|l| l.ends_with(&joined)), "{text}");
+    // a's story names what its join and its leave cost the job.
+    let out = c.dtctl(&["explain", a_ip]);
+    let story = stdout(&out);
+    assert!(out.status.success(), "dtctl explain: {}", stderr(&out));
+    let cost = (story.lines())
+        .skip_while(|l| !l.starts_with("  cost to the job"))
+        .collect::<Vec<_>>();
+    assert_eq!(cost.len(), 3, "its join and its leave: {story}");
+    assert!(cost[1].ends_with(&format!("({joined})")), "{story}");
+    assert!(cost[2].contains(&format!("({left}")), "{story}");
     assert!(
         text.lines().nth(1).is_some_and(|l| l.ends_with("dollars")),
         "{text}"

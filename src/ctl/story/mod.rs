@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::model::{
-    is_ec2_instance_id, span_measured, Cause, Event, EventKind, Millis, WorkerView,
+    is_ec2_instance_id, span_measured, Cause, Change, Event, EventKind, Millis, WorkerView,
 };
 
 /// What `dtctl explain` is asked about.
@@ -63,6 +63,10 @@ pub struct Story {
     /// Where it is now, from dtd's last status report; `None` when the report does not list it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub now: Option<WorkerView>,
+    /// What the changes it joined and left in cost the job, from the goodput ledger (those it
+    /// still keeps).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Change>,
 }
 
 /// One journal line of the story, with what it means for the worker.
@@ -141,6 +145,7 @@ fn story(id: &str, events: &[&Event], now: Millis) -> Story {
         totals: time_spent(launched_at, events, now),
         steps,
         now: None,
+        changes: Vec::new(),
     }
 }
 

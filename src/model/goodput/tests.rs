@@ -258,3 +258,116 @@ fn a_mark_each_hour_gives_the_time_since_it_and_only_three_days_are_kept() {
         serde_json::from_str(&serde_json::to_string(&g).expect("JSON")).expect("read back");
     assert_eq!(saved.marks, g.marks);
 }
+
+fn progress(step: u64) -> Option<JobProgress> {
+    Some(JobProgress {
+        step,
+        advanced_at: 0,
+        stalled: false,
+        held_back: String::new(),
+    })
+}
+
+#[test]
+fn each_change_is_charged_its_pauses_its_leavers_and_its_lost_steps() {
+    let (a, b) = (instance(1, 0), instance(2, 0));
+    let list = [a.clone(), b.clone()];
+    let markers = Markers {
+        success: [a.ip, b.ip].into(),
+        ..Markers::default()
+    };
+    let mut g = Goodput::new(0);
+    // Generation 1: both join; unacknowledged for 10 s, then 100 s of training to step 100.
+    let joining = State {
+        generation: 1,
+        members: vec![member(&a, false), member(&b, false)],
+        progress: progress(0),
+        ..State::default()
+    };
+    pass(&mut g, 0, &list, &markers, &joining);
+    pass(&mut g, 10_000, &list, &markers, &joining);
+    let trained = State {
+        members: vec![member(&a, true), member(&b, true)],
+        progress: progress(100),
+        ..joining.clone()
+    };
+    pass(&mut g, 110_000, &list, &markers, &trained);
+    // Generation 2: b warned of its loss; a paused 20 s while b leaves, and the job went back
+    // to its checkpoint at step 60: 40 steps lost, at the run's 1.1 s a step, of the one member
+    // that trains them again.
+    let interrupted = State {
+        generation: 2,
+        members: vec![member(&a, false)],
+        removals: vec![Removal {
+            reason: "a Spot interruption notice from the queue".into(),
+            ..removal(&b, Some(crate::model::Ending::Terminate))
+        }],
+        progress: progress(60),
+        ..State::default()
+    };
+    pass(&mut g, 130_000, &list, &markers, &interrupted);
+
+    assert_eq!(g.changes.len(), 2, "{:?}", g.changes);
+    let (join, leave) = (&g.changes[0], &g.changes[1]);
+    assert_eq!(join.generation, 1);
+    assert_eq!(join.what, "10.0.0.1, 10.0.0.2 joined");
+    assert_eq!(join.paused.node_ms, 2 * 10_000);
+    assert_eq!(join.cost().gpu_ms, 2 * 10_000 * 8);
+    assert_eq!(leave.generation, 2);
+    assert_eq!(
+        leave.what,
+        "10.0.0.2 left (a Spot interruption notice from the queue)"
+    );
+    assert_eq!(leave.at, 130_000);
+    assert_eq!(leave.paused.node_ms, 20_000, "a, while b leaves");
+    assert_eq!(leave.leaving.node_ms, 20_000, "b, out of the job");
+    assert_eq!(leave.redone_steps, 40);
+    assert_eq!(leave.redone.node_ms, 44_000);
+    // At 32.77 dollars an hour per node, 20 + 20 + 44 node-seconds.
+    let usd = leave.cost().micro_usd as f64 / 1e6;
+    assert!((usd - 84.0 * 32.77 / 3600.0).abs() < 1e-5, "{usd}");
+    // A breakdown of the buckets: every paused, leaving and redone second is some change's.
+    let charged =
+        |part: fn(&Change) -> Spent| -> u64 { g.changes.iter().map(|c| part(c).node_ms).sum() };
+    assert_eq!(charged(|c| c.paused), g.buckets[&Bucket::Paused].node_ms);
+    assert_eq!(charged(|c| c.leaving), g.buckets[&Bucket::Leaving].node_ms);
+    assert_eq!(charged(|c| c.redone), g.buckets[&Bucket::Redone].node_ms);
+    // Saved and read back; a window has the changes made in it.
+    let back: Goodput =
+        serde_json::from_str(&serde_json::to_string(&g).expect("JSON")).expect("read back");
+    assert_eq!(back.changes, g.changes);
+    assert_eq!(g.since(0).expect("the first mark").changes.len(), 2);
+}
+
+#[test]
+fn the_newest_changes_are_kept_and_a_large_one_names_five() {
+    let list: Vec<Instance> = (1..=8).map(|n| instance(n, 0)).collect();
+    let markers = Markers::default();
+    let mut g = Goodput::new(0);
+    let mut joined = State {
+        generation: 1,
+        members: list.iter().map(|i| member(i, true)).collect(),
+        ..State::default()
+    };
+    pass(&mut g, 0, &list, &markers, &joined);
+    assert_eq!(
+        g.changes[0].what,
+        "10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4, 10.0.0.5 and 3 more joined"
+    );
+    for n in 2..=(CHANGES_KEPT as u64 + 10) {
+        joined.generation = n;
+        pass(&mut g, n * 1000, &list, &markers, &joined);
+    }
+    assert_eq!(g.changes.len(), CHANGES_KEPT);
+    assert_eq!(g.changes[0].generation, 11);
+    assert_eq!(
+        g.changes[CHANGES_KEPT - 1].what,
+        format!(
+            "generation {}, no member added or removed",
+            CHANGES_KEPT + 10
+        )
+    );
+    // A pass at the same generation, or a state without one, records nothing.
+    pass(&mut g, 999_000, &list, &markers, &joined);
+    assert_eq!(g.changes.len(), CHANGES_KEPT);
+}
