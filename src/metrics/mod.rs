@@ -51,6 +51,7 @@ pub struct Metrics {
     quorum_pause: Histogram,
     gpu_time: Family<GpuLabel, FloatCounter>,
     goodput: Family<BucketLabel, FloatGauge>,
+    goodput_usd: Family<BucketLabel, FloatGauge>,
     awaiting_ack: Gauge,
     source_up: Family<SourceLabel, Gauge>,
     events: Family<KindLabel, Counter>,
@@ -103,6 +104,7 @@ impl Metrics {
             quorum_pause: Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0]),
             gpu_time: Family::default(),
             goodput: Family::default(),
+            goodput_usd: Family::default(),
             awaiting_ack: Gauge::default(),
             source_up: Family::default(),
             events: Family::default(),
@@ -224,6 +226,11 @@ impl Metrics {
             self.goodput.clone(),
         );
         r.register(
+            "dt_goodput_dollars",
+            "The goodput ledger's dollars at workers.prices since it began, by bucket as dt_goodput_gpu_seconds; shown once a worker's type has a price",
+            self.goodput_usd.clone(),
+        );
+        r.register(
             "dt_removals_awaiting_ack",
             "Workers out of the host files whose removal the job has not acknowledged yet",
             self.awaiting_ack.clone(),
@@ -334,12 +341,17 @@ impl Metrics {
 
     /// The goodput ledger's totals, as its gauges.
     pub fn show_goodput(&self, ledger: &crate::model::Goodput) {
+        // Zero dollars in every bucket would say "free", not "no price given".
+        let priced = ledger.paid().micro_usd > 0;
         for (bucket, spent) in ledger.totals() {
             let label = BucketLabel {
                 bucket: bucket.as_str(),
             };
             let seconds = spent.gpu_ms as f64 / 1000.0;
             self.goodput.get_or_create(&label).set(seconds);
+            if priced {
+                self.goodput_usd.get_or_create(&label).set(spent.usd());
+            }
         }
     }
 

@@ -20,6 +20,12 @@ fn cluster(count: i32, extra: &str) -> (Cluster, Vec<(String, String)>, SocketAd
         .expect("an address");
     c.extra = format!("metrics: {{ listen: '{addr}' }}\n{extra}");
     let config = c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }");
+    // The workers are p3.2xlarge (support's launch), at its on-demand price.
+    let config = config.replacen(
+        "  min: 0\n",
+        "  min: 0\n  prices: { p3.2xlarge: 3.06 }\n",
+        1,
+    );
     c.write_config(&config);
     c.start_dtd();
     (c, workers, addr)
@@ -50,6 +56,7 @@ fn prometheus_scrapes_a_join_and_a_removal() {
         true
     });
     prom.wait("dt_goodput_gpu_seconds{bucket=\"training\"} > 0", |_| true);
+    prom.wait("dt_goodput_dollars{bucket=\"training\"} > 0", |_| true);
     prom.wait(
         "sum(dt_aws_calls_total{service=\"EC2\",operation=\"DescribeInstances\"})",
         |v| v >= 1.0,
