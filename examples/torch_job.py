@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A small, real PyTorch elastic job for `dtd agent`'s launcher (torchrun, CPU or GPU).
+"""A small, real PyTorch elastic job for `dtd agent`'s launcher (torchrun, CPU or GPU: `--device`).
 
 Linear regression by DDP: every rank trains on its share of each batch, gradients are averaged by
 torch.distributed, rank 0 checkpoints every `--checkpoint-every` steps (and when the agent stops
@@ -57,29 +57,40 @@ def save(path, step, model, opt):
     os.replace(tmp, path)
 
 
-def load(path, model, opt):
+def load(path, model, opt, device):
     if not os.path.exists(path):
         return 0
-    ckpt = torch.load(path, weights_only=True)
+    ckpt = torch.load(path, weights_only=True, map_location=device)
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["opt"])
     return int(ckpt["step"])
 
 
+def device_of(args):
+    """`cuda`: each process on its node's GPU of its local rank, NCCL between them."""
+    if args.device == "cpu":
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
+
+
 def train(args):
     single = args.single
     session = None if single else dt_torch.Session(stop_timeout=args.stop_timeout)
+    device = device_of(args)
     if not single:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank = 0 if single else dist.get_rank()
     world = 1 if single else dist.get_world_size()
     torch.manual_seed(args.seed)
-    base = torch.nn.Linear(FEATURES, 1)
-    model = base if single else torch.nn.parallel.DistributedDataParallel(base)
+    base = torch.nn.Linear(FEATURES, 1).to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    model = base if single else torch.nn.parallel.DistributedDataParallel(base, device_ids=ids)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     ckpt_path = os.path.join(args.dir, "torch_job_checkpoint.pt")
-    start = 0 if single else load(ckpt_path, base, opt)
-    x, y = data(args.seed)
+    start = 0 if single else load(ckpt_path, base, opt, device)
+    x, y = (t.to(device) for t in data(args.seed))
     if session is not None:
         acked = session.joined()
         say(f"generation {session.generation}: rank {rank} of {world}, from step {start}"
@@ -134,6 +145,8 @@ def main():
     p.add_argument("--stop-timeout", type=float, default=10.0,
                    help="seconds a rank may take to reach a step boundary after the stop signal")
     p.add_argument("--single", action="store_true", help="one process, no torchrun: the baseline")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: each process on the GPU of its local rank, NCCL between them")
     args = p.parse_args()
     if args.steps < 1 or args.batch < 1 or args.checkpoint_every < 1:
         print(f"{PREFIX} error: --steps, --batch and --checkpoint-every must be positive", file=sys.stderr)
