@@ -90,6 +90,9 @@ pub async fn apply(
     let tagged = ec2::set_status_tags(&a.ec2, &outcome.tags()).await;
     done.results.push((Step::StatusTags, words(tagged.err())));
     launch_replacements(a, outcome, now, &mut done).await;
+    if let Some((client, group)) = &a.group {
+        detach_replaced(client, group, outcome, now, &mut done).await;
+    }
     let ids = outcome.terminate();
     if !ids.is_empty() {
         let (ended, err) = ec2::terminate(&a.ec2, &ids).await;
@@ -287,6 +290,47 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done
             Ok(None) => done
                 .launches
                 .push((token, Err(LaunchFailed::NothingLaunched))),
+            Err(e) => {
+                let again = span(LAUNCH_RETRY_MS);
+                error = Some(format!("{e} (retried in {again})"));
+                done.launches
+                    .push((token, Err(LaunchFailed::Refused(e.to_string()))));
+            }
+        }
+    }
+    done.results.push((Step::ReplacementLaunches, error));
+}
+
+/// Group workers warned of their loss, detached so that their group launches their replacements
+/// now; each result reported by its token, as a launch's is.
+async fn detach_replaced(
+    client: &aws_sdk_autoscaling::Client,
+    group: &str,
+    outcome: &Outcome,
+    now: Millis,
+    done: &mut Applied,
+) {
+    let detaches = outcome.detaches();
+    if detaches.is_empty() {
+        return;
+    }
+    let mut error = None;
+    for ((id, because), token) in detaches {
+        match asg::detach(client, group, &id).await {
+            Ok(()) => {
+                let message = format!(
+                    "detached {} {id} from {group} without lowering its desired capacity: \
+                     the group launches its replacement now",
+                    because.words()
+                );
+                tracing::info!("{message}");
+                let e = Event::new(now, EventKind::ReplacementLaunched, message);
+                done.events.push(Event {
+                    instance: Some(id),
+                    ..e
+                });
+                done.launches.push((token, Ok(group.to_string())));
+            }
             Err(e) => {
                 let again = span(LAUNCH_RETRY_MS);
                 error = Some(format!("{e} (retried in {again})"));

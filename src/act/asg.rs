@@ -1,5 +1,6 @@
-//! The worker group's actions: scale-in protection, terminating a drained worker, completing
-//! and heartbeating lifecycle actions.
+//! The worker group's actions: scale-in protection, terminating a drained worker, detaching a
+//! warned one so that the group replaces it at once, completing and heartbeating lifecycle
+//! actions.
 
 use aws_sdk_autoscaling::Client;
 
@@ -16,6 +17,8 @@ pub enum GroupActionError {
     Protect(AwsError),
     #[error("TerminateInstanceInAutoScalingGroup {id}: {why}")]
     Terminate { id: String, why: AwsError },
+    #[error("DetachInstances {id}: {why}")]
+    Detach { id: String, why: AwsError },
     #[error("SetInstanceHealth {id} Unhealthy: {why}")]
     SetUnhealthy { id: String, why: AwsError },
     #[error("CompleteLifecycleAction {id} {result}: {why}")]
@@ -51,6 +54,24 @@ pub async fn terminate(client: &Client, id: &str, decrement: bool) -> Result<(),
         .await
         .map(|_| ())
         .map_err(|e| GroupActionError::Terminate {
+            id: id.to_string(),
+            why: AwsError::of(&e),
+        })
+}
+
+/// DetachInstances without lowering the desired capacity: the group launches a replacement at
+/// once, and the detached instance runs on outside it ("Detach or attach instances from your
+/// Auto Scaling group", Amazon EC2 Auto Scaling User Guide).
+pub async fn detach(client: &Client, group: &str, id: &str) -> Result<(), GroupActionError> {
+    client
+        .detach_instances()
+        .auto_scaling_group_name(group)
+        .instance_ids(id)
+        .should_decrement_desired_capacity(false)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| GroupActionError::Detach {
             id: id.to_string(),
             why: AwsError::of(&e),
         })

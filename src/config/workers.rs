@@ -119,14 +119,9 @@ impl RawWorkers {
         if self.max_prepare_failures == 0 {
             return Err(WorkersError::NoPrepareFailure);
         }
-        if self.launch_template.is_none() {
-            let replacing = [
-                ("replace_unhealthy", self.replace_unhealthy),
-                ("replace_interrupted", self.replace_interrupted),
-            ];
-            if let Some((key, _)) = replacing.into_iter().find(|(_, on)| *on) {
-                return Err(WorkersError::ReplaceWithoutTemplate(key));
-            }
+        // A group worker warned of its loss is replaced by its group (detached from it).
+        if self.launch_template.is_none() && self.replace_unhealthy {
+            return Err(WorkersError::ReplaceWithoutTemplate("replace_unhealthy"));
         }
         if self.capacity.is_some() && self.launch_template.is_none() {
             return Err(WorkersError::CapacityWithoutTemplate);

@@ -255,7 +255,7 @@ pub(super) fn owe_replacement(p: &Inputs, st: &mut State, at: usize, end: &Endin
     {
         return;
     }
-    replacements::owe(p, st, &p.list[at].id, Replaced::Unhealthy);
+    replacements::owe(p, st, &p.list[at].id, Replaced::Unhealthy, None);
 }
 
 pub(super) fn then_text(end: &Ending) -> &'static str {

@@ -221,10 +221,12 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
     }
 }
 
-/// With `workers.replace_interrupted`, a launch-template worker's replacement is owed the moment
-/// it is warned, not after it is gone: the new one boots and prepares while the old one finishes
-/// (a Spot warning gives two minutes). A rebalance recommendation counts only when it drains
-/// the worker; a group worker is its group's to replace.
+/// With `workers.replace_interrupted`, a worker's replacement is owed the moment it is warned,
+/// not after it is gone: the new one boots and prepares while the old one finishes (a Spot
+/// warning gives two minutes). A rebalance recommendation counts only when it drains the
+/// worker. A group worker's is its group's launch, and only for a Spot warning AWS sent: the
+/// group's own ending of a drained worker (a rebalance, a Capacity Block) replaces it already,
+/// and an agent's word alone may be false, while a detached worker stays out of its group.
 fn replace_ahead(p: &Inputs, st: &mut State, n: &Notice, id: &str, ip: IpAddr) {
     let because = match n.kind {
         NoticeKind::Interruption => Replaced::Interrupted,
@@ -232,9 +234,18 @@ fn replace_ahead(p: &Inputs, st: &mut State, n: &Notice, id: &str, ip: IpAddr) {
         NoticeKind::CapacityBlockExpiring if draining(st, ip) => Replaced::CapacityBlock,
         _ => return,
     };
-    let template_worker = p.at(id).is_some_and(|at| !group::in_group(p, at));
-    if p.rules.replace_interrupted && p.rules.launch_template_id.is_some() && template_worker {
-        replacements::owe(p, st, id, because);
+    let Some(at) = p.at(id).filter(|_| p.rules.replace_interrupted) else {
+        return;
+    };
+    if !group::in_group(p, at) {
+        if p.rules.launch_template_id.is_some() {
+            replacements::owe(p, st, id, because, None);
+        }
+        return;
+    }
+    let from_aws = trust::unconfirmed_until(p, n).is_none();
+    if let (Replaced::Interrupted, true, Some(g)) = (because, from_aws, p.group) {
+        replacements::owe(p, st, id, because, Some(g.name.clone()));
     }
 }
 

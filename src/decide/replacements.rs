@@ -1,5 +1,6 @@
 //! Launches owed for launch-template workers that are unhealthy or warned of their loss (see
-//! [`owe`]), sent until one is launched, each with the `workers.capacity` choices to try in
+//! [`owe`]), and for group workers warned by AWS (their group's launch, by detaching them:
+//! [`detach`]), sent until one is launched, each with the `workers.capacity` choices to try in
 //! order: those EC2 has not refused within their cool-down, none in a zone the shared file
 //! system cannot serve, and none from a reservation that cannot take one now (see
 //! [`reserved`]). Settle starts a cool-down when act reports a choice refused.
@@ -11,7 +12,7 @@ use crate::model::*;
 /// A launch from the template owed from now for `id`, once however often it is asked for: its
 /// ClientToken names the instance it replaces, so an interrupted worker that also fails its
 /// health check is replaced once.
-pub(super) fn owe(p: &Inputs, st: &mut State, id: &str, because: Replaced) {
+pub(super) fn owe(p: &Inputs, st: &mut State, id: &str, because: Replaced, group: Option<String>) {
     // ClientToken: at most 64 ASCII characters ("Ensuring idempotency", Amazon EC2 API
     // Reference); an instance id is at most 19.
     let token = format!("dt-replace-{id}");
@@ -20,6 +21,7 @@ pub(super) fn owe(p: &Inputs, st: &mut State, id: &str, because: Replaced) {
     }
     st.replacements.push(Replacement {
         replaces: id.to_string(),
+        group,
         because,
         token,
         queued_at: p.now,
@@ -32,13 +34,14 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
     heed_add_refusals(p, st, out);
     st.no_capacity.retain(|_, u| u.until > p.now);
     show(p, st, out);
-    if st.replacements.is_empty() {
+    detach(p, st, out);
+    if st.replacements.iter().all(|r| r.group.is_some()) {
         return;
     }
     let choices = match usable(p, st) {
         Ok(choices) => choices,
         Err(why) => {
-            for r in &st.replacements {
+            for r in st.replacements.iter().filter(|r| r.group.is_none()) {
                 let what = r.because.words();
                 let msg = format!("replacement launch for {what} {}: {why}", r.replaces);
                 out.outcome.holds.push(msg);
@@ -46,7 +49,7 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
             return;
         }
     };
-    for r in &st.replacements {
+    for r in st.replacements.iter().filter(|r| r.group.is_none()) {
         if let Some(e) = &r.last_error {
             let e: String = e.chars().take(300).collect();
             let next = rfc3339(r.retry_at.max(p.now));
@@ -63,6 +66,36 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
                 because: r.because,
                 token: r.token.clone(),
                 choices: choices.clone(),
+            });
+        }
+    }
+}
+
+/// A group worker's replacement: detached from its group until the group lists it no more (a
+/// group read this pass; a failed read sends nothing). Capacity is the group's, not the choices'.
+fn detach(p: &Inputs, st: &mut State, out: &mut Draft) {
+    let Some(g) = p.group else {
+        return;
+    };
+    let listed = |r: &Replacement| {
+        r.group.as_deref() != Some(&g.name) || g.instances.contains_key(&r.replaces)
+    };
+    st.replacements.retain(listed);
+    for r in st.replacements.iter().filter(|r| r.group.is_some()) {
+        if let Some(e) = &r.last_error {
+            let e: String = e.chars().take(300).collect();
+            let msg = format!(
+                "detaching {} {} from its group: {e}",
+                r.because.words(),
+                r.replaces
+            );
+            out.outcome.holds.push(msg);
+        }
+        if p.now >= r.retry_at {
+            out.act(Action::Detach {
+                instance: r.replaces.clone(),
+                because: r.because,
+                token: r.token.clone(),
             });
         }
     }

@@ -108,6 +108,7 @@ mod tests {
     fn owed(token: &str) -> Replacement {
         Replacement {
             replaces: "i-0old".into(),
+            group: None,
             because: Replaced::Unhealthy,
             token: token.into(),
             queued_at: 0,

@@ -89,6 +89,15 @@ pub enum Action {
     Heartbeat { instance: String, hook: String },
     /// SetInstanceHealth Unhealthy: the group replaces the instance.
     SetUnhealthy { instance: String },
+    /// DetachInstances of a group worker warned of its loss, without lowering the desired
+    /// capacity: the group launches its replacement at once while it finishes ("Detach or attach
+    /// instances from your Auto Scaling group", Amazon EC2 Auto Scaling User Guide). Reported by
+    /// `token` as a launch is.
+    Detach {
+        instance: String,
+        because: Replaced,
+        token: String,
+    },
     /// RunInstances of one worker from the launch template, replacing `replaces`; the token
     /// (ClientToken) makes a resent launch the same launch. `choices`: the overrides to try in
     /// order until one has capacity (empty: the template as it is).
@@ -188,6 +197,18 @@ impl Outcome {
                 token,
                 choices,
             } => Some(((replaces.clone(), *because), token.clone(), choices.clone())),
+            _ => None,
+        })
+    }
+
+    /// (instance and why, token).
+    pub fn detaches(&self) -> Vec<((String, Replaced), String)> {
+        self.each(|a| match a {
+            Action::Detach {
+                instance,
+                because,
+                token,
+            } => Some(((instance.clone(), *because), token.clone())),
             _ => None,
         })
     }

@@ -215,11 +215,16 @@ pub struct CheckpointWait {
     pub passed: bool,
 }
 
-/// A launch from the template owed for a worker that is unhealthy or about to be lost.
+/// A launch owed for a worker that is unhealthy or about to be lost: from the template, or for a
+/// group worker warned of its loss, its group's own launch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replacement {
     /// The instance it replaces.
     pub replaces: String,
+    /// Its group, for a group worker: the replacement is the group's launch, made at once by
+    /// detaching the warned worker without lowering the desired capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Why (a state saved before there was a reason knew only unhealthy workers).
     #[serde(default)]
     pub because: Replaced,

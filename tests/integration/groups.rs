@@ -60,7 +60,7 @@ pub(crate) fn group_instances(c: &Cluster) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn desired_capacity(c: &Cluster) -> String {
+pub(crate) fn desired_capacity(c: &Cluster) -> String {
     c.aws(&[
         "autoscaling",
         "describe-auto-scaling-groups",

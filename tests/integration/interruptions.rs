@@ -458,3 +458,66 @@ fn with_replace_interrupted_the_replacement_is_launched_at_the_warning_and_joins
         "no second replacement"
     );
 }
+
+/// `workers.replace_interrupted` for a group worker: at AWS's Spot warning it is detached from
+/// its group without lowering the desired capacity, so the group launches its replacement at
+/// once while the warned worker still runs; the replacement joins once prepared, and a warning
+/// sent again detaches nothing more.
+#[test]
+fn with_replace_interrupted_a_group_workers_replacement_is_its_groups_launch_at_the_warning() {
+    use crate::groups::{create_group, desired_capacity, group_instances, prepare_new, GROUP};
+    let mut c = Cluster::new();
+    let queue = create_event_queue(&c);
+    create_group(&c, 2);
+    c.worker_extra = format!("  auto_scaling_group: {GROUP}\n  replace_interrupted: true\n");
+    c.extra = format!("events:\n  queue_url: {queue}\n");
+    c.write_config(&c.config(0, 4, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    c.start_dtd();
+    prepare_new(&c, true);
+    c.wait_hosts("both group workers", |h| h.len() == 2);
+    let before = group_instances(&c);
+    let (id, ip) = before.iter().next().expect("a group worker");
+
+    put_ec2_event(&c, SPOT, spot_warning(id));
+    let after = wait_for(
+        "the group's replacement",
+        Duration::from_secs(30),
+        || group_instances(&c),
+        |g| g.len() == 2 && !g.contains_key(id),
+    );
+    assert_eq!(c.state_of(id), "running", "replaced before the loss");
+    assert_eq!(
+        desired_capacity(&c).trim(),
+        "2",
+        "the desired capacity kept"
+    );
+    c.wait_events("replacement_launched", id, 1);
+    let said = (c.journal_of(id).into_iter())
+        .find(|e| e["kind"] == "replacement_launched")
+        .expect("journaled")["message"]
+        .to_string();
+    assert!(
+        said.contains(&format!("detached interrupted {id} from {GROUP}")),
+        "{said}"
+    );
+    let (new_id, new_ip) = (after.iter())
+        .find(|(k, _)| !before.contains_key(*k))
+        .expect("a new group instance");
+    prepare_new(&c, true);
+    c.wait_hosts("the replacement to join", |h| {
+        h.len() == 2 && h.contains(new_ip) && !h.contains(ip)
+    });
+
+    // Sent again (EventBridge delivers at least once): nothing more is detached or launched.
+    put_ec2_event(&c, SPOT, spot_warning(id));
+    wait_until(
+        "the second warning to be taken",
+        Duration::from_secs(10),
+        || queue_depth(&c, &queue) == 0,
+    );
+    c.wait_passes(3);
+    let now = group_instances(&c);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(now.contains_key(new_id), "{now:?}");
+    assert_eq!(desired_capacity(&c).trim(), "2");
+}

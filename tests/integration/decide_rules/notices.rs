@@ -408,15 +408,60 @@ fn a_rebalance_that_drains_no_one_replaces_no_one() {
     assert!(replacing(&reported).is_empty(), "reported only");
 }
 
+fn detaching(plan: &Plan) -> Vec<(String, Replaced, String)> {
+    (plan.outcome.detaches().into_iter())
+        .map(|((id, because), token)| (id, because, token))
+        .collect()
+}
+
 #[test]
-fn a_group_worker_warned_of_its_loss_is_left_to_its_group() {
+fn a_group_worker_warned_by_aws_is_detached_for_its_groups_replacement() {
     let (mut r, mut w, state) = two_group_members();
+    w.notices = vec![spot("e-1", "i-1")];
+    let off = pass(&r, &mut w, &state, 3_000);
+    assert!(detaching(&off).is_empty(), "off by default");
+
     r.replace_interrupted = true;
     r.launch_template_id = Some("lt-1".into());
-    w.notices = vec![spot("e-1", "i-1")];
     let plan = pass(&r, &mut w, &state, 3_000);
     assert!(kinds(&plan).contains(&"interrupted"), "{:?}", kinds(&plan));
-    assert!(replacing(&plan).is_empty());
+    assert!(
+        replacing(&plan).is_empty(),
+        "the group's launch, not the template's"
+    );
+    let owed = (
+        "i-1".to_string(),
+        Replaced::Interrupted,
+        "dt-replace-i-1".to_string(),
+    );
+    assert_eq!(detaching(&plan), std::slice::from_ref(&owed));
+    assert_eq!(plan.state.replacements[0].group.as_deref(), Some("grp"));
+    // Refused (sent again once its retry time comes), then detached: once the group no longer
+    // lists it, nothing is owed, whatever act reported.
+    let mut refused = plan.state.clone();
+    refused.replacements[0].retry_at = 60_000;
+    assert!(detaching(&pass(&r, &mut w, &refused, 4_000)).is_empty());
+    assert_eq!(detaching(&pass(&r, &mut w, &refused, 61_000)), [owed]);
+    if let Some(Ok(g)) = w.group.as_mut() {
+        g.instances.remove("i-1");
+    }
+    let detached = pass(&r, &mut w, &refused, 62_000);
+    assert!(detaching(&detached).is_empty());
+    assert!(detached.state.replacements.is_empty());
+}
+
+#[test]
+fn a_group_worker_warned_by_its_agent_alone_is_not_detached() {
+    let (mut r, mut w, state) = two_group_members();
+    r.replace_interrupted = true;
+    let mut agent = spot("e-1", "i-1");
+    agent.source = "agent";
+    w.instances[0].market = "spot".into();
+    w.notices = vec![agent];
+    let plan = pass(&r, &mut w, &state, 3_000);
+    assert!(kinds(&plan).contains(&"interrupted"), "{:?}", kinds(&plan));
+    assert!(detaching(&plan).is_empty(), "its word may be false");
+    assert!(plan.state.replacements.is_empty());
 }
 
 #[test]

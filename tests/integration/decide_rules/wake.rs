@@ -44,6 +44,7 @@ fn a_refused_replacement_asks_for_a_pass_at_its_retry() {
     let (r, mut w, mut state) = two_members();
     state.replacements.push(Replacement {
         replaces: "i-9".into(),
+        group: None,
         because: Replaced::Unhealthy,
         token: "t".into(),
         queued_at: 1_000,
@@ -60,6 +61,7 @@ fn a_retry_already_due_does_not_hide_a_later_one() {
     for (replaces, retry_at) in [("i-8", 1_500), ("i-9", 61_000)] {
         state.replacements.push(Replacement {
             replaces: replaces.into(),
+            group: None,
             because: Replaced::Unhealthy,
             token: replaces.into(),
             queued_at: 1_000,
