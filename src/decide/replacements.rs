@@ -81,7 +81,8 @@ fn detach(p: &Inputs, st: &mut State, out: &mut Draft) {
         r.group.as_deref() != Some(&g.name) || g.instances.contains_key(&r.replaces)
     };
     st.replacements.retain(listed);
-    for r in st.replacements.iter().filter(|r| r.group.is_some()) {
+    let ours = |r: &&Replacement| r.group.as_deref() == Some(&g.name);
+    for r in st.replacements.iter().filter(ours) {
         if let Some(e) = &r.last_error {
             let e: String = e.chars().take(300).collect();
             let msg = format!(
