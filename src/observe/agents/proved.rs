@@ -31,7 +31,8 @@ const LOOK: Duration = Duration::from_secs(1);
 pub struct Adopted {
     pub stream: std::net::TcpStream,
     pub peer: SocketAddr,
-    pub proof: Proof,
+    /// Shared with the board: one copy an agent.
+    pub proof: Arc<Proof>,
     pub displaced: Arc<Displaced>,
     /// What came after the hello's line.
     pub unread: Vec<u8>,
@@ -181,7 +182,7 @@ impl Room {
 struct Quiet {
     s: TcpStream,
     peer: SocketAddr,
-    proof: Proof,
+    proof: Arc<Proof>,
     displaced: Arc<Displaced>,
     /// Bytes received past the last line's end: none while the agent waits for its answer.
     unread: Vec<u8>,
