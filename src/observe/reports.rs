@@ -162,7 +162,7 @@ fn keys(
     strays: &[MarkerName],
     on: &Judged<'_>,
 ) -> (Keys, Vec<(String, crate::protocol::signed::AgentKey)>) {
-    let proofs: HashMap<IpAddr, &Proof> = heard.proofs.iter().map(|p| (p.ip, &**p)).collect();
+    let proofs: HashMap<IpAddr, &Proof> = heard.proofs.iter().map(|p| (p.ip, p)).collect();
     let ips: HashSet<IpAddr> = (heard.scan.files.keys().map(|n| n.ip))
         .chain(heard.refused.iter().map(|r| r.ip))
         .chain(strays.iter().map(|n| n.ip))

@@ -52,7 +52,7 @@ pub struct Refusal {
 #[derive(Debug, Default, Clone)]
 pub struct Heard {
     pub scan: Scan,
-    pub proofs: Vec<Arc<Proof>>,
+    pub proofs: Vec<Proof>,
     /// When each instance's agent was last heard (any line on its connection).
     pub heard: HashMap<String, Millis>,
     pub refused: Vec<Refusal>,
@@ -95,8 +95,7 @@ struct Inner {
     reports: BTreeMap<MarkerName, Arc<Read>>,
     /// Who signed each report: its instance (the connection's proof).
     signers: BTreeMap<MarkerName, String>,
-    /// Shared with the agent's connection; a pass takes the pointers, not copies.
-    proofs: HashMap<String, Arc<Proof>>,
+    proofs: HashMap<String, Proof>,
     heard: HashMap<String, Millis>,
     pins: HashMap<String, AgentKey>,
     refused: BTreeMap<(IpAddr, String), Refusal>,
@@ -128,7 +127,7 @@ impl Board {
 
     /// Makes `p.key` the instance's, when it may be: returns what the connection it came on
     /// looks at, set when a newer connection of the same agent takes its place.
-    pub fn prove(&self, p: Arc<Proof>) -> Result<Arc<Displaced>, KeyRefused> {
+    pub fn prove(&self, p: Proof) -> Result<Arc<Displaced>, KeyRefused> {
         let mut g = self.lock();
         let id = p.instance_id.clone();
         if let Some(kept) = g.pins.get(&id).filter(|k| **k != p.key) {

@@ -83,7 +83,7 @@ struct Conn {
 }
 
 impl Conn {
-    async fn hello(&mut self) -> Result<(Arc<Proof>, Arc<Displaced>), Ended> {
+    async fn hello(&mut self) -> Result<(Proof, Arc<Displaced>), Ended> {
         let line =
             match tokio::time::timeout(HELLO_WAIT, read_line(&self.s, &mut self.unread)).await {
                 Err(_) => return Err(Ended::Silent(HELLO_WAIT)),
@@ -106,13 +106,13 @@ impl Conn {
         };
         let name = HelloName(ip).to_string();
         let proof = match hello::check(ip, signed, &judge) {
-            Ok(proof) => Arc::new(proof),
+            Ok(proof) => proof,
             Err(e) => {
                 let why = format!("{name} from {} {e}", self.peer.ip());
                 return Err(self.refuse(ip, &name, e.class(), why, now).await);
             }
         };
-        match self.ctx.board.prove(Arc::clone(&proof)) {
+        match self.ctx.board.prove(proof.clone()) {
             Ok(displaced) => {
                 self.answer(Answer::ok(now)).await?;
                 tracing::debug!(peer = %self.peer, instance = %proof.instance_id, "agent proved its instance");

@@ -31,8 +31,7 @@ const LOOK: Duration = Duration::from_secs(1);
 pub struct Adopted {
     pub stream: std::net::TcpStream,
     pub peer: SocketAddr,
-    /// Shared with the board: one copy an agent.
-    pub proof: Arc<Proof>,
+    pub proof: Proof,
     pub displaced: Arc<Displaced>,
     /// What came after the hello's line.
     pub unread: Vec<u8>,
@@ -182,7 +181,7 @@ impl Room {
 struct Quiet {
     s: TcpStream,
     peer: SocketAddr,
-    proof: Arc<Proof>,
+    proof: Proof,
     displaced: Arc<Displaced>,
     /// Bytes received past the last line's end: none while the agent waits for its answer.
     unread: Vec<u8>,

@@ -2,7 +2,6 @@ use super::*;
 use crate::observe::markers::read;
 use crate::protocol::markers::MarkerKind;
 use crate::protocol::signed::SigningKey;
-use std::sync::Arc;
 
 const ID: &str = "i-0b0000000000000b5";
 
@@ -14,14 +13,14 @@ fn ip() -> IpAddr {
     "10.0.1.5".parse().unwrap()
 }
 
-fn proof(k: &SigningKey, at: Millis) -> Arc<Proof> {
-    Arc::new(Proof {
+fn proof(k: &SigningKey, at: Millis) -> Proof {
+    Proof {
         instance_id: ID.into(),
         ip: ip(),
         key: k.public().clone(),
         account_id: "123456789012".into(),
         at,
-    })
+    }
 }
 
 fn health(k: &SigningKey, signed_at: u64) -> (MarkerName, Read) {

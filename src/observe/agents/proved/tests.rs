@@ -47,14 +47,14 @@ fn proved(o: &Open, after_hello: &[u8]) -> StdStream {
     let agent = StdStream::connect(l.local_addr().unwrap()).unwrap();
     let (dtd, peer) = l.accept().unwrap();
     dtd.set_nonblocking(true).unwrap();
-    let proof = Arc::new(Proof {
+    let proof = Proof {
         instance_id: ID.into(),
         ip: peer.ip(),
         key: o.key.public().clone(),
         account_id: "123456789012".into(),
         at: 1,
-    });
-    let displaced = o.board.prove(Arc::clone(&proof)).unwrap();
+    };
+    let displaced = o.board.prove(proof.clone()).unwrap();
     o.door.adopt(Adopted {
         stream: dtd,
         peer,
