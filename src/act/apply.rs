@@ -290,12 +290,7 @@ async fn launch_replacements(a: &Actuators, outcome: &Outcome, now: Millis, done
             Ok(None) => done
                 .launches
                 .push((token, Err(LaunchFailed::NothingLaunched))),
-            Err(e) => {
-                let again = span(LAUNCH_RETRY_MS);
-                error = Some(format!("{e} (retried in {again})"));
-                done.launches
-                    .push((token, Err(LaunchFailed::Refused(e.to_string()))));
-            }
+            Err(e) => error = Some(refused(token, &e, done)),
         }
     }
     done.results.push((Step::ReplacementLaunches, error));
@@ -331,13 +326,16 @@ async fn detach_replaced(
                 });
                 done.launches.push((token, Ok(group.to_string())));
             }
-            Err(e) => {
-                let again = span(LAUNCH_RETRY_MS);
-                error = Some(format!("{e} (retried in {again})"));
-                done.launches
-                    .push((token, Err(LaunchFailed::Refused(e.to_string()))));
-            }
+            Err(e) => error = Some(refused(token, &e, done)),
         }
     }
     done.results.push((Step::ReplacementLaunches, error));
+}
+
+/// Reports a replacement AWS refused by its token (decide sends it again after a minute), and
+/// says so for the step's result.
+fn refused(token: String, e: &dyn std::fmt::Display, done: &mut Applied) -> String {
+    done.launches
+        .push((token, Err(LaunchFailed::Refused(e.to_string()))));
+    format!("{e} (retried in {})", span(LAUNCH_RETRY_MS))
 }

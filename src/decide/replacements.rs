@@ -50,17 +50,12 @@ pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {
         }
     };
     for r in st.replacements.iter().filter(|r| r.group.is_none()) {
-        if let Some(e) = &r.last_error {
-            let e: String = e.chars().take(300).collect();
-            let next = rfc3339(r.retry_at.max(p.now));
-            let msg = format!(
-                "replacement launch for {} {}: {e} (sent again from {next})",
-                r.because.words(),
-                r.replaces
-            );
-            out.outcome.holds.push(msg);
-        }
-        if p.now >= r.retry_at {
+        let doing = format!(
+            "replacement launch for {} {}",
+            r.because.words(),
+            r.replaces
+        );
+        if due(p, out, r, &doing) {
             out.act(Action::Launch {
                 replaces: r.replaces.clone(),
                 because: r.because,
@@ -83,16 +78,12 @@ fn detach(p: &Inputs, st: &mut State, out: &mut Draft) {
     st.replacements.retain(listed);
     let ours = |r: &&Replacement| r.group.as_deref() == Some(&g.name);
     for r in st.replacements.iter().filter(ours) {
-        if let Some(e) = &r.last_error {
-            let e: String = e.chars().take(300).collect();
-            let msg = format!(
-                "detaching {} {} from its group: {e}",
-                r.because.words(),
-                r.replaces
-            );
-            out.outcome.holds.push(msg);
-        }
-        if p.now >= r.retry_at {
+        let doing = format!(
+            "detaching {} {} from its group",
+            r.because.words(),
+            r.replaces
+        );
+        if due(p, out, r, &doing) {
             out.act(Action::Detach {
                 instance: r.replaces.clone(),
                 because: r.because,
@@ -100,6 +91,18 @@ fn detach(p: &Inputs, st: &mut State, out: &mut Draft) {
             });
         }
     }
+}
+
+/// Whether `r` is sent this pass; AWS's last refusal of it (`doing` names the call) is shown
+/// until it goes through.
+fn due(p: &Inputs, out: &mut Draft, r: &Replacement, doing: &str) -> bool {
+    if let Some(e) = &r.last_error {
+        let e: String = e.chars().take(300).collect();
+        let next = rfc3339(r.retry_at.max(p.now));
+        let msg = format!("{doing}: {e} (sent again from {next})");
+        out.outcome.holds.push(msg);
+    }
+    p.now >= r.retry_at
 }
 
 /// Why a replacement launch waits: no capacity choice is usable.

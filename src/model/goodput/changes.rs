@@ -65,10 +65,15 @@ impl Goodput {
         self.changes.drain(..over);
     }
 
+    /// The change of `generation`, when it is kept.
+    fn change_mut(&mut self, generation: u64) -> Option<&mut Change> {
+        // The newest first: nearly every charge is to the current generation.
+        (self.changes.iter_mut().rev()).find(|c| c.generation == generation)
+    }
+
     /// Charges `spent`, put in `bucket`, to the change of `generation` when it is kept.
     pub(super) fn charge(&mut self, generation: u64, bucket: Bucket, spent: Spent) {
-        // The newest first: nearly every charge is to the current generation.
-        let Some(c) = (self.changes.iter_mut().rev()).find(|c| c.generation == generation) else {
+        let Some(c) = self.change_mut(generation) else {
             return;
         };
         match bucket {
@@ -80,7 +85,7 @@ impl Goodput {
     }
 
     pub(super) fn charge_steps(&mut self, generation: u64, steps: u64) {
-        if let Some(c) = (self.changes.iter_mut().rev()).find(|c| c.generation == generation) {
+        if let Some(c) = self.change_mut(generation) {
             c.redone_steps += steps;
         }
     }
