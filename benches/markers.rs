@@ -92,6 +92,10 @@ fn launcher(dir: &std::path::Path, key: &SigningKey, n: usize) {
         since: "2026-11-25T10:00:00Z".into(),
         output_tail: vec!["[torch_job] generation 7: rank 3 of 1000, from step 120".into()],
         stopped: None,
+        compute: Some(dt::protocol::launcher::StepCompute {
+            step: 120,
+            micros: 183_250,
+        }),
     }
     .render();
     write(dir, key, MarkerKind::Launcher, n, &body);

@@ -104,7 +104,9 @@ def in_place(args):
         ft.begin()
         step = ft.step
         idx = batch(step, args.batch, args.seed)[list(ft.shard())]
-        loss = torch.nn.functional.mse_loss(ft.model(x[idx]), y[idx], reduction="sum") * ft.loss_scale
+        with session.compute(step):  # this node's own work: dtd compares the nodes' (stragglers)
+            loss = torch.nn.functional.mse_loss(ft.model(x[idx]), y[idx], reduction="sum") * ft.loss_scale
+            _load(args.compute_load)
         loss.backward()
         if ft.commit():
             writer = session.rank == 0
@@ -132,6 +134,12 @@ def in_place(args):
     return 0
 
 
+def _load(n):
+    if n:
+        a = torch.ones(n, n)
+        (a @ a).sum().item()
+
+
 def _read_curve(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -156,6 +164,10 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--checkpoint-every", type=int, default=100)
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--compute-load", type=int, default=0,
+                   help="a matrix size: one product of that size per step inside the timed "
+                        "block, standing in for a real model's forward pass (a CPU it runs on "
+                        "slowly makes the node a straggler)")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step, to watch it")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--stop-timeout", type=float, default=30.0,

@@ -65,6 +65,7 @@ pub fn rules(base: usize, max: usize) -> Rules {
         replace_interrupted: false,
         stall_after_ms: None,
         stall_action: dt::config::StallAction::Alert,
+        stragglers: dt::config::Stragglers::default(),
         launcher_silent_ms: None,
         launcher_silent_share: 1.0 / 3.0,
         ack_by_launcher: false,

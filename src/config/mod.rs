@@ -54,7 +54,7 @@ pub use notify::Notify;
 pub use owner::{JobOwner, JobOwnerError};
 pub use sections::{
     Events, Health, HealthLeave, HealthPolicy, JournalConfig, MaxUnhealthy, MetricsConfig,
-    Rebalance, Reports, Slots, Stall, StallAction,
+    Rebalance, Reports, Slots, Stall, StallAction, StragglerAction, Stragglers,
 };
 pub use users::NoUser;
 
@@ -184,6 +184,8 @@ pub struct Job {
     pub progress: PathBuf,
     /// Stall detection; off when absent.
     pub stall: Option<Stall>,
+    /// Stragglers: found from the members' compute times, then alerted or drained.
+    pub stragglers: Stragglers,
     /// Whose files the job's are (see [`Job::owner_uid`]); `None`: their directory's owner.
     pub owner: Option<JobOwner>,
     /// The per-node launcher (torchrun) `dtd agent` runs on every listed node; `None`: the job

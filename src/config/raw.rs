@@ -167,6 +167,8 @@ pub(super) struct RawJob {
     pub progress: Option<PathBuf>,
     #[serde(default)]
     pub stall: Option<Stall>,
+    #[serde(default)]
+    pub stragglers: Option<super::sections::RawStragglers>,
     /// Whose files the job's are; default: the owner of their directory.
     #[serde(default)]
     pub owner: Option<super::owner::JobOwner>,

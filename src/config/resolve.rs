@@ -9,8 +9,8 @@ use super::error::{InvalidConfig, Rule, TemplateUnusable};
 use super::position::Line;
 use super::raw::{HostfileForm, RawAgent, RawConfig, RawHostfile, RawJob, RawWorkers};
 use super::{
-    Ack, Agent, Capacity, Config, HostfileSpec, Job, Slots, Workers, ELASTIC_TAG_SUFFIX,
-    PREPARE_MARGIN,
+    Ack, Agent, Capacity, Config, HostfileSpec, Job, Slots, Stragglers, Workers,
+    ELASTIC_TAG_SUFFIX, PREPARE_MARGIN,
 };
 use crate::protocol::generation::{ACK_FILE, GENERATION_FILE};
 use crate::protocol::host_files::{Format, HostTemplate};
@@ -111,6 +111,10 @@ fn job(j: RawJob, shared_dir: &Path) -> Job {
         ack,
         progress: j.progress.unwrap_or_else(|| shared_dir.join(PROGRESS_FILE)),
         stall: j.stall,
+        stragglers: Stragglers::resolve(
+            j.stragglers,
+            (j.launcher.as_ref()).is_some_and(|l| l.in_place().is_some()),
+        ),
         owner: j.owner,
         launcher: j.launcher,
     }

@@ -169,6 +169,87 @@ pub enum StallAction {
     Restart,
 }
 
+/// `job.stragglers` as written: every key optional.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStragglers {
+    #[serde(default)]
+    pub action: Option<StragglerAction>,
+    #[serde(default, deserialize_with = "straggler_ratio")]
+    pub ratio: Option<f64>,
+    #[serde(default, deserialize_with = "straggler_steps")]
+    pub steps: Option<u64>,
+}
+
+/// `job.stragglers`: a member whose compute time per step (its job's `dt_torch`
+/// `session.compute()`, reported by its agent) stays above `ratio` times the median of the other
+/// members' for `steps` of the job's steps is a straggler.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stragglers {
+    pub action: StragglerAction,
+    pub ratio: f64,
+    pub steps: u64,
+}
+
+impl Stragglers {
+    pub const RATIO: f64 = 1.3;
+    pub const STEPS: u64 = 50;
+
+    /// As written, with the defaults: `drain` under the in-place strategy (a leave there costs
+    /// the others well under a second), `alert` under the others (each leave restarts the job).
+    pub fn resolve(raw: Option<RawStragglers>, in_place: bool) -> Stragglers {
+        let raw = raw.unwrap_or_default();
+        let default = match in_place {
+            true => StragglerAction::Drain,
+            false => StragglerAction::Alert,
+        };
+        Stragglers {
+            action: raw.action.unwrap_or(default),
+            ratio: raw.ratio.unwrap_or(Self::RATIO),
+            steps: raw.steps.unwrap_or(Self::STEPS),
+        }
+    }
+}
+
+impl Default for Stragglers {
+    fn default() -> Self {
+        Stragglers::resolve(None, false)
+    }
+}
+
+/// `job.stragglers.action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StragglerAction {
+    /// Nothing is compared.
+    Off,
+    /// Journaled (`straggler`, `straggler_cleared`), shown and alerted: a person decides.
+    Alert,
+    /// As `alert`, and the straggler leaves the job (within the disruption budget) and is
+    /// replaced as an unhealthy worker is.
+    Drain,
+}
+
+fn straggler_ratio<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let r = f64::deserialize(d)?;
+    match r.is_finite() && r > 1.0 {
+        true => Ok(Some(r)),
+        false => Err(serde::de::Error::custom(format!(
+            "ratio: {r} is not above 1 (a node is a straggler when its compute time is more than \
+             ratio times the others' median; e.g. 1.3)"
+        ))),
+    }
+}
+
+fn straggler_steps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match u64::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(
+            "steps: 0 would call a node a straggler on one slow step; at least 1",
+        )),
+        n => Ok(Some(n)),
+    }
+}
+
 /// Inside a flow mapping serde's path ends at `job.stall`, so the message names the key itself.
 fn stall_after<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     duration(d).map_err(|e| serde::de::Error::custom(format!("after: {e}")))

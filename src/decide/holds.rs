@@ -40,12 +40,14 @@ pub(super) fn released(st: &mut State, id: &str) {
     }
 }
 
-/// Members asked to stay after all: a later removal is journaled again. An unhealthy member
-/// whose drain is held stays too, still held. The few held are looked through rather than every
+/// Members asked to stay after all: a later removal is journaled again. An unhealthy member or
+/// a straggler whose drain is held stays too, still held. The few held are looked through rather than every
 /// staying member looked up: those are the bulk of a pass.
 pub(super) fn release_stayers(p: &Inputs, st: &mut State, stayed: &[bool]) {
+    let stragglers = &st.stragglers;
     for (id, w) in st.pending.iter_mut().filter(|(_, w)| w.held.is_some()) {
-        if p.at(id).is_some_and(|at| stayed[at]) {
+        let straggler = stragglers.get(id).is_some_and(|s| s.found);
+        if p.at(id).is_some_and(|at| stayed[at]) && !straggler {
             w.stays();
         }
     }

@@ -8,7 +8,8 @@
 //! family is a file of free functions over those three: `notices`, `classify` (who stays, who
 //! joins, who leaves), `joining`, `leaving`, `group` and `launch` (the worker group and its
 //! launching hook), `removal` (the removal lifecycle), `launcher` (the workers' torchrun
-//! launchers), `stall` (the job's step standing still),
+//! launchers), `stall` (the job's step standing still), `stragglers` (a member slower than
+//! the others),
 //! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
 //! `replacements` (launches owed, over the capacity choices), `report` (rows, tags, host files).
 
@@ -40,6 +41,7 @@ mod rules;
 mod settle;
 mod stall;
 mod status_tags;
+mod stragglers;
 mod trust;
 mod wake;
 
@@ -79,7 +81,9 @@ pub fn decide_from(rules: &Rules, snap: &Snapshot, prev: State, now: Millis) -> 
     let (joins, leaves) = classify::classify(&p, &mut st, &mut out, &member_of);
     joining::join(&p, &mut st, &mut out, joins);
     leaving::leave(&p, &mut st, &mut out, leaves);
+    stragglers::watch(&p, &mut st, &mut out);
     health::show_kept(&p, &st, &mut out);
+    stragglers::show(&p, &st, &mut out);
     group::scale_in(&p, &mut st, &mut out);
     launch::prune(&p, &mut st);
     removal::advance_all(&p, &mut st, &mut out);

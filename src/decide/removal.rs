@@ -216,7 +216,10 @@ fn await_ack(p: &Inputs, st: &State, out: &mut Draft, r: &mut Removal) -> bool {
             "job to acknowledge generation {} (timeout in {secs}s)",
             r.generation
         );
-        if matches!(r.cause(), Some(Cause::Unhealthy | Cause::Hung)) {
+        if matches!(
+            r.cause(),
+            Some(Cause::Unhealthy | Cause::Hung | Cause::Straggler)
+        ) {
             // The row is where people look for why a worker they did not remove is leaving.
             why = format!("{}; {why}", r.reason);
         }

@@ -41,6 +41,8 @@ pub struct Rules {
     pub stall_after_ms: Option<u64>,
     /// `job.stall.action`.
     pub stall_action: StallAction,
+    /// `job.stragglers`.
+    pub stragglers: crate::config::Stragglers,
     /// `job.launcher.silent_after`: a training member whose agent's launcher report has not
     /// changed for this long stopped answering. `None`: no launcher configured.
     pub launcher_silent_ms: Option<u64>,
@@ -105,6 +107,7 @@ impl Rules {
             replace_interrupted: cfg.workers.replace_interrupted,
             stall_after_ms: (cfg.job.stall.as_ref()).map(|s| s.after.as_millis() as u64),
             stall_action: (cfg.job.stall.as_ref()).map_or(StallAction::Alert, |s| s.action),
+            stragglers: cfg.job.stragglers,
             launcher_silent_ms: (cfg.job.launcher.as_ref())
                 .map(|l| l.silent_after.as_millis() as u64),
             launcher_silent_share: (cfg.job.launcher.as_ref()).map_or(1.0, |l| l.silent_share),

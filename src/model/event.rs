@@ -149,6 +149,11 @@ pub enum EventKind {
     Stalled,
     /// The step advanced again after a stall (or the job stopped reporting, or has no workers).
     StallCleared,
+    /// A member's compute time per step stayed above `job.stragglers.ratio` times the others'
+    /// median for `job.stragglers.steps` steps.
+    Straggler,
+    /// A straggler journaled and kept (`alert`) is no longer slower than the rule allows.
+    StragglerCleared,
     /// A worker's agent notice that EC2's view does not confirm (another instance at that IP,
     /// a Spot warning for an on-demand instance, too many from one IP): not heeded.
     NoticeRefused,
@@ -242,6 +247,8 @@ impl EventKind {
             EventKind::CapacityUnavailable => "capacity_unavailable",
             EventKind::Stalled => "stalled",
             EventKind::StallCleared => "stall_cleared",
+            EventKind::Straggler => "straggler",
+            EventKind::StragglerCleared => "straggler_cleared",
             EventKind::NoticeRefused => "notice_refused",
             EventKind::NoticeUnconfirmed => "notice_unconfirmed",
             EventKind::AckRefused => "ack_refused",
@@ -315,6 +322,8 @@ mod tests {
             EventKind::CapacityUnavailable,
             EventKind::Stalled,
             EventKind::StallCleared,
+            EventKind::Straggler,
+            EventKind::StragglerCleared,
             EventKind::NoticeRefused,
             EventKind::NoticeUnconfirmed,
             EventKind::AckRefused,

@@ -105,6 +105,8 @@ pub struct LauncherSeen {
     pub reason: String,
     /// A process of its launcher a signal stopped: the node holds a stalled job back.
     pub stopped: Option<u32>,
+    /// The node's compute time per step as its job measures it: stragglers are found by it.
+    pub compute: Option<crate::protocol::launcher::StepCompute>,
     /// When `dtd` last saw the agent replace or touch the report (by its own clock, not the
     /// file's): a member not heard from for `job.launcher.silent_after` stopped answering.
     pub heard_at: Millis,

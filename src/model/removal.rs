@@ -74,6 +74,9 @@ pub enum Cause {
     /// A process of its launcher stopped while the job stalled (`job.stall.action`): it is
     /// replaced, as an unhealthy worker is.
     Hung,
+    /// Its compute time per step held the job back (`job.stragglers`): it is replaced, as an
+    /// unhealthy worker is.
+    Straggler,
 }
 
 /// How a leaving worker's instance ends once the job has let it go.

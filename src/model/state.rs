@@ -145,6 +145,10 @@ pub struct State {
     /// The newest generation every member's launcher reported running (`job.ack.by: launcher`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launcher_acked: Option<u64>,
+    /// Members slower than `job.stragglers` allows, by instance id: since which of the job's
+    /// steps, and whether `straggler` was journaled.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stragglers: BTreeMap<String, Slow>,
     /// What dtd remembers of each worker, by instance id (see [`WorkerRecord`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub workers: BTreeMap<String, WorkerRecord>,
@@ -264,6 +268,19 @@ impl Replaced {
             Replaced::CapacityBlock => "Capacity-Block-ending",
         }
     }
+}
+
+/// A member slower than the others (`job.stragglers`), as a pass last saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slow {
+    /// The step of its first report over the ratio, in this run of slowness.
+    pub since_step: u64,
+    /// Its compute time and the others' median, in microseconds, at the last report.
+    pub micros: u64,
+    pub median: u64,
+    /// `straggler` was journaled.
+    #[serde(default)]
+    pub found: bool,
 }
 
 /// What stall detection remembers: a restarted dtd goes on timing the same step, and does not

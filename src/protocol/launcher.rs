@@ -85,6 +85,19 @@ pub struct LauncherReport {
     /// Not one stopped by a debugger (`t`): a person looking at a process is not a hang.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<u32>,
+    /// How long the node's own share of a step takes, as its job measures it (`dt_torch`'s
+    /// `session.compute()`): the slowest of its processes. `dtd` compares the members' to find a
+    /// straggler (`job.stragglers`). Absent when the job does not measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<StepCompute>,
+}
+
+/// A node's compute time per step: the median of its last steps, in microseconds, and the step
+/// it was measured at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepCompute {
+    pub step: u64,
+    pub micros: u64,
 }
 
 impl LauncherReport {
@@ -125,6 +138,10 @@ mod tests {
                 .map(|i| format!("{i}{}", "\"".repeat(499)))
                 .collect(),
             stopped: Some(4243),
+            compute: Some(StepCompute {
+                step: 77,
+                micros: 125_000,
+            }),
         };
         let body = report.clone().render();
         assert!(body.len() as u64 <= super::super::markers::MAX_REPORT_BYTES);
@@ -133,6 +150,10 @@ mod tests {
         assert_eq!(back.state, LauncherState::Failed);
         assert_eq!(back.reason, "exit code 1;again in 20s");
         assert_eq!(back.stopped, Some(4243));
+        assert_eq!(
+            back.compute.map(|c| (c.step, c.micros)),
+            Some((77, 125_000))
+        );
         assert!(back.output_tail.last().unwrap().starts_with("39"));
         assert!(!LauncherState::Failed.is_active() && LauncherState::Stopping.is_active());
     }

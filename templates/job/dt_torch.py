@@ -16,6 +16,13 @@ in the release next to `dtd`, with dt_atomic.py beside it (in the repository: pr
             sys.exit(session.exit_code())
     session.finished()                       # rank 0, after the last step: the job is done
 
+To let `dtd` find a straggler (`job.stragglers`), time the part of a step a node does alone,
+before it waits on the others (the forward pass and the loss; not the backward pass, which waits
+in the gradients' allreduce):
+
+        with session.compute(step):
+            loss = loss_fn(model(x), y)
+
 Every membership change starts a new generation. Under the `generation` strategy the agent stops
 torchrun (SIGTERM by default, `job.launcher.stop`) and starts it again with the new world; under
 `elastic` torchrun stays, and its workers get the signal (from torchrun when a node joins, from
@@ -46,6 +53,7 @@ strategy"):
         if session.should_stop():                  # this node leaves; the others train on
             break
 """
+import contextlib
 import ipaddress
 import json
 import os
@@ -84,6 +92,9 @@ class Session:
         self._checkpoint_step = None
         self._stopping = threading.Event()
         self._in_place = None
+        self._step_times = env.get("DT_STEP_TIMES")
+        self._computed = []
+        self._computed_at = 0.0
         for s in stop_signals:
             signal.signal(s, self._on_stop)
         self._watch_stop_signals(set(stop_signals))
@@ -183,6 +194,34 @@ class Session:
             body["checkpoint_step"] = self._checkpoint_step
         body.update(extra)
         atomic_write(self.progress_file, (json.dumps(body) + "\n").encode(), durable=False)
+
+    @contextlib.contextmanager
+    def compute(self, step):
+        """Times the block: this process's own work in step `step`. At most once a second each
+        process writes the median of its last 10 such times to a file of its own in the agent's
+        `DT_STEP_TIMES` directory; the agent reports the node's slowest to dtd, which compares
+        the nodes (`job.stragglers`). Does nothing outside `dtd agent`."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._step_times:
+                self._computed = (self._computed + [time.perf_counter() - began])[-10:]
+                self._say_compute(step)
+
+    def _say_compute(self, step):
+        now = time.monotonic()
+        if now - self._computed_at < 1.0:
+            return
+        self._computed_at = now
+        times = sorted(self._computed)
+        body = {"step": int(step), "compute_s": times[len(times) // 2]}
+        path = os.path.join(self._step_times, str(os.getpid()))
+        try:
+            atomic_write(path, (json.dumps(body) + "\n").encode(), durable=False)
+        except OSError as e:
+            print(f"[dt_torch] cannot write the step time to {path}: {e}", flush=True)
+            self._step_times = None
 
     def checkpointed(self, step):
         """Rank 0, after a checkpoint was saved at `step`: says so in the progress file at once,

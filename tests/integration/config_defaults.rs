@@ -189,6 +189,18 @@ fn checks() -> BTreeMap<&'static str, Check> {
             "job.stall.action",
             Literal(|c| lower(c.job.stall.as_ref().expect("the stall section").action)),
         ),
+        (
+            "job.stragglers.action",
+            Elsewhere("per strategy: the_straggler_action_drains_under_in_place_only"),
+        ),
+        (
+            "job.stragglers.ratio",
+            Literal(|c| c.job.stragglers.ratio.to_string()),
+        ),
+        (
+            "job.stragglers.steps",
+            Literal(|c| c.job.stragglers.steps.to_string()),
+        ),
         ("job.owner", Absent(|c| c.job.owner.is_none())),
         ("job.launcher", Absent(|c| c.job.launcher.is_none())),
         (
@@ -453,6 +465,21 @@ fn every_default_in_the_reference_is_the_parsers() {
         "docs/configuration.md's Default column:\n{}",
         wrong.join("\n")
     );
+}
+
+#[test]
+fn the_straggler_action_drains_under_in_place_only() {
+    use dt::config::StragglerAction::{Alert, Drain};
+    let action = |yaml: &str| Config::parse(yaml).expect("config").job.stragglers.action;
+    assert_eq!(action(MINIMAL), Alert, "no launcher");
+    assert_eq!(action(WITH_SECTIONS), Alert, "strategy: generation");
+    let in_place = WITH_SECTIONS.replace(
+        "script: [train.py] }",
+        "script: [train.py], strategy: in_place, in_place: { lighthouse: '10.0.0.1:29510' } }",
+    );
+    assert_eq!(action(&in_place), Drain);
+    let set = in_place.replace("  stall:", "  stragglers: { action: alert }\n  stall:");
+    assert_eq!(action(&set), Alert, "as written");
 }
 
 /// `tests/integration/identity_document*`: some file with that prefix.

@@ -32,6 +32,7 @@ fn report(w: &mut World, addr: &str, id: &str, state: LauncherState, g: u64, at:
         restarts: 0,
         reason: "node 0 of 2".into(),
         stopped: None,
+        compute: None,
         heard_at: at,
     };
     w.markers.launchers.insert(ip(addr), l);

@@ -162,6 +162,7 @@ fn launcher(id: &str, state: LauncherState, generation: u64) -> Vec<u8> {
         since: "2026-11-26T10:00:00Z".into(),
         output_tail: vec![],
         stopped: None,
+        compute: None,
     }
     .render()
 }

@@ -94,6 +94,28 @@ class DtTorchGoldenTest(unittest.TestCase):
         self.assertEqual({k: written[k] for k in golden if k != "time"},
                          {"step": 1234, "checkpoint_step": 1200})
 
+    def test_the_step_time_is_the_golden_line_the_median_of_the_last_ten_in_a_file_of_its_own(self):
+        times = self.tmp / "step_times"
+        times.mkdir()
+        session = self.session(DT_STEP_TIMES=str(times))
+        clock = iter([0.0, 0.1, 10.0, 10.3, 20.0, 20.2])
+        with mock.patch("time.perf_counter", lambda: next(clock)):
+            for step in (39, 40, 41):
+                session._computed_at = 0.0  # the once-a-second limit is not under test here
+                with session.compute(step):
+                    pass
+        written = json.loads((times / str(os.getpid())).read_text())
+        golden = json.loads((GOLDEN / "step_times.json").read_text())
+        self.assertEqual(written.keys(), golden.keys())
+        self.assertEqual(written["step"], 41)
+        self.assertAlmostEqual(written["compute_s"], 0.2)
+
+    def test_outside_the_agent_compute_times_the_block_and_writes_nothing(self):
+        session = self.session()
+        with session.compute(1):
+            pass
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), [])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -11,6 +11,7 @@
 //! The plan is read as [`plan`] says: only dtd's, never an older one.
 
 mod command;
+mod compute;
 mod plan;
 mod report;
 mod tree;
@@ -44,6 +45,9 @@ struct Run {
     /// torchrun still lives and kills them; then `running` kills torchrun's own group.
     tree: tree::Tree,
     running: Running,
+    /// Where the job's processes say how long their share of a step takes; none when it could
+    /// not be made (the job trains on, unmeasured).
+    step_times: Option<compute::StepTimes>,
 }
 
 impl Run {
@@ -136,6 +140,8 @@ pub async fn run(cfg: &Config, launcher: &Launcher, identity: Identity, reports:
             if let Some(run) = current.as_mut() {
                 run.tree.look();
                 s.reporter.stopped_process(run.tree.stopped());
+                s.reporter
+                    .compute(run.step_times.as_ref().and_then(|t| t.read()));
             }
         }
     }
@@ -188,6 +194,10 @@ impl<'a> Supervisor<'a> {
         let args = command::args(self.launcher, &self.cfg.cluster, &at);
         let mut env = command::env(self.cfg, self.launcher, &self.identity, &at);
         user::add_env(&mut env, &run_as);
+        let step_times = step_times(&run_as);
+        if let Some(t) = &step_times {
+            env.push((compute::VAR.into(), t.dir().into()));
+        }
         let rdzv_id = at.rdzv_id(&self.cfg.cluster, self.launcher.strategy);
         let workdir = user::workdir(self.launcher, &run_as);
         let program = Program {
@@ -211,6 +221,7 @@ impl<'a> Supervisor<'a> {
                     at,
                     tree: tree::Tree::new(root),
                     running,
+                    step_times,
                 })
             }
             Err(status) => {
@@ -329,6 +340,18 @@ impl<'a> Supervisor<'a> {
         );
         tracing::warn!(generation = at.generation, "the launcher failed: {why}");
         self.reporter.failed(status, why, tail);
+    }
+}
+
+/// The run's directory for the job's step times, or none (said once per run) when it cannot be
+/// made.
+fn step_times(run_as: &user::RunAs) -> Option<compute::StepTimes> {
+    match compute::StepTimes::create(run_as.uid, run_as.gid) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!("no directory for the job's step times (stragglers go unseen): {e}");
+            None
+        }
     }
 }
 

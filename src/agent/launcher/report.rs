@@ -45,6 +45,7 @@ impl Reporter {
                 since: now(),
                 output_tail: Vec::new(),
                 stopped: None,
+                compute: None,
             },
             written: None,
             failing: None,
@@ -87,6 +88,15 @@ impl Reporter {
         }
     }
 
+    /// The node's compute time per step as the job measures it: written when it changes (at
+    /// most every heartbeat, when the job measures at all).
+    pub fn compute(&mut self, c: Option<crate::protocol::launcher::StepCompute>) {
+        if self.report.compute != c {
+            self.report.compute = c;
+            self.write();
+        }
+    }
+
     pub fn stopping(&mut self, why: &str) {
         self.set(LauncherState::Stopping, None, why);
     }
@@ -115,6 +125,7 @@ impl Reporter {
         };
         r.pid = None;
         r.stopped = None;
+        r.compute = None;
         r.output_tail = tail;
     }
 

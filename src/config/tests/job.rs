@@ -1,4 +1,4 @@
-//! `job.stall` and `agent.health`.
+//! `job.stall`, `job.stragglers` and `agent.health`.
 
 use super::*;
 
@@ -67,6 +67,29 @@ fn a_bad_stall_is_named_with_its_line() {
     );
     let e = error_of(&with_job("  progress: progress\n"));
     assert!(e.contains("job.progress") && e.contains("line 11"), "{e}");
+}
+
+#[test]
+fn stragglers_take_the_ratio_and_steps_as_written_and_refuse_nonsense_naming_the_key() {
+    let cfg = Config::parse(&with_job(
+        "  stragglers: { action: drain, ratio: 1.5, steps: 20 }\n",
+    ))
+    .unwrap();
+    let s = cfg.job.stragglers;
+    assert_eq!(
+        (s.action, s.ratio, s.steps),
+        (StragglerAction::Drain, 1.5, 20)
+    );
+    for (bad, said) in [
+        ("{ ratio: 1.0 }", "ratio: 1 is not above 1"),
+        ("{ ratio: .nan }", "is not above 1"),
+        ("{ steps: 0 }", "steps: 0 would call"),
+        ("{ action: kill }", "unknown variant `kill`"),
+        ("{ ratios: 2 }", "unknown field `ratios`"),
+    ] {
+        let e = error_of(&with_job(&format!("  stragglers: {bad}\n")));
+        assert!(e.contains(said) && e.contains("line 11"), "{bad}: {e}");
+    }
 }
 
 #[test]

@@ -186,6 +186,9 @@ pub fn who_asked(cause: Cause) -> &'static str {
             "dtd: the job stalled and its agent reported a training process stopped \
              (`job.stall.action`); it is replaced"
         }
+        Cause::Straggler => {
+            "dtd: its compute time per step held the job back (`job.stragglers`); it is replaced"
+        }
     }
 }
 

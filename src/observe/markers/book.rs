@@ -274,6 +274,7 @@ fn show(name: &MarkerName, b: &Believed, j: &Judging, m: &mut Markers) {
                 restarts: l.restarts,
                 reason: l.reason.clone(),
                 stopped: l.stopped,
+                compute: l.compute,
                 // Not yet heard on a connection of this run: not silent either.
                 heard_at: j.heard.get(&b.instance_id).copied().unwrap_or(j.now),
             };

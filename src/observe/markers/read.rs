@@ -9,7 +9,7 @@ use crate::model::{HealthSeen, Millis, Notice, NoticeKind, NoticeTarget};
 use crate::observe::file_version::FileVersion;
 use crate::protocol::health::HealthReport;
 use crate::protocol::interruption::{InterruptionMarker, NoticeKind as AgentKind};
-use crate::protocol::launcher::{LauncherReport, LauncherState};
+use crate::protocol::launcher::{LauncherReport, LauncherState, StepCompute};
 use crate::protocol::markers::{MarkerKind, MarkerName, MAX_REPORT_BYTES};
 use crate::protocol::report;
 use crate::protocol::signed::{self, SignError, Signed};
@@ -79,6 +79,7 @@ pub struct LauncherBody {
     pub restarts: u32,
     pub reason: String,
     pub stopped: Option<u32>,
+    pub compute: Option<StepCompute>,
 }
 
 impl Body {
@@ -184,6 +185,7 @@ fn launcher(r: LauncherReport) -> LauncherBody {
         restarts: r.restarts,
         reason: r.reason,
         stopped: r.stopped,
+        compute: r.compute,
     }
 }
 

@@ -29,6 +29,7 @@ fn running(w: &mut World, addr: &str, id: &str, stopped: Option<u32>, at: Millis
         restarts: 0,
         reason: "node 0 of 2".into(),
         stopped,
+        compute: None,
         heard_at: at,
     };
     w.markers.launchers.insert(ip(addr), l);

@@ -13,4 +13,5 @@ mod partial_views;
 mod quorum;
 mod second_thoughts;
 mod stall;
+mod stragglers;
 mod wake;

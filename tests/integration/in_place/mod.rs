@@ -11,6 +11,7 @@
 //! change.
 
 mod lighthouse;
+mod straggler;
 
 use std::path::Path;
 use std::process::Command;
@@ -36,7 +37,7 @@ fn script() -> Script {
 }
 
 /// Kills a Lighthouse left behind (a `dtd` killed -9 leaves it for the next to adopt).
-struct Lighthouse(String);
+pub(super) struct Lighthouse(pub String);
 
 impl Drop for Lighthouse {
     fn drop(&mut self) {
@@ -47,7 +48,7 @@ impl Drop for Lighthouse {
 }
 
 /// The quorum the job reports: (quorum id, nodes, step, the last change).
-fn quorum(s: &Story) -> Option<(u64, u64, u64, Value)> {
+pub(super) fn quorum(s: &Story) -> Option<(u64, u64, u64, Value)> {
     let p = s.progress()?;
     let q = &p["in_place"];
     let last = q["changes"].as_array().and_then(|c| c.last().cloned());
@@ -61,7 +62,7 @@ fn quorum(s: &Story) -> Option<(u64, u64, u64, Value)> {
 
 /// Waits until a quorum of `nodes` other than `after` trains 10 steps past where it was first
 /// seen; returns its id and its last change (the one that formed it).
-fn wait_quorum(s: &Story, nodes: u64, after: u64, what: &str) -> (u64, Value) {
+pub(super) fn wait_quorum(s: &Story, nodes: u64, after: u64, what: &str) -> (u64, Value) {
     let mut first: Option<(u64, u64)> = None;
     let mut probe = || {
         let q = quorum(s)?;
@@ -75,7 +76,7 @@ fn wait_quorum(s: &Story, nodes: u64, after: u64, what: &str) -> (u64, Value) {
 }
 
 /// A node's torchrun and the training processes under it.
-fn processes(s: &Story, node: &Node) -> Vec<i32> {
+pub(super) fn processes(s: &Story, node: &Node) -> Vec<i32> {
     s.processes(node)
 }
 

@@ -40,6 +40,7 @@ pub(crate) fn rules() -> Rules {
         scheduled_change_lead_ms: 3_600_000,
         stall_after_ms: None,
         stall_action: dt::config::StallAction::Alert,
+        stragglers: dt::config::Stragglers::default(),
         launcher_silent_ms: None,
         launcher_silent_share: 1.0 / 3.0,
         ack_by_launcher: false,

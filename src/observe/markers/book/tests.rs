@@ -46,6 +46,7 @@ fn launcher(state: LauncherState) -> Vec<u8> {
         since: "2026-11-26T10:00:00Z".into(),
         output_tail: vec![],
         stopped: None,
+        compute: None,
     }
     .render()
 }

@@ -131,6 +131,7 @@ impl World {
                     restarts: 0,
                     reason: "report".into(),
                     stopped: None,
+                    compute: None,
                     heard_at: if silent { 0 } else { u64::MAX / 2 },
                 };
                 self.markers.launchers.insert(slot_ip(s), l);
