@@ -112,6 +112,36 @@ fn steady_state(workers: usize) -> (Rules, Snapshot, State) {
     (rules, snap, state)
 }
 
+/// The steady state with every member's agent reporting its launcher running and the job's step
+/// time (`session.compute()`), none a straggler: what `job.stragglers` compares on every pass.
+fn with_step_times(workers: usize) -> (Rules, Snapshot, State) {
+    let (mut rules, mut snap, mut state) = steady_state(workers);
+    rules.stragglers.action = dt::config::StragglerAction::Drain;
+    rules.launcher_silent_ms = Some(30_000);
+    if let Ok(m) = &mut snap.markers {
+        for (n, member) in state.members.iter().enumerate() {
+            let l = LauncherSeen {
+                instance_id: member.id.clone(),
+                state: dt::protocol::launcher::LauncherState::Running,
+                generation: Some(40),
+                restarts: 0,
+                reason: "running".into(),
+                stopped: None,
+                compute: Some(dt::protocol::launcher::StepCompute {
+                    step: 1_200,
+                    micros: 180_000 + (n % 7) as u64 * 1_000,
+                }),
+                heard_at: NOW - 1_000,
+            };
+            m.launchers.insert(member.ip, l);
+        }
+    }
+    // One pass remembers each launcher's state as journaled, as the daemon does between passes
+    // (else every pass would journal every launcher anew).
+    state.workers = decide(&rules, &snap, &state, NOW - 2_000).state.workers;
+    (rules, snap, state)
+}
+
 fn remember_added(state: &mut State, inst: &Instance, at: Millis) {
     state
         .worker_mut(&inst.id)
@@ -126,9 +156,11 @@ fn show(d: Duration) -> String {
     }
 }
 
+type Scenario = fn(usize) -> (Rules, Snapshot, State);
+
 /// Runs decide for the time budget; returns the sorted sample of pass durations.
-fn measure(workers: usize) -> Vec<Duration> {
-    let (rules, snap, state) = steady_state(workers);
+fn measure(workers: usize, scenario: Scenario) -> Vec<Duration> {
+    let (rules, snap, state) = scenario(workers);
     // A sanity check that the scenario is what it claims: joins and leaves on every pass.
     let plan = decide(&rules, &snap, &state, NOW);
     assert_eq!(
@@ -161,27 +193,35 @@ fn main() {
     // debug build: there it only checks that the scenarios hold, at the two smaller sizes.
     if !std::env::args().any(|a| a == "--bench") {
         for workers in [10, 1_000] {
-            let (rules, snap, state) = steady_state(workers);
-            assert_eq!(
-                decide(&rules, &snap, &state, NOW).outcome.hosts.len(),
-                workers
-            );
+            for scenario in [steady_state as Scenario, with_step_times] {
+                let (rules, snap, state) = scenario(workers);
+                let plan = decide(&rules, &snap, &state, NOW);
+                assert_eq!(plan.outcome.hosts.len(), workers);
+                assert!(plan.state.stragglers.is_empty(), "no straggler");
+            }
         }
         println!("decide benchmark scenarios hold (run `cargo bench --bench decide` for figures)");
         return;
     }
     let mut median_at_10k = None;
-    for workers in [10, 1_000, 10_000] {
-        let s = measure(workers);
+    let runs = [
+        ("decide", steady_state as Scenario, &[10, 1_000, 10_000][..]),
+        ("+steps", with_step_times, &[1_000, 10_000][..]),
+    ];
+    for (workers, name, scenario) in runs
+        .iter()
+        .flat_map(|(name, f, sizes)| sizes.iter().map(move |w| (*w, *name, *f)))
+    {
+        let s = measure(workers, scenario);
         let pick = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
         println!(
-            "decide  {workers:>6} workers  {:>7} iterations  median {:>9}  p95 {:>9}  max {:>9}",
+            "{name}  {workers:>6} workers  {:>7} iterations  median {:>9}  p95 {:>9}  max {:>9}",
             s.len(),
             show(pick(0.5)),
             show(pick(0.95)),
             show(s[s.len() - 1]),
         );
-        if workers == 10_000 {
+        if workers == 10_000 && name == "decide" {
             median_at_10k = Some(pick(0.5));
         }
     }

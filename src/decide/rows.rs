@@ -123,7 +123,22 @@ fn launcher_line(snap: &Snapshot, state: &State, id: &str, ip: std::net::IpAddr)
         0 => String::new(),
         n => format!(", {n} restart(s)"),
     };
-    Some(format!("{}{g} ({}{restarts})", l.state.as_str(), l.reason))
+    // The node's own work per step, where its job measures it: the figure stragglers are
+    // found by, beside the others'.
+    let compute = (l.compute)
+        .filter(|_| l.state.is_active())
+        .map_or(String::new(), |c| {
+            format!(
+                "; {:.1} ms a step at step {}",
+                c.micros as f64 / 1e3,
+                c.step
+            )
+        });
+    Some(format!(
+        "{}{g} ({}{restarts}){compute}",
+        l.state.as_str(),
+        l.reason
+    ))
 }
 
 /// The status report's table: base hosts first, then by IP.

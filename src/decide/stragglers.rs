@@ -2,12 +2,15 @@
 //! slow GPU slows every step of every node for as long as it stays. Each member's agent reports
 //! its compute time per step as its job measures it (`dt_torch`'s `session.compute()`): a member
 //! whose time stays above `ratio` times the median of the other members' for `steps` of the
-//! job's steps, and by at least 5 ms, is a straggler. It is journaled and shown; with `drain` it leaves the job within
-//! the disruption budget and is replaced as an unhealthy worker is. Never the last member.
+//! job's steps, and by at least 5 ms, is a straggler. It is journaled and shown; with `drain` it
+//! leaves the job within the disruption budget and is replaced as an unhealthy worker is. Never
+//! the last member.
 //!
 //! Only a member's own agent reports its figure: a job can make its own node look slow, never
 //! another. Members without a figure (a job that does not measure, a report of another
 //! generation's run) are not compared.
+
+use rustc_hash::FxHashSet;
 
 use super::draft::Draft;
 use super::inputs::Inputs;
@@ -21,7 +24,7 @@ use crate::model::*;
 /// microseconds has no straggler worth a leave).
 const MIN_EXCESS_MICROS: u64 = 5_000;
 
-/// A member's figure: where it is listed, its place in the members, its compute time.
+/// A member's figure: where it is listed, its compute time and the step it was measured at.
 struct Figure {
     at: usize,
     micros: u64,
@@ -34,19 +37,21 @@ pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
         st.stragglers.clear();
         return;
     }
+    if p.markers.is_none() {
+        // The reports are unread this pass: what was counted is kept, not forgotten.
+        return;
+    }
     let figures = figures(p, st);
-    let mut slow_now = Vec::new();
-    for (i, f) in figures.iter().enumerate() {
-        let others: Vec<u64> = (figures.iter().enumerate())
-            .filter(|(j, _)| *j != i)
-            .map(|(_, o)| o.micros)
-            .collect();
-        let Some(median) = median(others) else {
+    let mut sorted: Vec<u64> = figures.iter().map(|f| f.micros).collect();
+    sorted.sort_unstable();
+    let mut slow_now = FxHashSet::default();
+    for f in &figures {
+        let Some(median) = median_of_others(&sorted, f.micros) else {
             continue;
         };
         let over = f.micros as f64 > rule.ratio * median as f64;
         if over && f.micros >= median + MIN_EXCESS_MICROS {
-            slow_now.push(p.list[f.at].id.clone());
+            slow_now.insert(p.list[f.at].id.clone());
             note(p, st, out, f, median);
         }
     }
@@ -55,6 +60,9 @@ pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
 
 /// The members whose own agent reports a compute time for the run it has now.
 fn figures(p: &Inputs, st: &State) -> Vec<Figure> {
+    if p.markers.is_some_and(|m| m.launchers.is_empty()) {
+        return Vec::new();
+    }
     let figure = |m: &Member| {
         let at = p.at(&m.id)?;
         let l = report(p, st, at)?;
@@ -68,9 +76,13 @@ fn figures(p: &Inputs, st: &State) -> Vec<Figure> {
     st.members.iter().filter_map(figure).collect()
 }
 
-fn median(mut v: Vec<u64>) -> Option<u64> {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied()
+/// The median (the upper one of an even count) of `sorted` without one copy of `x`, without
+/// copying it: a pass compares every member, so this is O(log n) per member, not O(n).
+fn median_of_others(sorted: &[u64], x: u64) -> Option<u64> {
+    let k = sorted.len().checked_sub(1)? / 2;
+    let first = sorted.partition_point(|v| *v < x);
+    let at = if first <= k { k + 1 } else { k };
+    sorted.get(at).copied()
 }
 
 /// A slow report: counted from its first step; journaled (and acted on) once it stayed slow for
@@ -115,9 +127,9 @@ fn describe(p: &Inputs, s: &Slow) -> String {
 
 /// Members no longer slow (or no longer members) are forgotten; one journaled and still in the
 /// job is said to be back within the rule.
-fn forget(p: &Inputs, st: &mut State, out: &mut Draft, slow_now: &[String]) {
+fn forget(p: &Inputs, st: &mut State, out: &mut Draft, slow_now: &FxHashSet<String>) {
     let gone: Vec<String> = (st.stragglers.keys())
-        .filter(|id| !slow_now.contains(id))
+        .filter(|id| !slow_now.contains(id.as_str()))
         .cloned()
         .collect();
     for id in gone {
@@ -174,6 +186,40 @@ pub(super) fn show(p: &Inputs, st: &State, out: &mut Draft) {
         };
         if let Some(view) = out.views[at].as_mut() {
             view.1 = Some(describe(p, s));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_of_others;
+
+    #[test]
+    fn the_median_of_the_others_is_the_median_of_the_list_without_that_one() {
+        let naive = |v: &[u64], i: usize| {
+            let mut o: Vec<u64> = v.to_vec();
+            o.remove(i);
+            o.sort_unstable();
+            o.get(o.len() / 2).copied()
+        };
+        let lists: [&[u64]; 6] = [
+            &[5],
+            &[1, 9],
+            &[3, 3, 3],
+            &[1, 2, 3, 4],
+            &[7, 1, 7, 2, 9, 7],
+            &[4, 4, 1, 8],
+        ];
+        for v in lists {
+            let mut sorted = v.to_vec();
+            sorted.sort_unstable();
+            for (i, x) in v.iter().enumerate() {
+                assert_eq!(
+                    median_of_others(&sorted, *x),
+                    naive(v, i),
+                    "{v:?} without {x}"
+                );
+            }
         }
     }
 }

@@ -16,9 +16,10 @@ use crate::torchrun::{figure, Script, Story, PHASE, STORIES};
 const STEPS: u64 = dt::config::Stragglers::STEPS;
 
 /// What the default rule may take beyond its steps: the median of a node's last 10 steps turns
-/// after 5 slow ones, and its figure reaches `dtd` at the agent's next heartbeat (2 s) after
-/// `dt_torch`'s next write (1 s).
-const REPORT_SLACK: u64 = 30;
+/// after 5 slow ones, its figure reaches `dtd` at the agent's next heartbeat (2 s) after
+/// `dt_torch`'s next write (1 s), and this test reads the journal between its own calls of
+/// `dtctl`. 6 to 26 steps in six runs, quiet and busy (BENCHMARKS.md).
+const REPORT_SLACK: u64 = 50;
 
 fn script() -> Script {
     Script {
