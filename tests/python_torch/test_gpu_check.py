@@ -20,7 +20,25 @@ def run(*args, env=None, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def load_check():
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("gpu_check", str(CHECK))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_check", loader))
+    loader.exec_module(module)
+    return module
+
+
 class GpuCheckTest(unittest.TestCase):
+    def test_the_steps_are_read_from_ranks_lines_that_ran_into_each_other(self):
+        # Seen in a clone's run: two ranks' lines on one line of the shared log.
+        check = load_check()
+        log = ("[torch_job] generation 2: rank 1 of 2, from step 935[torch_job] generation 2: "
+               "rank 0 of 2, from step 935\n")
+        self.assertEqual(check._from_step(log), 935)
+        self.assertEqual(check._stopped_at("[torch_job] rank 0: stopping at step 12[torch_job] x"), 12)
+        self.assertIsNone(check._from_step("no step here\n"))
+
     def test_without_a_driver_it_says_there_is_no_gpu_and_exits_3(self):
         with tempfile.TemporaryDirectory() as empty:
             # Only python on PATH: no nvidia-smi, whatever this machine has.
