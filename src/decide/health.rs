@@ -167,20 +167,16 @@ fn leave(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
         return hold_drain(p, st, out, at, &why);
     }
     holds::released(st, &inst.id);
+    let reason = h.describe();
+    if !at_once {
+        let head = format!("{reason}: {} leaves the job", inst.ip);
+        return drain(p, st, out, at, Cause::Unhealthy, &reason, head);
+    }
     take_out(st, out, pos);
     let end = ending(p, at);
     owe_replacement(p, st, at, &end);
-    let reason = h.describe();
     let mut r = removal::new(p, inst, Cause::Unhealthy, Some(end.clone()), &reason);
     let then = then_text(&end);
-    if !at_once {
-        let msg = format!(
-            "{reason}: {} leaves the job; {then} after the job acknowledges generation {}",
-            inst.ip, r.generation
-        );
-        removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg);
-        return;
-    }
     r.stage.end(end);
     let why = match h.gpus_lost {
         true => "its GPUs are gone",
@@ -188,6 +184,34 @@ fn leave(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, pos: usize) {
     };
     let msg = format!("{reason}: {} left the job at once ({why}); {then}", inst.ip);
     removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Unhealthy);
+}
+
+/// A member leaves the job now and ends as an unhealthy one does once the job has let it go (its
+/// replacement owed from now). `head` says who leaves and why; the journal line adds the ending
+/// and the generation the job must acknowledge.
+pub(super) fn drain(
+    p: &Inputs,
+    st: &mut State,
+    out: &mut Draft,
+    at: usize,
+    cause: Cause,
+    reason: &str,
+    head: String,
+) {
+    let inst = &p.list[at];
+    let Some(pos) = st.members.iter().position(|m| m.id == inst.id) else {
+        return;
+    };
+    take_out(st, out, pos);
+    let end = ending(p, at);
+    owe_replacement(p, st, at, &end);
+    let r = removal::new(p, inst, cause, Some(end.clone()), reason);
+    let then = then_text(&end);
+    let msg = format!(
+        "{head}; {then} after the job acknowledges generation {}",
+        r.generation
+    );
+    removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg);
 }
 
 /// The member at `pos` leaves the host files now; the job is told it was unhealthy (it cannot

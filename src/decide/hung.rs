@@ -95,28 +95,16 @@ fn describe(p: &Inputs, hung: &[Hung]) -> String {
 
 /// The member leaves the job now and ends as an unhealthy one does, after the job has let it go.
 fn drain(p: &Inputs, st: &mut State, out: &mut Draft, h: &Hung, step: u64) {
-    let inst = &p.list[h.at];
-    let Some(pos) = st.members.iter().position(|m| m.id == inst.id) else {
-        return;
-    };
-    health::take_out(st, out, pos);
-    let end = health::ending(p, h.at);
-    health::owe_replacement(p, st, h.at, &end);
     let reason = format!(
         "its training process {} stopped while the job stalled at step {step}",
         h.pid
     );
-    let r = super::removal::new(p, inst, Cause::Hung, Some(end.clone()), &reason);
-    let msg = format!(
-        "{reason}: {} leaves the job (job.stall.action: {}); {} after the job acknowledges \
-         generation {}",
-        inst.ip,
-        name(p.rules.stall_action),
-        health::then_text(&end),
-        r.generation
+    let head = format!(
+        "{reason}: {} leaves the job (job.stall.action: {})",
+        p.list[h.at].ip,
+        name(p.rules.stall_action)
     );
-    let e = super::removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg);
-    e.cause = Some(Cause::Hung);
+    health::drain(p, st, out, h.at, Cause::Hung, &reason, head);
 }
 
 fn name(action: StallAction) -> &'static str {

@@ -15,7 +15,7 @@ use rustc_hash::FxHashSet;
 use super::draft::Draft;
 use super::inputs::Inputs;
 use super::launcher_reports::report;
-use super::{budget, health, holds, removal};
+use super::{budget, health, holds};
 use crate::config::StragglerAction;
 use crate::model::*;
 
@@ -151,10 +151,12 @@ fn forget(p: &Inputs, st: &mut State, out: &mut Draft, slow_now: &FxHashSet<Stri
 /// an unhealthy worker does. The last member stays: a job of one has no one to wait for.
 fn drain(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, s: &Slow) {
     let inst = &p.list[at];
-    let Some(pos) = st.members.iter().position(|m| m.id == inst.id) else {
-        return;
-    };
-    if st.members.len() < 2 || !p.can_remove() || st.removals.iter().any(|r| r.id == inst.id) {
+    let member = st.members.iter().any(|m| m.id == inst.id);
+    if !member
+        || st.members.len() < 2
+        || !p.can_remove()
+        || st.removals.iter().any(|r| r.id == inst.id)
+    {
         return;
     }
     if let Some(why) = budget::exhausted(p, st) {
@@ -163,19 +165,12 @@ fn drain(p: &Inputs, st: &mut State, out: &mut Draft, at: usize, s: &Slow) {
         return;
     }
     holds::released(st, &inst.id);
-    health::take_out(st, out, pos);
-    let end = health::ending(p, at);
-    health::owe_replacement(p, st, at, &end);
     let reason = describe(p, s);
-    let r = removal::new(p, inst, Cause::Straggler, Some(end.clone()), &reason);
-    let msg = format!(
-        "{}: {reason}; it leaves the job (job.stragglers.action: drain); {} after the job \
-         acknowledges generation {}",
-        inst.ip,
-        health::then_text(&end),
-        r.generation
+    let head = format!(
+        "{}: {reason}; it leaves the job (job.stragglers.action: drain)",
+        inst.ip
     );
-    removal::queue_as(p, st, out, r, EventKind::RemovalQueued, msg).cause = Some(Cause::Straggler);
+    health::drain(p, st, out, at, Cause::Straggler, &reason, head);
 }
 
 /// A straggler kept in the job (`alert`, or held by the budget): its row says so.
