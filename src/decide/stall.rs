@@ -12,12 +12,15 @@ use super::draft::Draft;
 use super::inputs::Inputs;
 use crate::model::*;
 
+/// The step is followed whether or not stalls are watched (`job.stall.after`): the goodput
+/// ledger moves lost steps to `redone` and, under `in_place`, tells a pause from training by it.
 pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
-    let Some(after) = p.rules.stall_after_ms else {
-        // Stall detection was turned off: nothing to time, nothing to clear.
-        st.progress = None;
-        return;
-    };
+    let after = p.rules.stall_after_ms;
+    if let (None, Some(known)) = (after, st.progress.as_mut()) {
+        // Stall detection was turned off: a stall shown goes with it, unjournaled.
+        known.stalled = false;
+        known.held_back.clear();
+    }
     match p.progress {
         None => forget(p, st, out, "the job no longer writes its progress file"),
         Some(Err(_)) => {}
@@ -43,8 +46,8 @@ fn fresh(step: u64, now: Millis) -> JobProgress {
     }
 }
 
-/// The step read this pass, against the one remembered.
-fn time(p: &Inputs, st: &mut State, out: &mut Draft, step: u64, after: Millis) {
+/// The step read this pass, against the one remembered; a stall only with `after`.
+fn time(p: &Inputs, st: &mut State, out: &mut Draft, step: u64, after: Option<Millis>) {
     let Some(known) = st.progress.as_mut() else {
         st.progress = Some(fresh(step, p.now));
         return;
@@ -59,7 +62,7 @@ fn time(p: &Inputs, st: &mut State, out: &mut Draft, step: u64, after: Millis) {
         return;
     }
     let still = p.now.saturating_sub(known.advanced_at);
-    if known.stalled || still < after {
+    if known.stalled || after.is_none_or(|after| still < after) {
         return;
     }
     known.stalled = true;

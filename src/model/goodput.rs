@@ -157,6 +157,14 @@ pub struct Seen<'a> {
     pub price: &'a dyn Fn(&str) -> Option<f64>,
 }
 
+/// The job's step counts as advancing for at least this long after `dtd` first read it: rank 0
+/// writes the progress file at most once a second, and `dtd` reads it once a pass.
+pub const STEP_FRESH: Millis = 3_000;
+
+/// ... and for this many of the job's own steps (its pace in this run of steps), for a job
+/// whose steps take longer than a second.
+const STEPS_FRESH: f64 = 3.0;
+
 impl Goodput {
     pub fn new(now: Millis) -> Goodput {
         Goodput {
@@ -184,8 +192,11 @@ impl Goodput {
     /// Accounts the time since the last pass.
     pub fn account(&mut self, seen: &Seen) {
         let mut accounted = BTreeMap::new();
-        let roles = Roles::of(seen.state);
         self.note_change(seen.state, seen.now);
+        let change_at = (self.changes.last())
+            .filter(|c| c.generation == seen.state.generation)
+            .map(|c| c.at);
+        let roles = Roles::of(seen, self.step_fresh(), change_at);
         for i in seen.instances {
             // A worker seen for the first time was booting since its launch (not before the
             // ledger began, nor after now: a clock EC2 and dtd do not share).
@@ -258,6 +269,16 @@ impl Goodput {
                 .collect(),
             ..Goodput::default()
         })
+    }
+
+    /// How long after the step was read advancing the job counts as training: its pace in this
+    /// run of steps, a few steps' worth, and never under [`STEP_FRESH`].
+    fn step_fresh(&self) -> Millis {
+        let pace = (self.steps.as_ref()).filter(|r| r.last > r.first).map(|r| {
+            let ms = r.last_at.saturating_sub(r.first_at) as f64;
+            (STEPS_FRESH * ms / (r.last - r.first) as f64) as Millis
+        });
+        pace.unwrap_or(0).max(STEP_FRESH)
     }
 
     /// When the job's step went back (a restart from its checkpoint): the steps lost and their
@@ -333,16 +354,29 @@ struct Roles<'a> {
     /// A change of membership the job has not acknowledged: every member pauses for it.
     changing: bool,
     stalled: bool,
+    /// The job's step, when it writes a progress file, overrules the acknowledgements: `held`
+    /// while it has not advanced since the current change began (a job that acknowledged its
+    /// restart before it trains again), `advancing` while it was read advancing lately (an old
+    /// generation finishing its step before a change is acknowledged, `in_place`'s members while
+    /// a joiner starts).
+    held: bool,
+    advancing: bool,
 }
 
 impl<'a> Roles<'a> {
-    fn of(st: &'a State) -> Roles<'a> {
+    fn of(seen: &Seen<'a>, fresh: Millis, change_at: Option<Millis>) -> Roles<'a> {
+        let st = seen.state;
+        let progress = st.progress.as_ref();
         Roles {
             members: st.members.iter().map(|m| (m.id.as_str(), m)).collect(),
             removals: st.removals.iter().map(|r| (r.id.as_str(), r)).collect(),
             changing: st.pending_notification.is_some()
                 || st.removals.iter().any(|r| r.awaits_ack()),
-            stalled: st.progress.as_ref().is_some_and(|p| p.stalled),
+            stalled: progress.is_some_and(|p| p.stalled),
+            held: progress
+                .zip(change_at)
+                .is_some_and(|(p, at)| p.advanced_at < at),
+            advancing: progress.is_some_and(|p| seen.now.saturating_sub(p.advanced_at) <= fresh),
         }
     }
 
@@ -359,10 +393,12 @@ impl<'a> Roles<'a> {
             return if kept { Bucket::Idle } else { Bucket::Leaving };
         }
         if let Some(m) = self.members.get(i.id.as_str()) {
-            return match (!m.acked || self.changing, self.stalled) {
-                (true, _) => Bucket::Paused,
-                (false, true) => Bucket::Idle,
-                (false, false) => Bucket::Training,
+            let held = !self.advancing && (self.changing || self.held);
+            return match (!m.acked, self.stalled, held) {
+                (true, _, _) => Bucket::Paused,
+                (false, true, _) => Bucket::Idle,
+                (false, false, true) => Bucket::Paused,
+                (false, false, false) => Bucket::Training,
             };
         }
         match markers.is_some_and(|m| m.success.contains(&i.ip)) {

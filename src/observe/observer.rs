@@ -96,8 +96,9 @@ impl Observer {
             acks: AckReader::new(&ack.file, log, owner, known.clone()),
             resume: paths.resume(),
             capacity_refusals: paths.capacity_refusals(),
-            progress: sources::reads_progress(cfg)
-                .then(|| ProgressReader::new(&cfg.job.progress, owner)),
+            // Every pass: the goodput ledger follows the job's step (redone time), besides
+            // stall detection, joins at checkpoints and the in-place strategy's quorum.
+            progress: ProgressReader::new(&cfg.job.progress, owner),
         };
         let tags = &cfg.workers.tags;
         let listing = Ec2Observer::new(clients.ec2.clone(), tags, cfg.workers.page_size);
@@ -221,7 +222,7 @@ impl Observer {
         pins: Pins<'_>,
     ) -> Observed {
         let listing_calls = self.ec2.first_listing().await;
-        let shared = shared::read(&self.readers, shared_fs, sources::reads_progress(cfg)).await;
+        let shared = shared::read(&self.readers, shared_fs).await;
         let stalled = shared.acks.is_err() && shared_fs.is_stuck();
         let template = self.resolve_launch_template(cfg).await;
         let named = self.inbox.instances();

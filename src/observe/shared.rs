@@ -24,7 +24,7 @@ pub struct SharedReaders {
     pub resume: PathBuf,
     pub capacity_refusals: PathBuf,
     /// With `job.stall` configured only.
-    pub progress: Option<ProgressReader>,
+    pub progress: ProgressReader,
 }
 
 /// Why a read of the shared directory has no answer: the file system did not answer in time,
@@ -52,10 +52,10 @@ pub struct SharedView {
 
 impl SharedReaders {
     fn read(&mut self) -> SharedView {
-        let progress = self.progress.as_mut().and_then(ProgressReader::read);
+        let progress = self.progress.read();
         let mut acks = self.acks.read().map_err(Unread::Failed);
         // The job's files refused for their owner are reported together (`Acks::refused`).
-        let not_owned = self.progress.as_ref().and_then(|p| p.not_owned());
+        let not_owned = self.progress.not_owned();
         if let (Ok(a), Some(why)) = (&mut acks, not_owned) {
             a.refused.push(why.to_string());
         }
@@ -86,14 +86,10 @@ fn capacity_refusals(path: &std::path::Path) -> Vec<CapacityRefusal> {
     }
 }
 
-/// Reads everything within `fs`'s deadline; a stall makes markers and acknowledgements fail,
-/// and the progress file too when `reads_progress` (the readers' lock may be held by the
-/// stuck thread, so that is not asked of them).
-pub async fn read(
-    readers: &Arc<Mutex<SharedReaders>>,
-    fs: &mut Deadline,
-    reads_progress: bool,
-) -> SharedView {
+/// Reads everything within `fs`'s deadline; a stall makes markers, acknowledgements and the
+/// progress file fail (the readers' lock may be held by the stuck thread, so that is not asked
+/// of them).
+pub async fn read(readers: &Arc<Mutex<SharedReaders>>, fs: &mut Deadline) -> SharedView {
     let readers = Arc::clone(readers);
     let read = move || {
         let mut r = readers
@@ -109,7 +105,7 @@ pub async fn read(
         Ok(view) => view,
         // Not "no progress file": a stall already shown stays shown until the file is read.
         Err(stalled) => SharedView {
-            progress: reads_progress.then(|| Err(Unread::Stalled(stalled.clone()))),
+            progress: Some(Err(Unread::Stalled(stalled.clone()))),
             markers: Some(Err(Unread::Stalled(stalled.clone()))),
             strays: Vec::new(),
             acks: Err(Unread::Stalled(stalled)),

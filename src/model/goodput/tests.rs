@@ -64,6 +64,25 @@ fn pass(g: &mut Goodput, now: Millis, list: &[Instance], markers: &Markers, stat
     });
 }
 
+/// What a pass at `now` sees a worker doing, the current change begun at `change_at`.
+fn role(
+    state: &State,
+    now: Millis,
+    change_at: Option<Millis>,
+    i: &Instance,
+    markers: &Markers,
+) -> Bucket {
+    let seen = Seen {
+        now,
+        instances: &[],
+        markers: Some(markers),
+        state,
+        gpus: &gpus,
+        price: &price,
+    };
+    Roles::of(&seen, STEP_FRESH, change_at).bucket(i, Some(markers))
+}
+
 /// `workers.prices: { p4d.24xlarge: 32.77 }`.
 fn price(kind: &str) -> Option<f64> {
     (kind == "p4d.24xlarge").then_some(32.77)
@@ -102,7 +121,7 @@ fn each_worker_is_in_the_bucket_of_what_it_does() {
         ],
         ..State::default()
     };
-    let seen = |state: &State, n: usize| Roles::of(state).bucket(&list[n], Some(&markers));
+    let seen = |state: &State, n: usize| role(state, 0, None, &list[n], &markers);
     // A removal awaiting its acknowledgement: every member is paused (the job restarts).
     assert_eq!(seen(&state, 0), Bucket::Paused);
     assert_eq!(seen(&state, 1), Bucket::Paused);
@@ -259,10 +278,58 @@ fn a_mark_each_hour_gives_the_time_since_it_and_only_three_days_are_kept() {
     assert_eq!(saved.marks, g.marks);
 }
 
-fn progress(step: u64) -> Option<JobProgress> {
+#[test]
+fn with_a_progress_file_the_members_train_while_the_step_advances() {
+    let (a, b, c) = (instance(1, 0), instance(2, 0), instance(3, 0));
+    let markers = Markers {
+        success: [a.ip, b.ip, c.ip].into(),
+        ..Markers::default()
+    };
+    // c joins at 9 s: the generation with it is not acknowledged yet (its process is starting).
+    let joining = State {
+        members: vec![member(&a, true), member(&b, true), member(&c, false)],
+        pending_notification: Some(Default::default()),
+        progress: Some(JobProgress {
+            step: 40,
+            advanced_at: 10_000,
+            stalled: false,
+            held_back: String::new(),
+        }),
+        ..State::default()
+    };
+    let at = |st: &State, now, i| role(st, now, Some(9_000), i, &markers);
+    // The step was read advancing 2 s ago: a and b train on (in place, or the old generation
+    // finishing its step); c is the change's pause.
+    assert_eq!(at(&joining, 12_000, &a), Bucket::Training);
+    assert_eq!(at(&joining, 12_000, &c), Bucket::Paused);
+    // It has stood for more than STEP_FRESH: the change holds them up.
+    assert_eq!(at(&joining, 10_000 + STEP_FRESH + 1, &a), Bucket::Paused);
+    // Acknowledged, but the step has not moved since the change began at 11 s: the job is
+    // restarting, not training.
+    let acked = State {
+        members: vec![member(&a, true), member(&b, true), member(&c, true)],
+        pending_notification: None,
+        ..joining.clone()
+    };
+    assert_eq!(
+        role(&acked, 20_000, Some(11_000), &b, &markers),
+        Bucket::Paused
+    );
+    // Once it has (read at 10 s, the change at 9 s), a step taking long is still training.
+    assert_eq!(at(&acked, 60_000, &b), Bucket::Training);
+    // Without a progress file the acknowledgements alone say: paused while c is not.
+    let unread = State {
+        progress: None,
+        ..joining.clone()
+    };
+    assert_eq!(at(&unread, 12_000, &a), Bucket::Paused);
+}
+
+/// The job's progress at `step`, first read at `at`.
+fn progress(step: u64, at: Millis) -> Option<JobProgress> {
     Some(JobProgress {
         step,
-        advanced_at: 0,
+        advanced_at: at,
         stalled: false,
         held_back: String::new(),
     })
@@ -281,14 +348,14 @@ fn each_change_is_charged_its_pauses_its_leavers_and_its_lost_steps() {
     let joining = State {
         generation: 1,
         members: vec![member(&a, false), member(&b, false)],
-        progress: progress(0),
+        progress: progress(0, 0),
         ..State::default()
     };
     pass(&mut g, 0, &list, &markers, &joining);
     pass(&mut g, 10_000, &list, &markers, &joining);
     let trained = State {
         members: vec![member(&a, true), member(&b, true)],
-        progress: progress(100),
+        progress: progress(100, 110_000),
         ..joining.clone()
     };
     pass(&mut g, 110_000, &list, &markers, &trained);
@@ -302,7 +369,7 @@ fn each_change_is_charged_its_pauses_its_leavers_and_its_lost_steps() {
             reason: "a Spot interruption notice from the queue".into(),
             ..removal(&b, Some(crate::model::Ending::Terminate))
         }],
-        progress: progress(60),
+        progress: progress(60, 130_000),
         ..State::default()
     };
     pass(&mut g, 130_000, &list, &markers, &interrupted);

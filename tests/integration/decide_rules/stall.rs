@@ -176,6 +176,8 @@ fn members_are_workers_enough() {
     assert_eq!(kinds(&plan), ["stalled"]);
 }
 
+/// The step is still followed (the goodput ledger's redone time, and in-place pauses), but no
+/// stall is journaled, and one shown goes with the config, unjournaled.
 #[test]
 fn without_stall_detection_nothing_is_timed() {
     let r = rules();
@@ -192,7 +194,22 @@ fn without_stall_detection_nothing_is_timed() {
     };
     let plan = pass(&r, &mut w, &stalled, STALL_AFTER * 10);
     assert!(kinds(&plan).is_empty() && plan.outcome.stall.is_none());
-    assert_eq!(plan.state.progress, None, "forgotten with the config");
+    let known = plan.state.progress.clone().expect("the step followed");
+    assert_eq!(
+        (known.step, known.stalled),
+        (5, false),
+        "the stall gone with the config"
+    );
+    let plan = pass(&r, &mut w, &plan.state, STALL_AFTER * 100);
+    assert!(kinds(&plan).is_empty() && plan.outcome.stall.is_none());
+    at_step(&mut w, 3);
+    let plan = pass(&r, &mut w, &plan.state, STALL_AFTER * 101);
+    let known = plan.state.progress.expect("the step followed");
+    assert_eq!(
+        (known.step, known.advanced_at),
+        (3, STALL_AFTER * 101),
+        "a step gone back is followed too (redone time)"
+    );
 }
 
 #[test]
