@@ -87,6 +87,31 @@ def single(args):
     return {"steps": args.steps, "loss": full_loss(model, x, y), "curve": curve}
 
 
+class Trained:
+    """This node's own count of the seconds it trained a step the quorum kept
+    (`--count-trained`): the time from one committed step to the next (a step that did not
+    commit, and the wait before a node's first, count nothing), to DIR/<node>.json once a second,
+    from where a restarted process left it."""
+
+    def __init__(self, directory, node):
+        self.path = os.path.join(directory, f"{node}.json") if directory else None
+        self.node_s, self.last, self.written = 0.0, None, 0.0
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        if self.path and os.path.exists(self.path):
+            with open(self.path) as f:
+                self.node_s = float(json.load(f).get("node_seconds", 0.0))
+
+    def step(self, committed, step):
+        now = time.monotonic()
+        if committed and self.last is not None:
+            self.node_s += now - self.last
+        self.last = now if committed else None
+        if self.path and now - self.written >= 1.0:
+            self.written = now
+            _write_json(self.path, {"node_seconds": round(self.node_s, 3), "step": step})
+
+
 def in_place(args):
     session = dt_torch.Session(stop_timeout=args.stop_timeout)
     torch.manual_seed(args.seed)
@@ -100,6 +125,9 @@ def in_place(args):
         ft.resume(start)
     x, y = data(args.seed)
     say(f"node {ft.ip} (pid {os.getpid()}) starts; checkpoint at step {start}")
+    # Each node's first process counts the node's (every process of a node trains the same steps).
+    local_first = os.environ.get("LOCAL_RANK", "0") == "0"
+    trained = Trained(args.count_trained if local_first else "", ft.ip)
     while ft.step < args.steps:
         ft.begin()
         step = ft.step
@@ -108,7 +136,8 @@ def in_place(args):
             loss = torch.nn.functional.mse_loss(ft.model(x[idx]), y[idx], reduction="sum") * ft.loss_scale
             _load(args.compute_load)
         loss.backward()
-        if ft.commit():
+        committed = ft.commit()
+        if committed:
             writer = session.rank == 0
             if writer and ft.step % args.eval_every == 0:
                 curve = _read_curve(curve_path)  # an earlier writer's points too
@@ -120,6 +149,7 @@ def in_place(args):
             session.progress(ft.step, pid=os.getpid())
         if args.step_sleep:
             time.sleep(args.step_sleep)
+        trained.step(committed, ft.step)
         if session.should_stop():
             say(f"node {ft.ip}: leaving at step {ft.step}; the others train on")
             return session.exit_code()
@@ -173,6 +203,8 @@ def main():
     p.add_argument("--stop-timeout", type=float, default=30.0,
                    help="seconds a rank may take to reach a step boundary after the stop signal")
     p.add_argument("--single", action="store_true", help="one process, no torchft: the baseline curve")
+    p.add_argument("--count-trained", metavar="DIR", default="",
+                   help="each node writes its own count of trained seconds to DIR/<its IP>.json")
     args = p.parse_args()
     if min(args.steps, args.batch, args.checkpoint_every, args.eval_every) < 1:
         print(f"{PREFIX} error: --steps, --batch, --checkpoint-every and --eval-every must be positive",

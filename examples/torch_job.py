@@ -51,19 +51,47 @@ def batch(x, y, step, rank, world, size, seed):
     return x[mine], y[mine]
 
 
-def save(path, step, model, opt):
+def save(path, step, model, opt, trained=0.0):
     tmp = f"{path}.tmp{os.getpid()}"
-    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, tmp)
+    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict(),
+                "trained_node_s": trained}, tmp)
     os.replace(tmp, path)
 
 
 def load(path, model, opt, device):
+    """The checkpoint's step and the node-seconds trained up to it (0, 0.0 without one)."""
     if not os.path.exists(path):
-        return 0
+        return 0, 0.0
     ckpt = torch.load(path, weights_only=True, map_location=device)
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["opt"])
-    return int(ckpt["step"])
+    return int(ckpt["step"]), float(ckpt.get("trained_node_s", 0.0))
+
+
+class Trained:
+    """The job's own count of the node-seconds that trained a step it kept (`--count-trained`):
+    each step's time since the one before, times the world. Kept in the checkpoint, so the steps
+    a restart trains again are counted once. Rank 0 writes it to DIR/job.json once a second."""
+
+    def __init__(self, path, node_s):
+        self.path, self.node_s, self.last, self.written = path, node_s, None, 0.0
+        if path:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def step(self, world, step):
+        now = time.monotonic()
+        if self.last is not None:
+            self.node_s += world * (now - self.last)
+        self.last = now
+        if self.path and now - self.written >= 1.0:
+            self.write(step)
+
+    def write(self, step):
+        self.written = time.monotonic()
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({"node_seconds": round(self.node_s, 3), "step": step}, f)
+        os.replace(tmp, self.path)
 
 
 def device_of(args):
@@ -89,7 +117,9 @@ def train(args):
     model = base if single else torch.nn.parallel.DistributedDataParallel(base, device_ids=ids)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     ckpt_path = os.path.join(args.dir, "torch_job_checkpoint.pt")
-    start = 0 if single else load(ckpt_path, base, opt, device)
+    start, trained_node_s = (0, 0.0) if single else load(ckpt_path, base, opt, device)
+    writes = args.count_trained and rank == 0
+    trained = Trained(os.path.join(args.count_trained, "job.json") if writes else None, trained_node_s)
     x, y = (t.to(device) for t in data(args.seed))
     if session is not None:
         acked = session.joined()
@@ -106,13 +136,14 @@ def train(args):
         step += 1
         if args.step_sleep:
             time.sleep(args.step_sleep)
+        trained.step(world, step)
         if session is not None:
             session.progress(step, loss=round(loss.item(), 6))
             stop = session.should_stop()
         else:
             stop = False
         if rank == 0 and not single and (step % args.checkpoint_every == 0 or stop) and not (stop and session.peer_lost):
-            save(ckpt_path, step, base, opt)
+            save(ckpt_path, step, base, opt, trained.node_s)
         if stop:
             why = "a peer is gone" if session.peer_lost else "asked to stop"
             say(f"rank {rank}: stopping at step {step} ({why}); checkpoint at step {step if rank == 0 and not session.peer_lost else 'earlier'}")
@@ -122,7 +153,7 @@ def train(args):
             final = torch.nn.functional.mse_loss(base(x), y).item()
         result = {"loss": final, "steps": step, "world_size": world}
         if not single:
-            save(ckpt_path, step, base, opt)
+            save(ckpt_path, step, base, opt, trained.node_s)
             result["generation"] = session.generation
             session.progress(step, force=True)
             session.finished()
@@ -145,6 +176,8 @@ def main():
     p.add_argument("--stop-timeout", type=float, default=10.0,
                    help="seconds a rank may take to reach a step boundary after the stop signal")
     p.add_argument("--single", action="store_true", help="one process, no torchrun: the baseline")
+    p.add_argument("--count-trained", metavar="DIR", default="",
+                   help="rank 0 writes the job's own count of trained node-seconds to DIR/job.json")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: each process on the GPU of its local rank, NCCL between them")
     args = p.parse_args()

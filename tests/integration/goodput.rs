@@ -40,11 +40,24 @@ fn launched_at(c: &Cluster, id: &str) -> f64 {
         .as_secs_f64()
 }
 
-fn bucket(g: &Value, name: &str) -> f64 {
+/// A bucket's node-seconds in `dtctl goodput -o json`.
+pub(crate) fn bucket(g: &Value, name: &str) -> f64 {
     let b = g["buckets"].as_array().expect("buckets");
-    let line = b.iter().find(|l| l["bucket"] == name).expect(name);
-    line["node_seconds"].as_f64().expect("seconds")
+    let line = b.iter().find(|l| l["bucket"] == name);
+    line.and_then(|l| l["node_seconds"].as_f64())
+        .unwrap_or_else(|| panic!("bucket {name} in {g}"))
 }
+
+/// Every bucket, in `dtctl goodput`'s order: they sum to `paid`.
+pub(crate) const BUCKETS: [&str; 7] = [
+    "training",
+    "preparing",
+    "waiting_to_join",
+    "paused",
+    "redone",
+    "leaving",
+    "idle",
+];
 
 #[test]
 fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
@@ -96,16 +109,7 @@ fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
     let out = c.dtctl(&["goodput", "-o", "json"]);
     assert!(out.status.success(), "dtctl goodput: {}", stderr(&out));
     let g: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
-    let names = [
-        "training",
-        "preparing",
-        "waiting_to_join",
-        "paused",
-        "redone",
-        "leaving",
-        "idle",
-    ];
-    let sum: f64 = names.iter().map(|n| bucket(&g, n)).sum();
+    let sum: f64 = BUCKETS.iter().map(|n| bucket(&g, n)).sum();
     let paid = g["paid"]["node_seconds"].as_f64().expect("paid");
     assert!((sum - paid).abs() < 0.002, "{sum} against {paid}");
     // Paid: a from its launch to its termination, b from its launch to dtd's stop (each to a

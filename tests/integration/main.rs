@@ -44,6 +44,7 @@ mod stack;
 mod stall;
 mod story;
 mod torchrun;
+mod trace_bench;
 mod unchanged_script;
 mod untrusted_shared_dir;
 mod worker_lies;

@@ -37,7 +37,7 @@ fn script() -> Script {
 }
 
 /// Kills a Lighthouse left behind (a `dtd` killed -9 leaves it for the next to adopt).
-pub(super) struct Lighthouse(pub String);
+pub(crate) struct Lighthouse(pub String);
 
 impl Drop for Lighthouse {
     fn drop(&mut self) {
