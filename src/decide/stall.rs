@@ -13,7 +13,7 @@ use super::inputs::Inputs;
 use crate::model::*;
 
 /// The step is followed whether or not stalls are watched (`job.stall.after`): the goodput
-/// ledger moves lost steps to `redone` and, under `in_place`, tells a pause from training by it.
+/// ledger moves lost steps to `redone` and tells a member's pause from its training by it.
 pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
     let after = p.rules.stall_after_ms;
     if let (None, Some(known)) = (after, st.progress.as_mut()) {
