@@ -25,6 +25,7 @@ except ImportError:  # in the repository: templates/job/ and prepare-data/ (dt_a
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "templates", "job"))
     sys.path.insert(1, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "prepare-data"))
     import dt_torch
+from dt_atomic import atomic_write  # beside dt_torch.py (which imports it), wherever that is
 
 PREFIX = "[torch_job]"
 FEATURES = 16
@@ -88,10 +89,8 @@ class Trained:
 
     def write(self, step):
         self.written = time.monotonic()
-        tmp = f"{self.path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump({"node_seconds": round(self.node_s, 3), "step": step}, f)
-        os.replace(tmp, self.path)
+        body = json.dumps({"node_seconds": round(self.node_s, 3), "step": step})
+        atomic_write(self.path, body.encode(), durable=False)
 
 
 def device_of(args):

@@ -610,7 +610,7 @@ pub(crate) fn single_run(venv: &Path, dir: &Path, job: &str, steps: u64, extra: 
     serde_json::from_slice(&result).unwrap_or(Value::Null)
 }
 
-fn install_mode(path: &PathBuf, mode: u32) {
+pub(crate) fn install_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::goodput::{bucket, BUCKETS};
 use crate::in_place::Lighthouse;
 use crate::support::{self, free_port};
-use crate::torchrun::{Node, Script, Story, STORIES};
+use crate::torchrun::{install_mode, Node, Script, Story, STORIES};
 
 /// One line for scripts/bench-trace: `TRACE <strategy> | <measure>: <value>`.
 fn figure(strategy: &str, measure: &str, value: f64) {
@@ -140,10 +140,9 @@ pub(crate) fn replay(trace: &Value, strategy: &str) -> Measured {
 
 /// A new instance boots and prepares for `seconds` before its success marker.
 fn slow_prepare(s: &Story, seconds: f64) {
-    use std::os::unix::fs::PermissionsExt;
     let prepare = s.c.dir.path().join("prepare.sh");
     std::fs::write(&prepare, format!("#!/bin/sh\nsleep {seconds:.3}\n")).expect("prepare.sh");
-    std::fs::set_permissions(&prepare, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    install_mode(&prepare, 0o755);
 }
 
 fn sleep_until(start: Instant, when: Duration) {
