@@ -89,15 +89,17 @@ def launch(ec2, count, per_reservation=10):
     return out
 
 
-def write_config(workdir, efs, interval, max_workers, api_timeout="10s", queue=None, metrics=None):
+def write_config(workdir, efs, interval, max_workers, api_timeout="10s", queue=None, metrics=None,
+                 page_size=None):
     path = os.path.join(workdir, "dtd.yaml")
+    page = f"  page_size: {page_size}\n" if page_size else ""
     with open(path, "w") as f:
         f.write(f"""cluster: bench
 workers:
   launch_template: bench-worker
   min: 0
   max: {max_workers}
-{reports_config()}shared_dir: {efs}
+{reports_config()}{page}shared_dir: {efs}
 hostfiles:
   - {{ path: {efs}/host_worker, format: mxnet }}
 job:
@@ -422,15 +424,16 @@ def peak_rss_kib(pid):
     return 0
 
 
-def bench_memory(workers, passes, scrape=False):
+def bench_memory(workers, passes, scrape=False, per_reservation=1, page_size=None):
     """`scrape`: with metrics.listen on, and /metrics fetched every 100 ms while the passes are
     timed (each scrape's time is kept), as a busy Prometheus would; the pass times then show what
     serving costs a pass."""
     with emulated_cluster() as (workdir, efs, ec2, url, procs):
-        for iid, ip in launch(ec2, workers):
+        for iid, ip in launch(ec2, workers, per_reservation):
             marker(efs, ec2, iid, ip)
         listen = f"127.0.0.1:{free_port()}" if scrape else None
-        config = write_config(workdir, efs, "1s", workers + 10, api_timeout="60s", metrics=listen)
+        config = write_config(workdir, efs, "1s", workers + 10, api_timeout="60s", metrics=listen,
+                              page_size=page_size)
         procs["dtd"] = start_dtd(config, url, workdir)
         start = time.monotonic()
         wait(f"{workers} workers to join", lambda: len(read_hosts(efs)) == workers, timeout=600, step=0.2)
@@ -490,6 +493,11 @@ def main():
     p.add_argument("--trials", type=int, default=20, help="trials of each kind (default 20)")
     p.add_argument("--workers", type=int, default=1000, help="workers for the memory figure (default 1000)")
     p.add_argument("--passes", type=int, default=3, help="steady passes timed after the join (default 3)")
+    p.add_argument("--per-reservation", type=int, default=1,
+                   help="memory: workers launched per RunInstances call (default 1); moto pages "
+                        "DescribeInstances by reservation, AWS by instance: with 1, moto pages as AWS does")
+    p.add_argument("--page-size", type=int,
+                   help="memory: workers.page_size in dtd's config (default: dtd's own default)")
     p.add_argument("--dtd", help="the dtd binary to measure (default: $DT_BIN_DIR/dtd, the one build of scripts/build)")
     p.add_argument("--only", choices=["latency", "interruption", "memory", "metrics"], help="run one benchmark")
     args = p.parse_args()
@@ -503,9 +511,11 @@ def main():
     if args.only in (None, "interruption"):
         bench_interruption(args.trials)
     if args.only in (None, "memory", "metrics"):
-        bench_memory(args.workers, args.passes)
+        bench_memory(args.workers, args.passes, per_reservation=args.per_reservation,
+                     page_size=args.page_size)
     if args.only in (None, "metrics"):
-        bench_memory(args.workers, args.passes, scrape=True)
+        bench_memory(args.workers, args.passes, scrape=True, per_reservation=args.per_reservation,
+                     page_size=args.page_size)
 
 
 if __name__ == "__main__":

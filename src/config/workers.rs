@@ -169,7 +169,7 @@ fn default_max_prepare_failures() -> u32 {
 }
 
 fn default_page_size() -> i32 {
-    1000
+    500
 }
 
 fn default_worker_tags() -> BTreeMap<String, String> {
