@@ -24,6 +24,9 @@ NODE = ROOT / "templates" / "user-data" / "node.sh"
 MASTER = ROOT / "templates" / "user-data" / "master.sh"
 PINS = ROOT / "requirements-torch.txt"
 WORKER_UID = 50000
+# What a node's PyTorch environment (the AMI's) already has, built together: the bootstrap adds
+# torchft beside them and replaces neither.
+ENVIRONMENTS_OWN = ("torch==", "numpy==")
 CONFIG = ("job:\n  launcher: { torchrun: [/opt/pytorch/bin/torchrun], strategy: in_place, "
           "in_place: { lighthouse: '@MASTER_IP@:29510', collective_timeout: 10s } }\n")
 
@@ -104,7 +107,7 @@ class InPlaceBootstrapTest(unittest.TestCase):
         self.assertIn("torchft==0.2.0", pins)
         self.assertEqual(self.pip_args(),
                          ["-m", "pip", "install", "--no-input", "--progress-bar", "off"]
-                         + [p for p in pins if not p.startswith("torch==")])
+                         + [p for p in pins if not p.startswith(ENVIRONMENTS_OWN)])
 
     def test_an_address_a_worker_wrote_is_not_believed(self):
         for kind, kwargs in [("a worker's file", {"owner": WORKER_UID}),
