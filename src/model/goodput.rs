@@ -76,6 +76,10 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Spent {
+    fn is_none(&self) -> bool {
+        *self == Spent::default()
+    }
+
     fn add(&mut self, other: Spent) {
         self.node_ms += other.node_ms;
         self.gpu_ms += other.gpu_ms;
@@ -130,6 +134,11 @@ pub struct Goodput {
     /// The newest [`CHANGES_KEPT`] changes of membership, oldest first, with what each cost.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<Change>,
+    /// Training counted during a change only because the step was read advancing lately, while
+    /// it has not advanced since: confirmed when it next advances, moved to where the members
+    /// are found when it does not (paused, idle) or when it goes back. Also in `buckets`.
+    #[serde(default, skip_serializing_if = "Spent::is_none")]
+    pub unconfirmed: Spent,
 }
 
 /// A mark is taken at a pass this long after the one before.
@@ -197,6 +206,8 @@ impl Goodput {
             .filter(|c| c.generation == seen.state.generation)
             .map(|c| c.at);
         let roles = Roles::of(seen, self.step_fresh(), change_at);
+        let stood = (seen.state.progress.as_ref()).is_some_and(|p| p.advanced_at <= self.last_pass);
+        let mut unconfirmed = Spent::default();
         for i in seen.instances {
             // A worker seen for the first time was booting since its launch (not before the
             // ledger began, nor after now: a clock EC2 and dtd do not share).
@@ -214,6 +225,9 @@ impl Goodput {
             if matches!(bucket, Bucket::Paused | Bucket::Leaving) {
                 self.charge(roles.cause(i, seen.state), bucket, spent);
             }
+            if bucket == Bucket::Training && roles.on_trust && stood {
+                unconfirmed.add(spent);
+            }
             accounted.insert(i.id.clone(), seen.now);
         }
         // An instance no longer seen ended at its last pass: its time is all accounted.
@@ -221,8 +235,9 @@ impl Goodput {
         let from = self.last_pass.max(self.since);
         self.master_ms += seen.now.saturating_sub(from);
         self.last_pass = self.last_pass.max(seen.now);
+        self.settle(seen, &roles, unconfirmed);
         if let Some((steps, lost)) = self.redo(seen) {
-            let moved = self.move_to_redone(lost);
+            let moved = self.move_training(lost, Bucket::Redone);
             self.charge(seen.state.generation, Bucket::Redone, moved);
             self.charge_steps(seen.state.generation, steps);
         }
@@ -327,9 +342,44 @@ impl Goodput {
         Some((lost, spent))
     }
 
-    /// Moves `lost` from training to redone, no more than training holds; its dollars go with
-    /// it at training's average price per GPU-ms. Returns what was moved.
-    fn move_to_redone(&mut self, lost: Spent) -> Spent {
+    /// Confirms the training counted on the step's word once it advances again; when it went
+    /// back (a restart), or the members are now found held, that time was the change's (or the
+    /// stall's): it moves to their bucket.
+    fn settle(&mut self, seen: &Seen, roles: &Roles, counted: Spent) {
+        use std::cmp::Ordering;
+        self.unconfirmed.add(counted);
+        let Some(p) = seen.state.progress.as_ref() else {
+            self.unconfirmed = Spent::default();
+            return;
+        };
+        if self.unconfirmed.is_none() {
+            return;
+        }
+        let to = match self.steps.as_ref().map(|r| p.step.cmp(&r.last)) {
+            Some(Ordering::Greater) => {
+                self.unconfirmed = Spent::default();
+                return;
+            }
+            Some(Ordering::Less) => Bucket::Paused,
+            // Acknowledged before the step moved: the job restarted (or re-formed its quorum)
+            // in those seconds, whatever it does next.
+            _ if !roles.changing => roles.held_as().unwrap_or(Bucket::Paused),
+            // Still on the step's word: wait for it to move, or for the members to be held.
+            _ => match roles.held_as() {
+                Some(b) => b,
+                None => return,
+            },
+        };
+        let unconfirmed = std::mem::take(&mut self.unconfirmed);
+        let moved = self.move_training(unconfirmed, to);
+        if to == Bucket::Paused {
+            self.charge(seen.state.generation, to, moved);
+        }
+    }
+
+    /// Moves `lost` from training to `to` (redone, paused, idle), no more than training holds;
+    /// its dollars go with it at training's average price per GPU-ms. Returns what was moved.
+    fn move_training(&mut self, lost: Spent, to: Bucket) -> Spent {
         let training = self.buckets.entry(Bucket::Training).or_default();
         let gpu_ms = lost.gpu_ms.min(training.gpu_ms);
         let share = gpu_ms as f64 / training.gpu_ms.max(1) as f64;
@@ -341,7 +391,7 @@ impl Goodput {
         training.node_ms -= take.node_ms;
         training.gpu_ms -= take.gpu_ms;
         training.micro_usd -= take.micro_usd;
-        self.buckets.entry(Bucket::Redone).or_default().add(take);
+        self.buckets.entry(to).or_default().add(take);
         take
     }
 }
@@ -361,23 +411,40 @@ struct Roles<'a> {
     /// a joiner starts).
     held: bool,
     advancing: bool,
+    /// The members train only on the step's word: a change would hold them, but the step was
+    /// read advancing lately.
+    on_trust: bool,
 }
 
 impl<'a> Roles<'a> {
     fn of(seen: &Seen<'a>, fresh: Millis, change_at: Option<Millis>) -> Roles<'a> {
         let st = seen.state;
         let progress = st.progress.as_ref();
+        let changing =
+            st.pending_notification.is_some() || st.removals.iter().any(|r| r.awaits_ack());
+        let stalled = progress.is_some_and(|p| p.stalled);
+        let held = progress
+            .zip(change_at)
+            .is_some_and(|(p, at)| p.advanced_at < at);
+        let advancing = progress.is_some_and(|p| seen.now.saturating_sub(p.advanced_at) <= fresh);
         Roles {
             members: st.members.iter().map(|m| (m.id.as_str(), m)).collect(),
             removals: st.removals.iter().map(|r| (r.id.as_str(), r)).collect(),
-            changing: st.pending_notification.is_some()
-                || st.removals.iter().any(|r| r.awaits_ack()),
-            stalled: progress.is_some_and(|p| p.stalled),
-            held: progress
-                .zip(change_at)
-                .is_some_and(|(p, at)| p.advanced_at < at),
-            advancing: progress.is_some_and(|p| seen.now.saturating_sub(p.advanced_at) <= fresh),
+            changing,
+            stalled,
+            held,
+            advancing,
+            on_trust: advancing && (changing || held) && !stalled,
         }
+    }
+
+    /// Where the acknowledged members are at this pass when not training: idle in a stalled
+    /// job, paused while a change holds them.
+    fn held_as(&self) -> Option<Bucket> {
+        if self.stalled {
+            return Some(Bucket::Idle);
+        }
+        (!self.advancing && (self.changing || self.held)).then_some(Bucket::Paused)
     }
 
     /// The generation whose change a worker's time at this pass is charged to: its removal's

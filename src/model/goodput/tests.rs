@@ -325,6 +325,93 @@ fn with_a_progress_file_the_members_train_while_the_step_advances() {
     assert_eq!(at(&unread, 12_000, &a), Bucket::Paused);
 }
 
+#[test]
+fn training_counted_on_the_steps_word_moves_to_paused_when_the_step_stands() {
+    let (a, markers, steady) = one_member();
+    let list = [a];
+    let at_step = |st: &State, step, read| State {
+        progress: progress(step, read),
+        ..st.clone()
+    };
+    let changing = State {
+        pending_notification: Some(Default::default()),
+        generation: 2,
+        ..steady.clone()
+    };
+    // Step 40 read at 10 s; a change begins at 11 s and the step never moves again: the two
+    // seconds counted as training on its word (12 and 13 s) were the change's.
+    let run = |then: &[(Millis, State)]| {
+        let mut g = Goodput::new(0);
+        pass(
+            &mut g,
+            10_000,
+            &list,
+            &markers,
+            &at_step(&steady, 40, 10_000),
+        );
+        pass(
+            &mut g,
+            11_000,
+            &list,
+            &markers,
+            &at_step(&steady, 40, 10_000),
+        );
+        for (now, st) in then {
+            pass(&mut g, *now, &list, &markers, st);
+        }
+        g
+    };
+    let stood = at_step(&changing, 40, 10_000);
+    let g = run(&[
+        (12_000, stood.clone()),
+        (13_000, stood.clone()),
+        (14_000, stood.clone()),
+    ]);
+    assert_eq!(node_s(&g, Bucket::Training), 1);
+    assert_eq!(node_s(&g, Bucket::Paused), 3);
+    assert_eq!(g.changes.last().map(|c| c.paused.node_ms), Some(3_000));
+    assert!(g.unconfirmed.is_none());
+    // The step moves at 13 s: the old generation was finishing its steps, training all along.
+    let g = run(&[
+        (12_000, stood.clone()),
+        (13_000, at_step(&changing, 41, 13_000)),
+    ]);
+    assert_eq!(node_s(&g, Bucket::Training), 3);
+    assert_eq!(node_s(&g, Bucket::Paused), 0);
+    // It goes back at 13 s (a restart from the checkpoint): the second on its word was paused.
+    let g = run(&[
+        (12_000, stood.clone()),
+        (13_000, at_step(&changing, 30, 13_000)),
+    ]);
+    assert_eq!(node_s(&g, Bucket::Training), 2);
+    assert_eq!(node_s(&g, Bucket::Paused), 1);
+    // The job acknowledges at 13 s before its step moves (a quick restart that will go on
+    // from the same step): the second on its word was the restart's.
+    let acked = State {
+        pending_notification: None,
+        ..stood.clone()
+    };
+    let g = run(&[(12_000, stood.clone()), (13_000, acked)]);
+    assert_eq!(node_s(&g, Bucket::Training), 1);
+    assert_eq!(node_s(&g, Bucket::Paused), 2);
+    // The job stalls instead: the time on its word was idle.
+    let stalled = State {
+        progress: Some(JobProgress {
+            stalled: true,
+            ..JobProgress::clone(stood.progress.as_ref().expect("a step"))
+        }),
+        ..stood.clone()
+    };
+    let g = run(&[(12_000, stood.clone()), (13_000, stalled)]);
+    assert_eq!(node_s(&g, Bucket::Training), 1);
+    assert_eq!(node_s(&g, Bucket::Idle), 2);
+    // Saved halfway, what is still on the step's word is saved with it.
+    let g = run(&[(12_000, stood.clone())]);
+    let back: Goodput =
+        serde_json::from_str(&serde_json::to_string(&g).expect("json")).expect("back");
+    assert_eq!(back.unconfirmed.node_ms, 1_000);
+}
+
 /// The job's progress at `step`, first read at `at`.
 fn progress(step: u64, at: Millis) -> Option<JobProgress> {
     Some(JobProgress {
