@@ -81,6 +81,7 @@ fn simulate(batch_ms: u64, at_checkpoint: bool, arrive: &[u64]) -> Cost {
                 time: None,
                 checkpoint_step: Some(checkpoint),
                 quorum: None,
+                run: None,
             })),
         };
         let members = state.members.len();

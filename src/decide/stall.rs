@@ -26,9 +26,9 @@ pub(super) fn watch(p: &Inputs, st: &mut State, out: &mut Draft) {
         Some(Err(_)) => {}
         Some(Ok(read)) if !has_workers(p, st) => {
             forget(p, st, out, "the job has no workers to train on");
-            st.progress = Some(fresh(read.step, p.now));
+            st.progress = Some(fresh(read, p.now));
         }
-        Some(Ok(read)) => time(p, st, out, read.step, after),
+        Some(Ok(read)) => time(p, st, out, read, after),
     }
 }
 
@@ -37,29 +37,34 @@ fn has_workers(p: &Inputs, st: &State) -> bool {
     !p.rules.base_hosts.is_empty() || !st.members.is_empty()
 }
 
-fn fresh(step: u64, now: Millis) -> JobProgress {
+fn fresh(read: &Progress, now: Millis) -> JobProgress {
     JobProgress {
-        step,
+        step: read.step,
         advanced_at: now,
         stalled: false,
         held_back: String::new(),
+        run: read.run.clone(),
     }
 }
 
 /// The step read this pass, against the one remembered; a stall only with `after`.
-fn time(p: &Inputs, st: &mut State, out: &mut Draft, step: u64, after: Option<Millis>) {
+fn time(p: &Inputs, st: &mut State, out: &mut Draft, read: &Progress, after: Option<Millis>) {
+    let step = read.step;
     let Some(known) = st.progress.as_mut() else {
-        st.progress = Some(fresh(step, p.now));
+        st.progress = Some(fresh(read, p.now));
         return;
     };
     // Any change counts: a step lower than before is a job restarted from its checkpoint.
     if known.step != step {
-        let was = std::mem::replace(known, fresh(step, p.now));
+        let was = std::mem::replace(known, fresh(read, p.now));
         if was.stalled {
             let why = format!("the job's step advanced to {step}");
             clear(p, out, &was, step, &why);
         }
         return;
+    }
+    if known.run != read.run {
+        known.run = read.run.clone();
     }
     let still = p.now.saturating_sub(known.advanced_at);
     if known.stalled || after.is_none_or(|after| still < after) {

@@ -103,12 +103,27 @@ impl Spent {
 }
 
 /// The job's step as the ledger follows it: where this run of steps began, and the newest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepRun {
     pub first: u64,
     pub first_at: Millis,
     pub last: u64,
     pub last_at: Millis,
+    /// The run of the job's processes that wrote them, when the job names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+}
+
+impl StepRun {
+    fn at(step: u64, now: Millis, run: Option<String>) -> StepRun {
+        StepRun {
+            first: step,
+            first_at: now,
+            last: step,
+            last_at: now,
+            run,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -299,32 +314,32 @@ impl Goodput {
     /// When the job's step went back (a restart from its checkpoint): the steps lost and their
     /// training time at the rate this run of steps trained, to be moved to `redone`.
     fn redo(&mut self, seen: &Seen) -> Option<(u64, Spent)> {
-        let step = seen.state.progress.as_ref()?.step;
-        let now = seen.now;
-        let run = self.steps.get_or_insert(StepRun {
-            first: step,
-            first_at: now,
-            last: step,
-            last_at: now,
-        });
-        if step >= run.last {
+        let p = seen.state.progress.as_ref()?;
+        let (step, now) = (p.step, seen.now);
+        let restarted = self.restarted(p);
+        let new_run = || StepRun::at(step, now, p.run.as_ref().map(|r| r.id.clone()));
+        let run = self.steps.get_or_insert_with(new_run);
+        if run.run.is_none() {
+            run.run = p.run.as_ref().map(|r| r.id.clone());
+        }
+        if !restarted && step >= run.last {
             if step > run.last {
                 (run.last, run.last_at) = (step, now);
             }
             return None;
         }
-        let lost = run.last - step;
+        // A new run of the job started from `from`, though it may have passed the old one's
+        // last step before this pass read it; otherwise the step itself went back.
+        let resumed = (p.run.as_ref())
+            .filter(|_| restarted)
+            .map_or(step, |r| r.from);
+        let lost = run.last.saturating_sub(resumed);
         let (steps, ms) = (
             run.last - run.first,
             run.last_at.saturating_sub(run.first_at),
         );
-        *run = StepRun {
-            first: step,
-            first_at: now,
-            last: step,
-            last_at: now,
-        };
-        if steps == 0 {
+        *run = new_run();
+        if steps == 0 || lost == 0 {
             return None;
         }
         let per_step = ms as f64 / steps as f64;
@@ -355,7 +370,11 @@ impl Goodput {
         if self.unconfirmed.is_none() {
             return;
         }
-        let to = match self.steps.as_ref().map(|r| p.step.cmp(&r.last)) {
+        let went = match self.steps.as_ref().map(|r| p.step.cmp(&r.last)) {
+            _ if self.restarted(p) => Some(Ordering::Less),
+            went => went,
+        };
+        let to = match went {
             Some(Ordering::Greater) => {
                 self.unconfirmed = Spent::default();
                 return;
@@ -375,6 +394,12 @@ impl Goodput {
         if to == Bucket::Paused {
             self.charge(seen.state.generation, to, moved);
         }
+    }
+
+    /// The job names a run of its processes other than the one whose steps the ledger follows.
+    fn restarted(&self, p: &crate::model::JobProgress) -> bool {
+        let was = self.steps.as_ref().and_then(|r| r.run.as_deref());
+        matches!((was, &p.run), (Some(was), Some(now)) if was != now.id)
     }
 
     /// Moves `lost` from training to `to` (redone, paused, idle), no more than training holds;

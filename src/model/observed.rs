@@ -151,6 +151,8 @@ pub struct Progress {
     pub checkpoint_step: Option<u64>,
     /// torchft's quorum and its last changes, under the in-place strategy.
     pub quorum: Option<crate::protocol::progress::QuorumLine>,
+    /// This run of the job's processes, if it says (`run.id`, `run.from`).
+    pub run: Option<super::Run>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.

@@ -1,11 +1,11 @@
 //! The `progress` file: the job's last finished step, one JSON line it replaces atomically
 //! (temp file and rename) as it trains: `{"step": 1234, "time": "2026-11-24T08:16:41Z"}`.
 //!
-//! Optional for the job; `dtd run` reads it only with `job.stall` configured (and journals
-//! `stalled` when the step stops advancing) or `join.at_checkpoint` (ready workers join once
-//! `checkpoint_step`, the step of the job's last checkpoint, moves on). `time` (when the job
-//! wrote it) is optional and only shown: how long a step has not advanced is measured by `dtd`'s
-//! own clock, never the job's.
+//! Optional for the job; `dtd run` reads it every pass: the goodput ledger follows its step and
+//! `run` (a new run is a restart), `job.stall` journals `stalled` when the step stops
+//! advancing, and `join.at_checkpoint` lets ready workers join once `checkpoint_step`, the step
+//! of the job's last checkpoint, moves on. `time` (when the job wrote it) is optional and only
+//! shown: how long a step has not advanced is measured by `dtd`'s own clock, never the job's.
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +31,21 @@ pub struct ProgressLine {
     /// Under the in-place strategy, torchft's quorum as the job sees it (`dt_torch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place: Option<QuorumLine>,
+    /// This run of the job's processes, if it says: a new run is a restart, and the steps the
+    /// last one had finished past `from` are trained again, even when the new run passes them
+    /// before `dtd` reads a lower step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunLine>,
+}
+
+/// One start of the job's processes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RunLine {
+    /// Any text that differs from one start to the next (`dt_torch`: the generation, the
+    /// process id and its start time).
+    pub id: String,
+    /// The step it started from (its checkpoint's): its first step is the one after.
+    pub from: u64,
 }
 
 /// The quorum the job trains in, and how it changed.
@@ -89,11 +104,25 @@ mod tests {
             time: Some("2026-11-24T08:16:41Z".into()),
             checkpoint_step: None,
             in_place: None,
+            run: None,
         };
         let text = line.render();
         assert_eq!(text, "{\"step\":1234,\"time\":\"2026-11-24T08:16:41Z\"}\n");
         assert!(text.len() as u64 <= MAX_BYTES);
         assert_eq!(ProgressLine::parse(text.as_bytes()).unwrap(), line);
+    }
+
+    /// A run of the job's processes, as dt_torch names it (its tests check the keys).
+    #[test]
+    fn a_run_is_read_when_the_job_names_it() {
+        let golden = include_str!("../../tests/fixtures/protocol/progress_run.json");
+        let line = ProgressLine::parse(golden.as_bytes()).unwrap();
+        let run = line.run.as_ref().unwrap();
+        assert_eq!(
+            (run.id.as_str(), run.from),
+            ("8.4242.1764400000000000000", 20)
+        );
+        assert_eq!(line.render(), golden);
     }
 
     /// The golden line under tests/fixtures/protocol/: the example job's tests write the same.

@@ -186,6 +186,7 @@ fn the_progress_comes_from_the_state_and_the_files_error_from_the_snapshot() {
             advanced_at: 1_795_508_201_000,
             stalled: true,
             held_back: HELD_BACK.into(),
+            run: None,
         }),
         ..State::default()
     };

@@ -89,6 +89,9 @@ class Session:
         self.peer_lost = False
         self.stop_timeout = stop_timeout
         self._progress_at = 0.0
+        # This start of the process, in the progress file's `run`: dtd tells a restart by it
+        # even when the new run passes the old one's step before dtd reads a lower one.
+        self._run = {"id": f"{self.generation}.{os.getpid()}.{time.time_ns()}", "from": None}
         self._checkpoint_step = None
         self._stopping = threading.Event()
         self._in_place = None
@@ -174,8 +177,12 @@ class Session:
         return True
 
     def progress(self, step, force=False, **extra):
-        """Rank 0 writes `{"step", "time", "generation", "world_size", ...}` to the progress file
-        at most once a second (dtd's `job.stall` reads `step`; other keys are for people)."""
+        """Rank 0 writes `{"step", "time", "generation", "world_size", "run", ...}` to the
+        progress file at most once a second (dtd reads `step`, `run` and `checkpoint_step`; other
+        keys are for people). `run.from`, the step this process started from, is the first step
+        it was given less one: call it first with the step after the checkpoint it loaded."""
+        if self._run["from"] is None:
+            self._run["from"] = max(int(step) - 1, 0)
         if self.rank != 0 or not self.progress_file:
             return
         now = time.time()
@@ -187,6 +194,7 @@ class Session:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
             "generation": self.generation,
             "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+            "run": self._run,
         }
         if self._in_place is not None:
             body.update(self._in_place.view())

@@ -85,6 +85,20 @@ class DtTorchGoldenTest(unittest.TestCase):
         self.assertRegex(written["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
         self.assertEqual((written["generation"], written["world_size"]), (8, 1))
 
+    def test_each_start_of_the_process_is_a_run_of_its_own_from_the_step_before_its_first(self):
+        golden = json.loads((GOLDEN / "progress_run.json").read_text())
+        runs = []
+        for _ in range(2):
+            session = self.session(DT_STRATEGY="generation", DT_GENERATION="8")
+            session.progress(21, force=True)
+            session.progress(35, force=True)
+            written = json.loads((self.tmp / "progress").read_text())
+            self.assertEqual(written["run"].keys(), golden["run"].keys())
+            self.assertEqual((written["step"], written["run"]["from"]), (35, 20))
+            self.assertTrue(written["run"]["id"].startswith(f"8.{os.getpid()}."))
+            runs.append(written["run"]["id"])
+        self.assertNotEqual(runs[0], runs[1])
+
     def test_a_checkpoint_is_said_with_the_golden_key(self):
         session = self.session(DT_STRATEGY="generation", DT_GENERATION="8")
         session.checkpointed(1200)

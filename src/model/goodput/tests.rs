@@ -144,6 +144,7 @@ fn each_worker_is_in_the_bucket_of_what_it_does() {
             advanced_at: 0,
             stalled: true,
             held_back: String::new(),
+            run: None,
         }),
         ..settled
     };
@@ -214,6 +215,7 @@ fn steps_lost_to_a_restart_move_their_training_time_to_redone() {
             advanced_at: 0,
             stalled: false,
             held_back: String::new(),
+            run: None,
         }),
         ..State::default()
     };
@@ -294,6 +296,7 @@ fn with_a_progress_file_the_members_train_while_the_step_advances() {
             advanced_at: 10_000,
             stalled: false,
             held_back: String::new(),
+            run: None,
         }),
         ..State::default()
     };
@@ -412,6 +415,40 @@ fn training_counted_on_the_steps_word_moves_to_paused_when_the_step_stands() {
     assert_eq!(back.unconfirmed.node_ms, 1_000);
 }
 
+#[test]
+fn a_new_run_of_the_job_is_a_restart_even_when_it_passed_the_old_step_unseen() {
+    let (a, markers, steady) = one_member();
+    let list = [a];
+    let at = |step, read, run: &str, from| State {
+        progress: Some(JobProgress {
+            run: Some(crate::model::Run {
+                id: run.into(),
+                from,
+            }),
+            ..JobProgress::clone(progress(step, read).as_ref().expect("a step"))
+        }),
+        ..steady.clone()
+    };
+    let mut g = Goodput::new(0);
+    for (now, step) in [(1_000, 10), (2_000, 20), (3_000, 30)] {
+        pass(&mut g, now, &list, &markers, &at(step, now, "a", 0));
+    }
+    // Started again from its checkpoint at 20, it is at 35 when the next pass reads it: the
+    // steps 21 to 30 were trained twice (a tenth of a second each, at the old run's pace).
+    pass(&mut g, 4_000, &list, &markers, &at(35, 4_000, "b", 20));
+    assert_eq!(
+        g.buckets.get(&Bucket::Redone).map(|s| s.node_ms),
+        Some(1_000)
+    );
+    // The same run going on is no restart.
+    pass(&mut g, 5_000, &list, &markers, &at(45, 5_000, "b", 20));
+    assert_eq!(
+        g.buckets.get(&Bucket::Redone).map(|s| s.node_ms),
+        Some(1_000)
+    );
+    assert_eq!(g.steps.as_ref().and_then(|r| r.run.as_deref()), Some("b"));
+}
+
 /// The job's progress at `step`, first read at `at`.
 fn progress(step: u64, at: Millis) -> Option<JobProgress> {
     Some(JobProgress {
@@ -419,6 +456,7 @@ fn progress(step: u64, at: Millis) -> Option<JobProgress> {
         advanced_at: at,
         stalled: false,
         held_back: String::new(),
+        run: None,
     })
 }
 

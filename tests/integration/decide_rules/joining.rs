@@ -384,6 +384,7 @@ fn progress(w: &mut World, step: u64, checkpoint_step: Option<u64>) {
         time: None,
         checkpoint_step,
         quorum: None,
+        run: None,
     }));
 }
 

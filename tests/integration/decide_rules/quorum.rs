@@ -27,6 +27,7 @@ fn report(w: &mut World, step: u64, changes: Vec<QuorumChangeLine>) {
             nodes: 2,
             changes,
         }),
+        run: None,
     }));
 }
 

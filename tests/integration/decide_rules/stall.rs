@@ -189,6 +189,7 @@ fn without_stall_detection_nothing_is_timed() {
             advanced_at: 0,
             stalled: true,
             held_back: String::new(),
+            run: None,
         }),
         ..State::default()
     };

@@ -386,5 +386,6 @@ pub(crate) fn at_step(w: &mut World, step: u64) {
         time: None,
         checkpoint_step: None,
         quorum: None,
+        run: None,
     }));
 }
