@@ -180,7 +180,8 @@ class Session:
         """Rank 0 writes `{"step", "time", "generation", "world_size", "run", ...}` to the
         progress file at most once a second (dtd reads `step`, `run` and `checkpoint_step`; other
         keys are for people). `run.from`, the step this process started from, is the first step
-        it was given less one: call it first with the step after the checkpoint it loaded."""
+        it was given less one: call it first with the step after the checkpoint it loaded. No
+        `run` under `in_place`."""
         if self._run["from"] is None:
             self._run["from"] = max(int(step) - 1, 0)
         if self.rank != 0 or not self.progress_file:
@@ -194,10 +195,13 @@ class Session:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
             "generation": self.generation,
             "world_size": dist.get_world_size() if dist.is_initialized() else 1,
-            "run": self._run,
         }
         if self._in_place is not None:
+            # No run: the nodes never restart together, and rank 0 moves from node to node with
+            # the quorum, each a process of its own start (dtd would take that for a restart).
             body.update(self._in_place.view())
+        else:
+            body["run"] = self._run
         if self._checkpoint_step is not None:
             body["checkpoint_step"] = self._checkpoint_step
         body.update(extra)

@@ -83,6 +83,7 @@ class InPlaceTest(unittest.TestCase):
         self.assertIsInstance(body["in_place"]["quorum"], int)
         golden = json.loads((GOLDEN / "progress_in_place.json").read_text())
         self.assertEqual(set(body["in_place"]), set(golden["in_place"]))
+        self.assertNotIn("run", body, "rank 0 moves between the nodes' own processes")
         self.assertEqual(set(golden["in_place"]["changes"][0]), {
             "quorum", "step", "nodes", "joined", "left", "lost_steps", "paused_s", "at"})
         # dtd moves on (a node came and went): the next commit acknowledges the new plan, and
