@@ -370,9 +370,10 @@ impl Goodput {
         if self.unconfirmed.is_none() {
             return;
         }
-        let went = match self.steps.as_ref().map(|r| p.step.cmp(&r.last)) {
-            _ if self.restarted(p) => Some(Ordering::Less),
-            went => went,
+        // A new run of the job is a step gone back, wherever its step stands.
+        let went = match self.restarted(p) {
+            true => Some(Ordering::Less),
+            false => self.steps.as_ref().map(|r| p.step.cmp(&r.last)),
         };
         let to = match went {
             Some(Ordering::Greater) => {
@@ -485,13 +486,10 @@ impl<'a> Roles<'a> {
             return if kept { Bucket::Idle } else { Bucket::Leaving };
         }
         if let Some(m) = self.members.get(i.id.as_str()) {
-            let held = !self.advancing && (self.changing || self.held);
-            return match (!m.acked, self.stalled, held) {
-                (true, _, _) => Bucket::Paused,
-                (false, true, _) => Bucket::Idle,
-                (false, false, true) => Bucket::Paused,
-                (false, false, false) => Bucket::Training,
-            };
+            if !m.acked {
+                return Bucket::Paused;
+            }
+            return self.held_as().unwrap_or(Bucket::Training);
         }
         match markers.is_some_and(|m| m.success.contains(&i.ip)) {
             true => Bucket::WaitingToJoin,

@@ -152,7 +152,7 @@ pub struct Progress {
     /// torchft's quorum and its last changes, under the in-place strategy.
     pub quorum: Option<crate::protocol::progress::QuorumLine>,
     /// This run of the job's processes, if it says (`run.id`, `run.from`).
-    pub run: Option<super::Run>,
+    pub run: Option<crate::protocol::progress::RunLine>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.

@@ -296,15 +296,7 @@ pub struct JobProgress {
     /// Which nodes held the stalled job back and what `job.stall.action` did, for the status.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub held_back: String,
-    /// The run of the job's processes that wrote it, when the job says.
+    /// The run of the job's processes that wrote it, when the job says: a new one is a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<Run>,
-}
-
-/// One start of the job's processes, as its progress file names it: a new one is a restart.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Run {
-    pub id: String,
-    /// The step it started from.
-    pub from: u64,
+    pub run: Option<crate::protocol::progress::RunLine>,
 }

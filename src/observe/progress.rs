@@ -109,10 +109,7 @@ fn progress(line: ProgressLine) -> Progress {
         time: line.time.as_deref().and_then(parse_rfc3339),
         checkpoint_step: line.checkpoint_step,
         quorum: line.in_place,
-        run: line.run.map(|r| crate::model::Run {
-            id: r.id,
-            from: r.from,
-        }),
+        run: line.run,
     }
 }
 

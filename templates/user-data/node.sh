@@ -82,8 +82,8 @@ DT_CONFIG_END
 # TorchrunStrategy=in_place (with a TrainingScript): torchft beside torchrun, for the training on
 # a worker and the Lighthouse (torchft_lighthouse, dtd's default) on the master, pinned as
 # requirements-torch.txt pins it (torch and NumPy are the environment's own, built together;
-# torchft 0.2.0 takes torch 2.7 or newer); and the master's IP, which no stack parameter knows, where the config says
-# @MASTER_IP@.
+# torchft 0.2.0 takes torch 2.7 or newer); and the master's IP, which no stack parameter knows,
+# where the config says @MASTER_IP@.
 if grep -q @MASTER_IP@ /etc/dt/dtd.yaml.new; then
     retry "$(dirname '${Torchrun}')/python3" -m pip install --no-input --progress-bar off \
         torchft==0.2.0 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 \

@@ -421,7 +421,7 @@ fn a_new_run_of_the_job_is_a_restart_even_when_it_passed_the_old_step_unseen() {
     let list = [a];
     let at = |step, read, run: &str, from| State {
         progress: Some(JobProgress {
-            run: Some(crate::model::Run {
+            run: Some(crate::protocol::progress::RunLine {
                 id: run.into(),
                 from,
             }),
