@@ -140,10 +140,12 @@ pub fn torch_venv() -> PathBuf {
     venv
 }
 
-/// moto's server on 127.0.0.1, stopped when dropped.
+/// moto's server on 127.0.0.1, stopped when dropped. Its log is kept and printed when the test
+/// that used it fails: the emulator's own traceback is the first thing a failure needs.
 pub struct Moto {
     pub port: u16,
     child: Child,
+    log: tempfile::NamedTempFile,
 }
 
 impl Moto {
@@ -154,14 +156,15 @@ impl Moto {
     /// With moto's own settings in its environment (e.g. `INITIAL_NO_AUTH_ACTION_COUNT`).
     pub fn start_with(env: &[(&str, &str)]) -> Moto {
         let port = free_port();
+        let log = tempfile::NamedTempFile::new().expect("moto's log file");
         let child = Command::new(tool("DT_MOTO_SERVER", "moto_server"))
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log.reopen().expect("moto's log file"))
             .spawn()
             .expect("starting moto_server");
-        let moto = Moto { port, child };
+        let moto = Moto { port, child, log };
         wait_until(
             "moto to accept connections",
             Duration::from_secs(30),
@@ -193,7 +196,25 @@ impl Drop for Moto {
         signal(self.pid(), "CONT");
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            print_moto_errors(self.log.path());
+        }
     }
+}
+
+/// The lines of moto's log that are not its request log (tracebacks, warnings), at most the last
+/// 80: the request log of a thousand-worker test runs to tens of thousands of lines.
+fn print_moto_errors(log: &Path) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|l| !(l.contains("\"GET ") || l.contains("\"POST ")) || l.contains("\" 5"))
+        .collect();
+    let tail = &errors[errors.len().saturating_sub(80)..];
+    eprintln!(
+        "---- moto log (not its 2xx/4xx requests) ----\n{}",
+        tail.join("\n")
+    );
 }
 
 pub fn signal(pid: i32, sig: &str) {
@@ -254,6 +275,17 @@ pub fn aws_cli(endpoint: &str, args: &[&str]) -> String {
 
 /// [`aws_cli`] with more of the environment (`extra` after the emulator's).
 pub fn aws_cli_with(endpoint: &str, extra: &[(&str, String)], args: &[&str]) -> String {
+    try_aws_cli_with(endpoint, extra, args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The AWS CLI's stdout, or what it said when it failed. For a poll that is read again until it
+/// holds: moto's threaded server can answer a read racing dtd's writes with a 500 that the CLI
+/// cannot parse and does not retry, and a poll takes that for "not yet".
+pub fn try_aws_cli_with(
+    endpoint: &str,
+    extra: &[(&str, String)],
+    args: &[&str],
+) -> Result<String, String> {
     // The CLI's SQS client ignores AWS_ENDPOINT_URL (it keeps queue.amazonaws.com).
     let out = Command::new(tool("DT_AWS_CLI", "aws"))
         .args(["--endpoint-url", endpoint])
@@ -262,12 +294,13 @@ pub fn aws_cli_with(endpoint: &str, extra: &[(&str, String)], args: &[&str]) -> 
         .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("running the AWS CLI");
-    assert!(
-        out.status.success(),
-        "aws {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
+    if !out.status.success() {
+        return Err(format!(
+            "aws {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
 /// A tmpfs mounted for a test, unmounted (lazily: dtd may still hold a file) when dropped.
@@ -640,6 +673,11 @@ impl Cluster {
     /// The person at the console: the real AWS CLI against the emulator.
     pub fn aws(&self, args: &[&str]) -> String {
         aws_cli(&self.moto.endpoint(), args).trim().to_string()
+    }
+
+    /// [`Cluster::aws`] for a poll: the CLI's error instead of a panic (see [`try_aws_cli_with`]).
+    pub fn try_aws(&self, args: &[&str]) -> Result<String, String> {
+        try_aws_cli_with(&self.moto.endpoint(), &[], args).map(|out| out.trim().to_string())
     }
 
     /// Deletes the elastic tag exactly as a person would from the console.
