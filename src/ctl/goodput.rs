@@ -48,7 +48,9 @@ struct ChangeLine {
     leaving_node_seconds: f64,
     redone_node_seconds: f64,
     redone_steps: u64,
-    /// Paused, leaving and redone together.
+    /// The preparing of the instances launched to replace its leavers.
+    replacing_node_seconds: f64,
+    /// Paused, leaving, redone and replacing together.
     gpu_seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     usd: Option<f64>,
@@ -142,6 +144,7 @@ fn change(c: &Change, priced: bool) -> ChangeLine {
         leaving_node_seconds: s(c.leaving.node_ms),
         redone_node_seconds: s(c.redone.node_ms),
         redone_steps: c.redone_steps,
+        replacing_node_seconds: s(c.replacing.node_ms),
         gpu_seconds: s(cost.gpu_ms),
         usd: priced.then(|| cost.usd()),
     }
@@ -211,25 +214,27 @@ fn render_changes(o: &mut String, changes: &[ChangeLine]) {
     let dollars = if priced { "  dollars" } else { "" };
     let _ = writeln!(
         o,
-        "{:>5}  {:<20}  {:>8}  {:>8}  {:>6}  {:>9}{dollars}  what",
-        "gen", "at", "paused", "leaving", "redone", "GPU-hours"
+        "{:>5}  {:<20}  {:>8}  {:>8}  {:>6}  {:>9}  {:>9}{dollars}  what",
+        "gen", "at", "paused", "leaving", "redone", "replacing", "GPU-hours"
     );
     for c in shown {
         let usd = c.usd.map(|d| format!("  {d:>7.2}")).unwrap_or_default();
         let _ = writeln!(
             o,
-            "{:>5}  {:<20}  {:>7.0}s  {:>7.0}s  {:>6}  {:>9.3}{usd}  {}",
+            "{:>5}  {:<20}  {:>7.0}s  {:>7.0}s  {:>6}  {:>8.0}s  {:>9.3}{usd}  {}",
             c.generation,
             c.at,
             c.paused_node_seconds,
             c.leaving_node_seconds,
             c.redone_steps,
+            c.replacing_node_seconds,
             c.gpu_seconds / 3600.0,
             c.what
         );
     }
     o.push_str(
-        "(paused and leaving in node-seconds, redone in steps; GPU-hours and dollars: all three)\n",
+        "(paused, leaving and the replacements' preparing in node-seconds, redone in steps; \
+         GPU-hours and dollars: all four)\n",
     );
 }
 
@@ -291,6 +296,8 @@ mod tests {
             leaving: priced(30),
             redone_steps: 40,
             redone: priced(40),
+            replacing: priced(90),
+            replaced: vec!["i-0a8".into()],
         });
         let text = render(&report(&g));
         let lines: Vec<&str> = text.lines().skip(12).collect();
@@ -300,13 +307,14 @@ mod tests {
         );
         assert_eq!(
             lines[3],
-            "    4  2026-11-24T08:17:41Z       20s       30s      40      0.200     0.82  \
-             10.0.1.8 left (a Spot interruption notice from the queue)",
+            "    4  2026-11-24T08:17:41Z       20s       30s      40        90s      0.400     \
+             1.64  10.0.1.8 left (a Spot interruption notice from the queue)",
             "{text}"
         );
         let json = serde_json::to_value(report(&g)).unwrap();
         assert_eq!(json["changes"][0]["leaving_node_seconds"], 30.0);
         assert_eq!(json["changes"][0]["redone_steps"], 40);
+        assert_eq!(json["changes"][0]["replacing_node_seconds"], 90.0);
         let empty = render(&report(&Goodput::new(0)));
         assert!(
             empty.ends_with("Trained / paid: nothing paid yet\n"),

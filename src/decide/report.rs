@@ -11,7 +11,7 @@ pub(super) fn finish(p: &Inputs, mut st: State, mut out: Draft) -> Plan {
         generation::bump(p, &mut st, &mut out);
     }
     if p.ec2_ok {
-        st.forget_gone(|id| p.is_running(id), p.index.len());
+        st.forget_gone(|id| p.is_running(id), p.index.len(), p.now);
     }
     for (status, instances) in status_tags::tags(p, &out) {
         out.act(Action::Tag { status, instances });

@@ -13,7 +13,16 @@ pub fn settle(rules: &Rules, state: &mut State, applied: &Applied, now: Millis) 
     }
     for (token, launched) in &applied.launches {
         match launched {
-            Ok(_) => state.replacements.retain(|r| r.token != *token),
+            Ok(launched) => {
+                // A group's launch is its own: the instance it makes is not known here.
+                let ours = |r: &Replacement| r.token == *token && r.group.is_none();
+                if let Some(r) = state.replacements.iter().find(|r| ours(r)) {
+                    let replaces = r.replaces.clone();
+                    let l = LaunchedFor { replaces, at: now };
+                    state.launched_for.insert(launched.clone(), l);
+                }
+                state.replacements.retain(|r| r.token != *token);
+            }
             Err(e) => {
                 for r in state.replacements.iter_mut().filter(|r| r.token == *token) {
                     r.retry_at = now.saturating_add(LAUNCH_RETRY_MS);
@@ -119,8 +128,13 @@ mod tests {
 
     #[test]
     fn a_refused_launch_waits_a_minute_from_now_and_a_launched_one_is_owed_no_more() {
+        let detached = Replacement {
+            replaces: "i-0ingroup".into(),
+            group: Some("workers".into()),
+            ..owed("dt-replace-g")
+        };
         let mut state = State {
-            replacements: vec![owed("dt-replace-a"), owed("dt-replace-b")],
+            replacements: vec![owed("dt-replace-a"), owed("dt-replace-b"), detached],
             ..State::default()
         };
         let applied = Applied {
@@ -130,11 +144,18 @@ mod tests {
                     "dt-replace-b".into(),
                     Err(LaunchFailed::Refused("InsufficientInstanceCapacity".into())),
                 ),
+                ("dt-replace-g".into(), Ok("workers".into())),
             ],
             ..Applied::default()
         };
         let now = 1_000_000;
         assert!(settle(&rules(), &mut state, &applied, now).is_empty());
+        let replaces = "i-0old".to_string();
+        assert_eq!(
+            state.launched_for,
+            [("i-0new".to_string(), LaunchedFor { replaces, at: now })].into(),
+            "the ledger learns what the launch replaced; a group's launch names no instance"
+        );
         assert_eq!(state.replacements.len(), 1);
         let r = &state.replacements[0];
         assert_eq!(

@@ -154,6 +154,10 @@ pub struct Goodput {
     /// are found when it does not (paused, idle) or when it goes back. Also in `buckets`.
     #[serde(default, skip_serializing_if = "Spent::is_none")]
     pub unconfirmed: Spent,
+    /// Replacements' preparing while the worker they replace has not left yet (launched at its
+    /// warning), by instance id: charged to the change it leaves with. Also in `buckets`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owed: BTreeMap<String, Spent>,
 }
 
 /// A mark is taken at a pass this long after the one before.
@@ -240,12 +244,20 @@ impl Goodput {
             if matches!(bucket, Bucket::Paused | Bucket::Leaving) {
                 self.charge(roles.cause(i, seen.state), bucket, spent);
             }
+            if let Some(l) = (bucket == Bucket::Preparing)
+                .then(|| seen.state.launched_for.get(&i.id))
+                .flatten()
+            {
+                self.charge_replacement(&i.id, &l.replaces, spent);
+            }
             if bucket == Bucket::Training && roles.on_trust && stood {
                 unconfirmed.add(spent);
             }
             accounted.insert(i.id.clone(), seen.now);
         }
-        // An instance no longer seen ended at its last pass: its time is all accounted.
+        // An instance no longer seen ended at its last pass: its time is all accounted (and a
+        // replacement gone before its predecessor left owes no change).
+        self.owed.retain(|id, _| accounted.contains_key(id));
         self.accounted = accounted;
         let from = self.last_pass.max(self.since);
         self.master_ms += seen.now.saturating_sub(from);

@@ -120,6 +120,10 @@ pub struct State {
     /// resent until RunInstances succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replacements: Vec<Replacement>,
+    /// The instances those launches made, while listed, each with the one it replaces: the
+    /// goodput ledger charges a replacement's preparing to the change its predecessor left with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub launched_for: BTreeMap<String, LaunchedFor>,
     /// Capacity choices EC2 refused, by [`Choice::name`]: skipped until their cool-down ends.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub no_capacity: BTreeMap<String, super::Unavailable>,
@@ -201,8 +205,10 @@ impl State {
     /// Forgets every worker `listed` no longer shows, and passing states that have passed. Only
     /// on a complete listing of EC2: an instance a partial one missed may still run. The records
     /// are looked through only when they outnumber the listed workers: there are 10,000 of them.
-    pub fn forget_gone(&mut self, listed: impl Fn(&str) -> bool, listed_count: usize) {
+    pub fn forget_gone(&mut self, listed: impl Fn(&str) -> bool, listed_count: usize, now: Millis) {
         self.pending.retain(|id, p| !p.is_empty() && listed(id));
+        let young = |l: &LaunchedFor| now < l.at.saturating_add(LISTED_WITHIN);
+        self.launched_for.retain(|id, l| listed(id) || young(l));
         if self.workers.len() > listed_count {
             self.workers.retain(|id, _| listed(id));
         }
@@ -243,6 +249,19 @@ pub struct Replacement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
+
+/// An instance `dtd` launched to replace another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchedFor {
+    /// The instance it replaces.
+    pub replaces: String,
+    /// When RunInstances returned it.
+    pub at: Millis,
+}
+
+/// A launched instance not yet in EC2's listing is kept this long: the listing a pass reads may
+/// predate the launch, and EC2 lists a new instance within a minute (eventual consistency).
+const LISTED_WITHIN: Millis = 600_000;
 
 /// Why a worker is replaced: its health, or a warning that its capacity goes away.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -299,4 +318,33 @@ pub struct JobProgress {
     /// The run of the job's processes that wrote it, when the job says: a new one is a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<crate::protocol::progress::RunLine>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A launch the listing does not show yet is kept (the listing may predate it); one long
+    /// unlisted is gone, and one listed is kept however old.
+    #[test]
+    fn a_replacement_is_remembered_until_it_is_gone_from_a_listing_that_postdates_it() {
+        let l = |at| LaunchedFor {
+            replaces: "i-0old".into(),
+            at,
+        };
+        let mut st = State {
+            launched_for: [("i-0new".into(), l(0)), ("i-0listed".into(), l(0))].into(),
+            ..State::default()
+        };
+        let listed = |id: &str| id == "i-0listed";
+        st.forget_gone(listed, 1, LISTED_WITHIN - 1);
+        assert_eq!(st.launched_for.len(), 2);
+        st.forget_gone(listed, 1, LISTED_WITHIN);
+        assert_eq!(
+            st.launched_for.keys().collect::<Vec<_>>(),
+            ["i-0listed"],
+            "{:?}",
+            st.launched_for
+        );
+    }
 }

@@ -457,6 +457,25 @@ fn with_replace_interrupted_the_replacement_is_launched_at_the_warning_and_joins
         [(new_id.clone(), new_ip.clone())],
         "no second replacement"
     );
+    // The ledger charges the replacement's preparing (its launch to its marker) to the change
+    // the interrupted worker left with, and the first workers' to none.
+    c.stop_dtd();
+    let out = c.dtctl(&["goodput", "-o", "json"]);
+    assert!(out.status.success(), "dtctl goodput: {}", stderr(&out));
+    let g: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let changes = g["changes"].as_array().expect("changes");
+    let replacing = |c: &serde_json::Value| c["replacing_node_seconds"].as_f64().unwrap_or(0.0);
+    let left = format!("{ip} left (");
+    let (with, without): (Vec<_>, Vec<_>) =
+        (changes.iter()).partition(|c| c["what"].as_str().is_some_and(|w| w.starts_with(&left)));
+    assert_eq!(with.len(), 1, "{g}");
+    assert!(replacing(with[0]) > 0.0, "{g}");
+    assert!(without.iter().all(|c| replacing(c) == 0.0), "{g}");
+    let preparing = (g["buckets"].as_array().expect("buckets").iter())
+        .find(|b| b["bucket"] == "preparing")
+        .and_then(|b| b["node_seconds"].as_f64())
+        .expect("preparing");
+    assert!(replacing(with[0]) <= preparing, "{g}");
 }
 
 /// `workers.replace_interrupted` for a group worker: at AWS's Spot warning it is detached from

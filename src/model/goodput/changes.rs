@@ -36,6 +36,13 @@ pub struct Change {
     pub redone: Spent,
     #[serde(default)]
     pub redone_steps: u64,
+    /// The preparing (boot, prepare-data, health check) of the instances `dtd` launched to
+    /// replace its leavers, before and after they left.
+    #[serde(default, skip_serializing_if = "Spent::is_none")]
+    pub replacing: Spent,
+    /// Its leavers `dtd` launched (or owes) a replacement for, by instance id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<String>,
 }
 
 impl Change {
@@ -44,6 +51,7 @@ impl Change {
         let mut sum = self.paused;
         sum.add(self.leaving);
         sum.add(self.redone);
+        sum.add(self.replacing);
         sum
     }
 }
@@ -59,10 +67,32 @@ impl Goodput {
             generation: st.generation,
             at: now,
             what: describe(st),
+            replaced: replaced(st),
             ..Change::default()
         });
         let over = self.changes.len().saturating_sub(CHANGES_KEPT);
         self.changes.drain(..over);
+        self.charge_owed(st);
+    }
+
+    /// Charges the preparing of `id` (`spent`), an instance launched to replace `replaces`, to
+    /// the change `replaces` left with; until it has left, owed.
+    pub(super) fn charge_replacement(&mut self, id: &str, replaces: &str, spent: Spent) {
+        let left_with =
+            (self.changes.iter_mut().rev()).find(|c| c.replaced.iter().any(|r| r == replaces));
+        match left_with {
+            Some(c) => c.replacing.add(spent),
+            None => self.owed.entry(id.to_string()).or_default().add(spent),
+        }
+    }
+
+    /// What replacements prepared before their predecessor left, charged once it has.
+    fn charge_owed(&mut self, st: &State) {
+        for (id, spent) in std::mem::take(&mut self.owed) {
+            if let Some(l) = st.launched_for.get(&id) {
+                self.charge_replacement(&id, &l.replaces, spent);
+            }
+        }
     }
 
     /// The change of `generation`, when it is kept.
@@ -89,6 +119,16 @@ impl Goodput {
             c.redone_steps += steps;
         }
     }
+}
+
+/// The leavers at `st`'s generation that have a replacement launched or owed.
+fn replaced(st: &State) -> Vec<String> {
+    let launched = |id: &str| st.launched_for.values().any(|l| l.replaces == id);
+    let owed = |id: &str| st.replacements.iter().any(|r| r.replaces == id);
+    (st.removals.iter())
+        .filter(|r| r.generation == st.generation && (launched(&r.id) || owed(&r.id)))
+        .map(|r| r.id.clone())
+        .collect()
 }
 
 /// Who left and who joined at `st`'s generation, from its removals and members.

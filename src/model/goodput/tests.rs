@@ -563,3 +563,69 @@ fn the_newest_changes_are_kept_and_a_large_one_names_five() {
     pass(&mut g, 999_000, &list, &markers, &joined);
     assert_eq!(g.changes.len(), CHANGES_KEPT);
 }
+
+/// A replacement launched at its predecessor's warning prepares before the predecessor leaves:
+/// that time is owed (and kept across a restart of dtd) until the leave, then charged to it with
+/// the rest of its preparing; a worker launched for growth is charged to no change.
+#[test]
+fn a_replacements_preparing_is_charged_to_the_change_its_predecessor_left_with() {
+    let (a, b) = (instance(1, 0), instance(2, 0));
+    let (fresh, grown) = (instance(3, 20_000), instance(4, 20_000));
+    let markers = Markers {
+        success: [a.ip, b.ip].into(),
+        ..Markers::default()
+    };
+    let mut g = Goodput::new(0);
+    let both = State {
+        generation: 1,
+        members: vec![member(&a, true), member(&b, true)],
+        ..State::default()
+    };
+    pass(&mut g, 0, &[a.clone(), b.clone()], &markers, &both);
+    // b warned at 20 s, its replacement launched then (and one for growth); b leaves at 50 s.
+    let warned = State {
+        launched_for: [(
+            fresh.id.clone(),
+            crate::model::LaunchedFor {
+                replaces: b.id.clone(),
+                at: 20_000,
+            },
+        )]
+        .into(),
+        ..both.clone()
+    };
+    let all = [a.clone(), b.clone(), fresh.clone(), grown.clone()];
+    pass(&mut g, 20_000, &all, &markers, &warned);
+    pass(&mut g, 40_000, &all, &markers, &warned);
+    assert_eq!(g.owed[&fresh.id].node_ms, 20_000, "prepared before b left");
+    let mut g: Goodput =
+        serde_json::from_str(&serde_json::to_string(&g).expect("JSON")).expect("read back");
+    let left = State {
+        generation: 2,
+        members: vec![member(&a, true)],
+        removals: vec![removal(&b, Some(crate::model::Ending::Terminate))],
+        ..warned.clone()
+    };
+    pass(&mut g, 50_000, &all, &markers, &left);
+    pass(&mut g, 80_000, &all, &markers, &left);
+    let leave = g.changes.last().expect("b's leave");
+    assert_eq!(leave.replaced, std::slice::from_ref(&b.id));
+    assert_eq!(
+        leave.replacing.node_ms, 60_000,
+        "its preparing, before and after"
+    );
+    assert!(g.owed.is_empty(), "{:?}", g.owed);
+    assert_eq!(
+        g.buckets[&Bucket::Preparing].node_ms,
+        2 * 60_000,
+        "the grown worker prepared as long, charged to no change"
+    );
+    let (paused, leaving) = (leave.paused.node_ms, leave.leaving.node_ms);
+    assert_eq!(leave.cost().node_ms, paused + leaving + 60_000);
+    // A replacement gone before its predecessor left owes nothing.
+    let mut g = Goodput::new(0);
+    pass(&mut g, 0, &[a.clone(), b.clone()], &markers, &both);
+    pass(&mut g, 20_000, &all, &markers, &warned);
+    pass(&mut g, 30_000, &[a.clone(), b.clone()], &markers, &warned);
+    assert!(g.owed.is_empty(), "{:?}", g.owed);
+}
