@@ -163,6 +163,8 @@ pub struct Workers {
     pub max_clock_skew: Duration,
     /// Dollars an hour per instance type, for the goodput ledger's cost (`workers.prices`).
     pub prices: BTreeMap<String, f64>,
+    /// Whether a Spot worker whose type has no price is priced from EC2's Spot price history.
+    pub spot_price_history: bool,
 }
 
 /// One host file: a built-in `format`, or a `template` file of the user's own.

@@ -90,6 +90,7 @@ fn workers(w: RawWorkers, cluster: &str, agent: &RawAgent) -> Workers {
         identity: w.identity_certificates.unwrap_or_else(Certificates::aws),
         max_clock_skew: w.max_clock_skew,
         prices: w.prices,
+        spot_price_history: w.spot_price_history,
     }
 }
 

@@ -58,6 +58,8 @@ pub(super) struct RawWorkers {
     pub max_clock_skew: Duration,
     #[serde(default)]
     pub prices: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub spot_price_history: bool,
 }
 
 /// The section's own rules, checked while it is parsed so the error names `workers` and its line.

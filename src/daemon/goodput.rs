@@ -51,10 +51,15 @@ impl Daemon {
                 markers: snap.markers.as_ref().ok(),
                 state: &self.state,
                 gpus: &|kind| slots.for_type(kind) as u64,
-                price: &|kind| prices.get(kind).copied(),
+                price: &|i| {
+                    (prices.get(&i.instance_type).copied()).or_else(|| self.observer.spot_price(i))
+                },
             });
         }
         self.metrics.show_goodput(&self.goodput);
+        if let Some(prices) = self.observer.spot_prices() {
+            self.metrics.show_spot_prices(prices);
+        }
         if now >= self.goodput_saved_at.saturating_add(SAVE_EVERY) {
             self.save_goodput(now).await;
         }

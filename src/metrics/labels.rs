@@ -24,6 +24,12 @@ pub(super) struct BucketLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SpotPriceLabel {
+    pub instance_type: String,
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct KindLabel {
     pub kind: String,
 }

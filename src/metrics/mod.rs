@@ -25,7 +25,8 @@ pub use aws_calls::AwsCalls;
 pub use gpu::{FleetNow, GpuClock, GpuSeconds};
 pub use health::DaemonHealth;
 use labels::{
-    AlertLabel, BucketLabel, GpuLabel, KindLabel, NoticeLabels, SourceLabel, StatusLabel,
+    AlertLabel, BucketLabel, GpuLabel, KindLabel, NoticeLabels, SourceLabel, SpotPriceLabel,
+    StatusLabel,
 };
 use latency::Latencies;
 
@@ -52,6 +53,7 @@ pub struct Metrics {
     gpu_time: Family<GpuLabel, FloatCounter>,
     goodput: Family<BucketLabel, FloatGauge>,
     goodput_usd: Family<BucketLabel, FloatGauge>,
+    spot_price: Family<SpotPriceLabel, FloatGauge>,
     awaiting_ack: Gauge,
     source_up: Family<SourceLabel, Gauge>,
     events: Family<KindLabel, Counter>,
@@ -105,6 +107,7 @@ impl Metrics {
             gpu_time: Family::default(),
             goodput: Family::default(),
             goodput_usd: Family::default(),
+            spot_price: Family::default(),
             awaiting_ack: Gauge::default(),
             source_up: Family::default(),
             events: Family::default(),
@@ -231,6 +234,11 @@ impl Metrics {
             self.goodput_usd.clone(),
         );
         r.register(
+            "dt_spot_price_dollars_per_hour",
+            "The Spot price history's price an hour of each Spot worker's instance type in its zone, as last read (workers.spot_price_history)",
+            self.spot_price.clone(),
+        );
+        r.register(
             "dt_removals_awaiting_ack",
             "Workers out of the host files whose removal the job has not acknowledged yet",
             self.awaiting_ack.clone(),
@@ -352,6 +360,17 @@ impl Metrics {
             if priced {
                 self.goodput_usd.get_or_create(&label).set(spent.usd());
             }
+        }
+    }
+
+    /// The Spot prices the ledger prices Spot workers at, as last read.
+    pub fn show_spot_prices(&self, prices: &crate::observe::spot_prices::SpotPrices) {
+        for ((kind, zone), price) in prices {
+            let label = SpotPriceLabel {
+                instance_type: kind.clone(),
+                zone: zone.clone(),
+            };
+            self.spot_price.get_or_create(&label).set(*price);
         }
     }
 

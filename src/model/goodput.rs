@@ -181,8 +181,8 @@ pub struct Seen<'a> {
     pub state: &'a State,
     /// The GPUs of an instance type (`workers.slots`).
     pub gpus: &'a dyn Fn(&str) -> u64,
-    /// Its price in dollars an hour (`workers.prices`), when known.
-    pub price: &'a dyn Fn(&str) -> Option<f64>,
+    /// Its price in dollars an hour (`workers.prices`, else the Spot price history), when known.
+    pub price: &'a dyn Fn(&Instance) -> Option<f64>,
 }
 
 /// The job's step counts as advancing for at least this long after `dtd` first read it: rank 0
@@ -235,10 +235,7 @@ impl Goodput {
                 None => (i.launched_at.clamp(self.since, seen.now), Bucket::Preparing),
             };
             let ms = seen.now.saturating_sub(from);
-            let (gpus, price) = (
-                (seen.gpus)(&i.instance_type),
-                (seen.price)(&i.instance_type),
-            );
+            let (gpus, price) = ((seen.gpus)(&i.instance_type), (seen.price)(i));
             let spent = Spent::of(ms, gpus, price);
             (self.buckets.entry(bucket).or_default()).add(spent);
             if matches!(bucket, Bucket::Paused | Bucket::Leaving) {

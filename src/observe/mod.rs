@@ -21,4 +21,5 @@ pub mod reservations;
 pub mod shared;
 pub mod shared_changes;
 mod sources;
+pub mod spot_prices;
 pub mod strays;

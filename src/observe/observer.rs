@@ -26,6 +26,7 @@ use super::reservations::{self, ReservationWatch};
 use super::shared::{self, SharedReaders};
 use super::shared_changes::{self, Watched};
 use super::sources;
+use super::spot_prices::SpotPriceWatch;
 use crate::aws::Clients;
 use crate::clock::{millis, SharedClock};
 use crate::config::{Config, Reports as Mode};
@@ -59,6 +60,8 @@ pub struct Observer {
     subnets_asked: Option<Millis>,
     /// The reservations `workers.capacity` names by id, when it names any.
     reservations: Option<ReservationWatch>,
+    /// The Spot workers' prices, with `workers.spot_price_history`.
+    spot_prices: Option<SpotPriceWatch>,
     /// What the workers' reports say, and what of it is believed.
     reports: Reports,
     clock: SharedClock,
@@ -120,6 +123,8 @@ impl Observer {
                 clients.ec2.clone(),
                 reservations::ids(sources::choices(cfg)),
             ),
+            spot_prices: (cfg.workers.spot_price_history)
+                .then(|| SpotPriceWatch::new(clients.ec2.clone())),
             reports: Reports::default(),
             clock,
             known,
@@ -257,6 +262,9 @@ impl Observer {
             (None, None) => Ok(Markers::default()),
         };
         let (mount_targets, mount_targets_error) = self.mount_targets(&instances).await;
+        if let (Some(w), Ok(list)) = (self.spot_prices.as_mut(), instances.as_ref()) {
+            w.poll(list, now).await;
+        }
         let subnet_zones = self.subnet_zones().await;
         let snap = Snapshot {
             instances: worded(instances),
@@ -285,6 +293,16 @@ impl Observer {
         let ips = (st.members.iter().map(|m| m.ip)).chain(st.removals.iter().map(|r| r.ip));
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         *known = ips.collect();
+    }
+
+    /// What a Spot worker is paid an hour, from the Spot price history when it is read.
+    pub fn spot_price(&self, i: &crate::model::Instance) -> Option<f64> {
+        self.spot_prices.as_ref()?.price(i)
+    }
+
+    /// The Spot prices as last read, with `workers.spot_price_history`.
+    pub fn spot_prices(&self) -> Option<&super::spot_prices::SpotPrices> {
+        self.spot_prices.as_ref().map(SpotPriceWatch::prices)
     }
 
     /// Markers and acknowledgements checked every `shared_poll` on a thread of their own.

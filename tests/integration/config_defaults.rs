@@ -146,6 +146,10 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ),
         ("workers.prices", Absent(|c| c.workers.prices.is_empty())),
         (
+            "workers.spot_price_history",
+            Literal(|c| c.workers.spot_price_history.to_string()),
+        ),
+        (
             "shared_dir",
             Required("cluster: demo\nworkers: { max: 4, auto_scaling_group: g }\n"),
         ),

@@ -206,3 +206,73 @@ fn every_second_of_every_worker_is_in_one_bucket_across_a_kill_9() {
         "{text}"
     );
 }
+
+/// `workers.spot_price_history`: a Spot worker whose type has no price in `workers.prices` is
+/// priced at the Spot price history's price for its type and zone (moto's is 0.00001 dollars an
+/// hour, too small for the ledger's micro-dollars, so the price is read where the metrics show
+/// it), read once, not at every pass; an on-demand worker asks for nothing.
+#[test]
+fn a_spot_worker_is_priced_from_the_spot_price_history_read_once() {
+    let mut c = Cluster::new();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    c.worker_extra = "  spot_price_history: true\n".into();
+    c.extra = format!("metrics: {{ listen: '{metrics}' }}\n");
+    c.write_config(&c.config(0, 8, &[], "  notify: none\n  ack: { timeout: 10m }"));
+    c.start_dtd();
+    let scrape = || {
+        let got = prometheus::get(metrics.parse().expect("an address"), "/metrics");
+        got.map(|(_, body)| body).unwrap_or_default()
+    };
+    let line = |body: &str, name: &str| -> Option<String> {
+        body.lines()
+            .find(|l| l.starts_with(name))
+            .map(str::to_string)
+    };
+    let calls = |body: &str| -> Option<String> {
+        (body.lines())
+            .find(|l| {
+                l.starts_with("dt_aws_calls_total{") && l.contains("\"DescribeSpotPriceHistory\"")
+            })
+            .map(str::to_string)
+    };
+    c.launch(1);
+    c.wait_passes(3);
+    assert_eq!(calls(&scrape()), None, "no Spot worker, no call");
+
+    // A g5.xlarge: moto's price history has no p3.2xlarge (the template's type) in this region.
+    let template = format!("LaunchTemplateId={},Version=$Latest", c.template_id);
+    let zone = c.aws(&[
+        "ec2",
+        "run-instances",
+        "--launch-template",
+        &template,
+        "--instance-type",
+        "g5.xlarge",
+        "--subnet-id",
+        &c.subnet,
+        "--instance-market-options",
+        "MarketType=spot",
+        "--query",
+        "Instances[0].Placement.AvailabilityZone",
+        "--output",
+        "text",
+    ]);
+    // Every zone's price of the Spot workers' types: a replacement may launch in another.
+    let ours =
+        format!("dt_spot_price_dollars_per_hour{{instance_type=\"g5.xlarge\",zone=\"{zone}\"}}");
+    let price = wait_for(
+        "the Spot price of the worker's type in its zone",
+        Duration::from_secs(30),
+        || line(&scrape(), &ours),
+        Option::is_some,
+    );
+    let price = price.unwrap_or_default();
+    assert!(
+        price.ends_with(" 0.00001") || price.ends_with(" 1e-5"),
+        "{price}"
+    );
+    c.wait_passes(5);
+    let body = scrape();
+    let once = calls(&body).unwrap_or_default();
+    assert!(once.ends_with(" 1"), "one read for the hour: {once}");
+}

@@ -84,8 +84,8 @@ fn role(
 }
 
 /// `workers.prices: { p4d.24xlarge: 32.77 }`.
-fn price(kind: &str) -> Option<f64> {
-    (kind == "p4d.24xlarge").then_some(32.77)
+fn price(i: &Instance) -> Option<f64> {
+    (i.instance_type == "p4d.24xlarge").then_some(32.77)
 }
 
 /// One worker, launched at 0, ready and an acknowledged member of the job.
