@@ -336,6 +336,9 @@ mod tests {
             launched_for: [("i-0new".into(), l(0)), ("i-0listed".into(), l(0))].into(),
             ..State::default()
         };
+        let back: State = serde_json::from_str(&serde_json::to_string(&st).expect("JSON"))
+            .expect("state.json read back");
+        assert_eq!(back.launched_for, st.launched_for, "kept across a restart");
         let listed = |id: &str| id == "i-0listed";
         st.forget_gone(listed, 1, LISTED_WITHIN - 1);
         assert_eq!(st.launched_for.len(), 2);
