@@ -13,8 +13,10 @@ Run under torchrun by the agent (`job.launcher.script: [.../in_place_job.py, --d
 with `strategy: in_place`), or alone with `--single` for the curve a run without changes draws.
 """
 import argparse
+import collections
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -89,13 +91,18 @@ def single(args):
 
 class Trained:
     """This node's own count of the seconds it trained a step the quorum kept
-    (`--count-trained`): the time from one committed step to the next (a step that did not
-    commit, and the wait before a node's first, count nothing), to DIR/<node>.json once a second,
-    from where a restarted process left it."""
+    (`--count-trained`): each committed step counts the node's pace, the median of its last
+    `PACE_OF` intervals from one committed step to the next, so that a step whose interval
+    held a wait for a new quorum counts what the node's steps take, not the wait (a step that
+    did not commit, and the wait before a node's first, count nothing). Written to
+    DIR/<node>.json once a second, from where a restarted process left it."""
+
+    PACE_OF = 15
 
     def __init__(self, directory, node):
         self.path = os.path.join(directory, f"{node}.json") if directory else None
         self.node_s, self.last, self.written = 0.0, None, 0.0
+        self.intervals = collections.deque(maxlen=self.PACE_OF)
         if directory:
             os.makedirs(directory, exist_ok=True)
         if self.path and os.path.exists(self.path):
@@ -105,7 +112,8 @@ class Trained:
     def step(self, committed, step):
         now = time.monotonic()
         if committed and self.last is not None:
-            self.node_s += now - self.last
+            self.intervals.append(now - self.last)
+            self.node_s += statistics.median(self.intervals)
         self.last = now if committed else None
         if self.path and now - self.written >= 1.0:
             self.written = now

@@ -53,7 +53,7 @@ class TorchJobTrainedTest(unittest.TestCase):
 
 
 class InPlaceJobTrainedTest(unittest.TestCase):
-    def test_only_the_time_between_committed_steps_counts_and_a_restart_goes_on(self):
+    def test_each_committed_step_counts_the_nodes_pace_and_a_restart_goes_on(self):
         job = example("in_place_job")
         clock = Clock()
         with tempfile.TemporaryDirectory() as d, mock.patch.object(job.time, "monotonic", clock):
@@ -63,10 +63,18 @@ class InPlaceJobTrainedTest(unittest.TestCase):
                 t.step(committed, 7)
             # True->True 1 s; the failed step and the one after it count nothing; True->True 1 s.
             self.assertAlmostEqual(t.node_s, 2.0)
-            t.written = 0.0
+            # A step whose interval held a 5 s wait for a new quorum counts the node's pace.
+            clock.t += 6.0
             t.step(True, 8)
-            self.assertEqual(json.loads((Path(d) / "10.0.1.8.json").read_text())["node_seconds"], 2.0)
-            self.assertAlmostEqual(job.Trained(d, "10.0.1.8").node_s, 2.0)
+            self.assertAlmostEqual(t.node_s, 3.0)
+            clock.t += 1.0
+            t.step(True, 8)
+            self.assertAlmostEqual(t.node_s, 4.0)
+            t.written = 0.0
+            clock.t += 1.0
+            t.step(True, 8)
+            self.assertEqual(json.loads((Path(d) / "10.0.1.8.json").read_text())["node_seconds"], 5.0)
+            self.assertAlmostEqual(job.Trained(d, "10.0.1.8").node_s, 5.0)
 
 
 if __name__ == "__main__":
