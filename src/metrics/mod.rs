@@ -363,8 +363,9 @@ impl Metrics {
         }
     }
 
-    /// The Spot prices the ledger prices Spot workers at, as last read.
-    pub fn show_spot_prices(&self, prices: &crate::observe::spot_prices::SpotPrices) {
+    /// The Spot prices the ledger prices Spot workers at, as last read: dollars an hour by
+    /// (instance type, zone).
+    pub fn show_spot_prices(&self, prices: &std::collections::BTreeMap<(String, String), f64>) {
         for ((kind, zone), price) in prices {
             let label = SpotPriceLabel {
                 instance_type: kind.clone(),
