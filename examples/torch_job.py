@@ -71,13 +71,19 @@ def load(path, model, opt, device):
 
 class Trained:
     """The job's own count of the node-seconds that trained a step it kept (`--count-trained`):
-    each step's time since the one before, times the world. Kept in the checkpoint, so the steps
-    a restart trains again are counted once. Rank 0 writes it to DIR/job.json once a second."""
+    each step's time since the one before (a process's first step: since its loop began, see
+    `begin`), times the world. Kept in the checkpoint, so the steps a restart trains again are
+    counted once. Rank 0 writes it to DIR/job.json once a second."""
 
     def __init__(self, path, node_s):
         self.path, self.node_s, self.last, self.written = path, node_s, None, 0.0
         if path:
             os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def begin(self):
+        """The training loop starts: a restarted process's first step trains from here (its
+        time to this point, the process group and the checkpoint, does not count)."""
+        self.last = time.monotonic()
 
     def step(self, world, step):
         now = time.monotonic()
@@ -125,6 +131,7 @@ def train(args):
         say(f"generation {session.generation}: rank {rank} of {world}, from step {start}"
             + (" (acknowledged)" if acked else ""))
     step = start
+    trained.begin()
     while step < args.steps:
         bx, by = batch(x, y, step, rank, world, args.batch, args.seed)
         opt.zero_grad()

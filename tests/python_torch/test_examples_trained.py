@@ -37,10 +37,16 @@ class TorchJobTrainedTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d, mock.patch.object(job.time, "monotonic", clock):
             path = str(Path(d) / "trained" / "job.json")
             t = job.Trained(path, 0.0)
-            for step in range(1, 5):  # the first step only starts the clock
+            for step in range(1, 5):  # without begin, the first step only starts the clock
                 t.step(world=3, step=step)
                 clock.t += 0.5
             self.assertAlmostEqual(t.node_s, 3 * 0.5 * 3)
+            # A restarted process's first step counts from its loop's start.
+            restarted = job.Trained(None, t.node_s)
+            restarted.begin()
+            clock.t += 0.8
+            restarted.step(world=3, step=5)
+            self.assertAlmostEqual(restarted.node_s, 3 * 0.5 * 3 + 3 * 0.8)
             # Written at most once a second: at steps 1 and 3 (a second apart), not 2 or 4.
             self.assertEqual(json.loads(Path(path).read_text())["step"], 3)
             # Saved with a checkpoint, read back by the restarted world.
