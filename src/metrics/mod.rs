@@ -10,7 +10,7 @@ mod labels;
 mod latency;
 pub mod server;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -364,14 +364,16 @@ impl Metrics {
     }
 
     /// The Spot prices the ledger prices Spot workers at, as last read: dollars an hour by
-    /// (instance type, zone).
-    pub fn show_spot_prices(&self, prices: &std::collections::BTreeMap<(String, String), f64>) {
-        for ((kind, zone), price) in prices {
-            let label = SpotPriceLabel {
-                instance_type: kind.clone(),
-                zone: zone.clone(),
-            };
-            self.spot_price.get_or_create(&label).set(*price);
+    /// instance type, then zone.
+    pub fn show_spot_prices(&self, prices: &BTreeMap<String, BTreeMap<String, f64>>) {
+        for (kind, zones) in prices {
+            for (zone, price) in zones {
+                let label = SpotPriceLabel {
+                    instance_type: kind.clone(),
+                    zone: zone.clone(),
+                };
+                self.spot_price.get_or_create(&label).set(*price);
+            }
         }
     }
 

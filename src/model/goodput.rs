@@ -241,11 +241,10 @@ impl Goodput {
             if matches!(bucket, Bucket::Paused | Bucket::Leaving) {
                 self.charge(roles.cause(i, seen.state), bucket, spent);
             }
-            if let Some(l) = (bucket == Bucket::Preparing)
-                .then(|| seen.state.launched_for.get(&i.id))
-                .flatten()
-            {
-                self.charge_replacement(&i.id, &l.replaces, spent);
+            if bucket == Bucket::Preparing {
+                if let Some(l) = seen.state.launched_for.get(&i.id) {
+                    self.charge_replacement(&i.id, &l.replaces, spent);
+                }
             }
             if bucket == Bucket::Training && roles.on_trust && stood {
                 unconfirmed.add(spent);

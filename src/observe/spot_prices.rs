@@ -23,8 +23,9 @@ pub const RETRY: Duration = Duration::from_secs(60);
 /// Linux (`Linux/UNIX`, or `Linux/UNIX (Amazon VPC)` as some answers name it).
 const LINUX: &str = "Linux/UNIX";
 
-/// Dollars an hour by (instance type, zone).
-pub type SpotPrices = BTreeMap<(String, String), f64>;
+/// Dollars an hour by instance type, then zone: looked up by an instance's own names, with no
+/// key built per worker and pass.
+pub type SpotPrices = BTreeMap<String, BTreeMap<String, f64>>;
 
 /// The prices as last read, read again when due.
 pub struct SpotPriceWatch {
@@ -51,22 +52,22 @@ impl SpotPriceWatch {
 
     /// The price of `i`'s type in its zone, when it is a Spot worker and EC2 gave one.
     pub fn price(&self, i: &Instance) -> Option<f64> {
-        let key = (i.instance_type.clone(), i.az.clone());
-        (i.market == "spot").then(|| self.prices.get(&key).copied())?
+        let zones = (i.market == "spot").then(|| self.prices.get(&i.instance_type))??;
+        zones.get(&i.az).copied()
     }
 
     /// Reads the Spot workers' prices in `list` when due (see the module's note).
     pub async fn poll(&mut self, list: &[Instance], now: Millis) {
-        let spot: Vec<&Instance> = list.iter().filter(|i| i.market == "spot").collect();
-        let unpriced = spot.iter().any(|i| self.price(i).is_none());
         let since = |at: Option<Millis>| at.map(|at| now.saturating_sub(at));
-        let stale = since(self.read_at).is_none_or(|ms| ms >= millis(REREAD));
         let may_ask = since(self.asked_at).is_none_or(|ms| ms >= millis(RETRY));
-        if spot.is_empty() || !may_ask || !(stale || unpriced) {
+        let stale = since(self.read_at).is_none_or(|ms| ms >= millis(REREAD));
+        let spot = || list.iter().filter(|i| i.market == "spot");
+        let due = stale || spot().any(|i| self.price(i).is_none());
+        if !may_ask || spot().next().is_none() || !due {
             return;
         }
+        let types: BTreeSet<&str> = spot().map(|i| i.instance_type.as_str()).collect();
         self.asked_at = Some(now);
-        let types: BTreeSet<&str> = spot.iter().map(|i| i.instance_type.as_str()).collect();
         match read(&self.client, &types, now).await {
             Ok(prices) => {
                 self.prices = prices;
@@ -101,7 +102,11 @@ pub async fn read(
             }
         }
     }
-    Ok(newest.into_iter().map(|(k, (_, p))| (k, p)).collect())
+    let mut prices = SpotPrices::new();
+    for ((kind, zone), (_, price)) in newest {
+        prices.entry(kind).or_default().insert(zone, price);
+    }
+    Ok(prices)
 }
 
 /// A Linux entry's (type, zone), time and price; `None` for another system's or a price that
