@@ -581,6 +581,11 @@ impl Cluster {
     }
 
     pub fn start_dtd(&mut self) {
+        self.start_dtd_with(&[]);
+    }
+
+    /// `start_dtd` with more environment for dtd (an allocator's settings, say).
+    pub fn start_dtd_with(&mut self, env: &[(&str, &str)]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -591,6 +596,7 @@ impl Cluster {
             .arg(self.config_path())
             .envs(self.env())
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
