@@ -82,6 +82,7 @@ fn simulate(batch_ms: u64, at_checkpoint: bool, arrive: &[u64]) -> Cost {
                 checkpoint_step: Some(checkpoint),
                 quorum: None,
                 run: None,
+                generation: None,
             })),
         };
         let members = state.members.len();

@@ -5,6 +5,7 @@
 //! killed between two writes loses nothing: its successor gives the unwritten time again, to
 //! the bucket each worker is then in. The sum stays the time paid for.
 
+use crate::config::Strategy;
 use crate::fsutil::write_atomic;
 use crate::model::{Goodput, Millis, Seen, Snapshot};
 use crate::untrusted;
@@ -54,6 +55,8 @@ impl Daemon {
                 price: &|i| {
                     (prices.get(&i.instance_type).copied()).or_else(|| self.observer.spot_price(i))
                 },
+                restarts: (self.cfg.job.launcher.as_ref())
+                    .is_none_or(|l| l.strategy != Strategy::InPlace),
             });
         }
         self.metrics.show_goodput(&self.goodput);

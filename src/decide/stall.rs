@@ -44,6 +44,7 @@ fn fresh(read: &Progress, now: Millis) -> JobProgress {
         stalled: false,
         held_back: String::new(),
         run: read.run.clone(),
+        generation: read.generation,
     }
 }
 
@@ -66,6 +67,7 @@ fn time(p: &Inputs, st: &mut State, out: &mut Draft, read: &Progress, after: Opt
     if known.run != read.run {
         known.run = read.run.clone();
     }
+    known.generation = read.generation;
     let still = p.now.saturating_sub(known.advanced_at);
     if known.stalled || after.is_none_or(|after| still < after) {
         return;

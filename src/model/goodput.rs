@@ -183,6 +183,9 @@ pub struct Seen<'a> {
     pub gpus: &'a dyn Fn(&str) -> u64,
     /// Its price in dollars an hour (`workers.prices`, else the Spot price history), when known.
     pub price: &'a dyn Fn(&Instance) -> Option<f64>,
+    /// A change restarts the job's processes (every strategy but `in_place`): a step written
+    /// by an older generation's processes is not the job training again.
+    pub restarts: bool,
 }
 
 /// The job's step counts as advancing for at least this long after `dtd` first read it: rank 0
@@ -440,7 +443,9 @@ struct Roles<'a> {
     stalled: bool,
     /// The job's step, when it writes a progress file, overrules the acknowledgements: `held`
     /// while it has not advanced since the current change began (a job that acknowledged its
-    /// restart before it trains again), `advancing` while it was read advancing lately (an old
+    /// restart before it trains again) or, where a change restarts the job, while the step is
+    /// an older generation's (its last steps after the change began, then the restart),
+    /// `advancing` while it was read advancing lately (an old
     /// generation finishing its step before a change is acknowledged, `in_place`'s members while
     /// a joiner starts).
     held: bool,
@@ -457,9 +462,10 @@ impl<'a> Roles<'a> {
         let changing =
             st.pending_notification.is_some() || st.removals.iter().any(|r| r.awaits_ack());
         let stalled = progress.is_some_and(|p| p.stalled);
-        let held = progress
-            .zip(change_at)
-            .is_some_and(|(p, at)| p.advanced_at < at);
+        let held = progress.is_some_and(|p| {
+            let since_change = change_at.is_some_and(|at| p.advanced_at < at);
+            since_change || (seen.restarts && p.generation.is_some_and(|g| g < st.generation))
+        });
         let advancing = progress.is_some_and(|p| seen.now.saturating_sub(p.advanced_at) <= fresh);
         Roles {
             members: st.members.iter().map(|m| (m.id.as_str(), m)).collect(),

@@ -153,6 +153,8 @@ pub struct Progress {
     pub quorum: Option<crate::protocol::progress::QuorumLine>,
     /// This run of the job's processes, if it says (`run.id`, `run.from`).
     pub run: Option<crate::protocol::progress::RunLine>,
+    /// The generation of the processes that wrote it, if it says.
+    pub generation: Option<u64>,
 }
 
 /// What the job has said it applied, in either acknowledgement form.

@@ -318,6 +318,9 @@ pub struct JobProgress {
     /// The run of the job's processes that wrote it, when the job says: a new one is a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<crate::protocol::progress::RunLine>,
+    /// The generation of the processes that wrote it, when the job says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
 }
 
 #[cfg(test)]

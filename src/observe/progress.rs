@@ -110,6 +110,7 @@ fn progress(line: ProgressLine) -> Progress {
         checkpoint_step: line.checkpoint_step,
         quorum: line.in_place,
         run: line.run,
+        generation: line.generation,
     }
 }
 

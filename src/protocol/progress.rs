@@ -25,6 +25,11 @@ pub struct ProgressLine {
     /// When the job wrote it (RFC 3339), if it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
+    /// The generation of the job's processes that wrote it (their `host_worker_plan`'s), if it
+    /// says (`dt_torch` does): where a change restarts the job, a step an older generation
+    /// wrote after the change is not the job training again (the goodput ledger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
     /// The step of the job's last checkpoint, if it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_step: Option<u64>,
@@ -105,6 +110,7 @@ mod tests {
             checkpoint_step: None,
             in_place: None,
             run: None,
+            generation: None,
         };
         let text = line.render();
         assert_eq!(text, "{\"step\":1234,\"time\":\"2026-11-24T08:16:41Z\"}\n");
@@ -112,11 +118,13 @@ mod tests {
         assert_eq!(ProgressLine::parse(text.as_bytes()).unwrap(), line);
     }
 
-    /// A run of the job's processes, as dt_torch names it (its tests check the keys).
+    /// A run of the job's processes and its generation, as dt_torch names them (its tests
+    /// check the keys).
     #[test]
     fn a_run_is_read_when_the_job_names_it() {
         let golden = include_str!("../../tests/fixtures/protocol/progress_run.json");
         let line = ProgressLine::parse(golden.as_bytes()).unwrap();
+        assert_eq!(line.generation, Some(8));
         let run = line.run.as_ref().unwrap();
         assert_eq!(
             (run.id.as_str(), run.from),

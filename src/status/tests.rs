@@ -187,6 +187,7 @@ fn the_progress_comes_from_the_state_and_the_files_error_from_the_snapshot() {
             stalled: true,
             held_back: HELD_BACK.into(),
             run: None,
+            generation: None,
         }),
         ..State::default()
     };

@@ -95,6 +95,7 @@ class DtTorchGoldenTest(unittest.TestCase):
             written = json.loads((self.tmp / "progress").read_text())
             self.assertEqual(written["run"].keys(), golden["run"].keys())
             self.assertEqual((written["step"], written["run"]["from"]), (35, 20))
+            self.assertEqual(written["generation"], golden["generation"])
             self.assertTrue(written["run"]["id"].startswith(f"8.{os.getpid()}."))
             runs.append(written["run"]["id"])
         self.assertNotEqual(runs[0], runs[1])

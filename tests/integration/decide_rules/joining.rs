@@ -385,6 +385,7 @@ fn progress(w: &mut World, step: u64, checkpoint_step: Option<u64>) {
         checkpoint_step,
         quorum: None,
         run: None,
+        generation: None,
     }));
 }
 

@@ -28,6 +28,7 @@ fn report(w: &mut World, step: u64, changes: Vec<QuorumChangeLine>) {
             changes,
         }),
         run: None,
+        generation: None,
     }));
 }
 

@@ -190,6 +190,7 @@ fn without_stall_detection_nothing_is_timed() {
             stalled: true,
             held_back: String::new(),
             run: None,
+            generation: None,
         }),
         ..State::default()
     };

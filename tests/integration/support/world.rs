@@ -387,5 +387,6 @@ pub(crate) fn at_step(w: &mut World, step: u64) {
         checkpoint_step: None,
         quorum: None,
         run: None,
+        generation: None,
     }));
 }
