@@ -444,10 +444,9 @@ struct Roles<'a> {
     /// The job's step, when it writes a progress file, overrules the acknowledgements: `held`
     /// while it has not advanced since the current change began (a job that acknowledged its
     /// restart before it trains again) or, where a change restarts the job, while the step is
-    /// an older generation's (its last steps after the change began, then the restart),
-    /// `advancing` while it was read advancing lately (an old
-    /// generation finishing its step before a change is acknowledged, `in_place`'s members while
-    /// a joiner starts).
+    /// an older generation's (its last steps after the change began, then the restart);
+    /// `advancing` while it was read advancing lately (an old generation finishing its step
+    /// before a change is acknowledged, `in_place`'s members while a joiner starts).
     held: bool,
     advancing: bool,
     /// The members train only on the step's word: a change would hold them, but the step was
