@@ -3,7 +3,7 @@
 events, or generate a synthetic one.
 
   trace.py events TRACE --nodes 4 --speed 60 [--from-hour 0] [--hours 2] [--warning 120]
-                        [--prepare 300] [--seed 1]          JSON events on stdout
+                        [--rebalance 0] [--prepare 300] [--seed 1]   JSON events on stdout
   trace.py generate --nodes 4 --hours 6 --rate 1 [--burst 0] [--back 10] [--unwarned 0]
                         [--seed 1]                           a trace (CSV) on stdout
 
@@ -13,7 +13,10 @@ warning, vanish: gone without one), or SkyPilot's JSON counts (`{"metadata": {"g
 instances to `--nodes` (its peak in the slice becomes `--nodes`) and divides its time by
 `--speed`. Each rise of the scaled count is an instance arriving (it boots and prepares for
 `--prepare` trace seconds); each fall reclaims one of the running instances, the seed choosing
-which, with the warning (`--warning` trace seconds before it goes) unless the trace says vanish.
+which, with the warning (`--warning` trace seconds before it goes) unless the trace says vanish,
+and with `--rebalance S` (more than the warning) a rebalance recommendation S trace seconds
+before it goes (no public trace records them: this models EC2 sending one ahead of each warned
+reclaim).
 It also prints the ideal the benchmark compares against: the node-seconds the scaled trace
 offers, and the share of them new instances must spend preparing.
 """
@@ -78,7 +81,7 @@ def scaled(series, nodes):
     return [(ms, int(c * nodes / peak + 0.5), warned) for ms, c, warned in series]
 
 
-def events(steps, nodes, speed, from_hour, hours, warning_s, prepare_s, seed):
+def events(steps, nodes, speed, from_hour, hours, warning_s, prepare_s, seed, rebalance_s=0.0):
     start = int(from_hour * HOUR_MS)
     end = start + int(hours * HOUR_MS) if hours else max(ms for ms, _, _ in steps) + 1
     series = scaled(counts(steps, start, end), nodes)
@@ -102,6 +105,9 @@ def events(steps, nodes, speed, from_hour, hours, warning_s, prepare_s, seed):
             kind = "warn" if warned else "vanish"
             # Warned ahead: the trace's time is when the instance goes.
             when = max(at - (warning_s / speed if warned else 0), arrived[slot])
+            if warned and rebalance_s > warning_s:
+                early = max(at - rebalance_s / speed, arrived[slot])
+                out.append({"at": round(early, 3), "kind": "rebalance", "slot": slot})
             out.append({"at": round(when, 3), "kind": kind, "slot": slot, "gone": round(at, 3)})
             forced += min(prepare_s / speed, at - arrived.pop(slot))
             n -= 1
@@ -114,6 +120,7 @@ def events(steps, nodes, speed, from_hour, hours, warning_s, prepare_s, seed):
         "nodes": nodes,
         "speed": speed,
         "warning_s": warning_s / speed,
+        "rebalance_s": rebalance_s / speed,
         "prepare_s": prepare_s / speed,
         "duration_s": round(duration, 3),
         "ideal_node_s": round(ideal, 3),
@@ -169,6 +176,9 @@ def main(argv=None):
     e.add_argument("--from-hour", type=float, default=0.0)
     e.add_argument("--hours", type=float, default=0.0, help="0: to the trace's end")
     e.add_argument("--warning", type=float, default=120.0, help="trace seconds of Spot warning")
+    e.add_argument("--rebalance", type=float, default=0.0,
+                   help="trace seconds before a warned reclaim its rebalance recommendation comes "
+                        "(0: none; more than --warning)")
     e.add_argument("--prepare", type=float, default=300.0,
                    help="trace seconds a new instance boots and prepares")
     e.add_argument("--seed", type=int, default=1)
@@ -190,11 +200,13 @@ def main(argv=None):
         return 0
     if a.nodes < 1 or a.speed <= 0 or a.hours < 0:
         p.error("--nodes >= 1, --speed > 0, --hours >= 0")
+    if a.rebalance and a.rebalance <= a.warning:
+        p.error("--rebalance: 0, or more trace seconds than --warning (it comes before the warning)")
     steps = read(a.trace)
     if not steps:
         raise SystemExit(f"{a.trace}: no events")
-    json.dump(events(steps, a.nodes, a.speed, a.from_hour, a.hours, a.warning, a.prepare, a.seed),
-              sys.stdout, indent=1)
+    json.dump(events(steps, a.nodes, a.speed, a.from_hour, a.hours, a.warning, a.prepare, a.seed,
+                     a.rebalance), sys.stdout, indent=1)
     print()
     return 0
 

@@ -72,7 +72,8 @@ impl Drop for Node {
 
 pub(crate) struct Story {
     pub c: Cluster,
-    subnet: String,
+    /// The loopback subnet (127.0.0.0/24) the nodes are launched into.
+    pub subnet: String,
 }
 
 /// The four changes scripts/bench-torchrun compares across strategies.
@@ -101,7 +102,17 @@ impl Story {
 
     /// The same, training `script` (`job_yaml`: more of `job.launcher`).
     pub fn with(venv: &Path, script: &Script, launcher_yaml: &str) -> Story {
-        let c = Cluster::new();
+        Story::with_workers(venv, script, launcher_yaml, |_| String::new())
+    }
+
+    /// The same, with more under `workers:` (`workers` is given the loopback subnet's id).
+    pub fn with_workers(
+        venv: &Path,
+        script: &Script,
+        launcher_yaml: &str,
+        workers: impl FnOnce(&str) -> String,
+    ) -> Story {
+        let mut c = Cluster::new();
         // What the stack makes: the shared directory the job's user writes (root's, its group's,
         // sticky), the training script where that user can read it but not change it.
         support::open_to_job(c.dir.path());
@@ -120,6 +131,7 @@ impl Story {
         let prepare = c.dir.path().join("prepare.sh");
         std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
         install_mode(&prepare, 0o755);
+        c.worker_extra = workers(&subnet);
         c.write_config(&config(&c, venv, &prepare, script, launcher_yaml));
         let mut s = Story { c, subnet };
         s.c.start_dtd();
@@ -128,6 +140,11 @@ impl Story {
 
     pub fn node(&self, ip: &'static str, spot: bool) -> Node {
         let id = self.c.launch_at(&self.subnet, ip, spot);
+        self.adopt(ip, id)
+    }
+
+    /// An agent for instance `id` at `ip`, launched by someone else (`dtd`'s replacements).
+    pub fn adopt(&self, ip: &'static str, id: String) -> Node {
         let imds = ImdsStandIn::with_identity(ip, &id);
         let path = self.c.dir.path().join(format!("agent-{ip}.log"));
         let log = std::fs::File::create(&path).unwrap();

@@ -98,6 +98,29 @@ class WarnedTest(unittest.TestCase):
         warned = [e for e in t["events"] if e["kind"] == "warn"]
         self.assertEqual([(e["at"], e["gone"]) for e in warned], [(8.0, 10.0)])
 
+    def test_a_rebalance_recommendation_comes_its_lead_ahead_of_a_warned_reclaim_only(self):
+        # a warned at minute 10, b vanishing at minute 20: a recommendation 5 trace minutes
+        # ahead of a's loss (5 s at 60x), none for b, and none before a arrived.
+        path = write(f"0,add,a\n0,add,b\n0,add,c\n{10*MIN},remove,a\n{20*MIN},vanish,b\n")
+        t = trace.events(trace.read(path), nodes=3, speed=60, from_hour=0, hours=0.5,
+                         warning_s=120, prepare_s=300, seed=1, rebalance_s=300)
+        kinds = [(e["at"], e["kind"]) for e in t["events"] if e["kind"] != "arrive"]
+        self.assertEqual(kinds, [(5.0, "rebalance"), (8.0, "warn"), (20.0, "vanish")])
+        slots = {e["kind"]: e["slot"] for e in t["events"] if e["kind"] in ("rebalance", "warn")}
+        self.assertEqual(slots["rebalance"], slots["warn"])
+        self.assertEqual(t["rebalance_s"], 5.0)
+        late = trace.events(trace.read(path), nodes=3, speed=60, from_hour=0, hours=0.5,
+                            warning_s=120, prepare_s=300, seed=1, rebalance_s=1200)
+        first = [e for e in late["events"] if e["kind"] == "rebalance"][0]
+        self.assertEqual(first["at"], 0.0, "not before the instance arrived")
+
+    def test_a_rebalance_lead_under_the_warning_is_refused(self):
+        path = write("0,add,a\n")
+        bad = subprocess.run([sys.executable, str(SCRIPT), "events", path, "--rebalance", "60"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--rebalance", bad.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
