@@ -68,7 +68,8 @@ fn job_count(dir: &Path) -> f64 {
     counts.sum()
 }
 
-/// Replays `trace` (scripts/trace.py's events) under `strategy` and returns the ledger.
+/// Replays `trace` (scripts/trace.py's events) under `strategy`, prints the figures
+/// scripts/bench-trace reads (the column `remedies.name(strategy)`) and returns them.
 pub(crate) fn replay(trace: &Value, strategy: &str, remedies: Remedies) -> Measured {
     let venv = support::torch_venv();
     let (script, mut yaml, lighthouse) = job(strategy);
@@ -107,14 +108,16 @@ pub(crate) fn replay(trace: &Value, strategy: &str, remedies: Remedies) -> Measu
     let goodput = serde_json::from_str(&support::stdout(&out)).expect("dtctl goodput's JSON");
     let fleet = fleet.stopped();
     drop(lighthouse);
-    Measured {
+    let m = Measured {
         goodput,
         steps,
         job_node_s,
         fleet,
         hosts,
         duration: duration.as_secs_f64(),
-    }
+    };
+    figures::print(trace, &remedies.name(strategy), &m);
+    m
 }
 
 /// The trace's events, each at its time, until `duration`.

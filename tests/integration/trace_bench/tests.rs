@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::figures::{below_after, print};
+use super::figures::below_after;
 use super::{ip, replay, Remedies};
 use crate::goodput::{bucket, BUCKETS};
 use crate::torchrun::STORIES;
@@ -19,8 +19,7 @@ fn replays_the_trace_in_dt_trace_events() {
     let text = std::fs::read_to_string(Path::new(&path)).expect("the events file");
     let trace: Value = serde_json::from_str(&text).expect("the events' JSON");
     let _turn = STORIES.enter();
-    let m = replay(&trace, &strategy, remedies);
-    print(&trace, &remedies.name(&strategy), &m);
+    replay(&trace, &strategy, remedies);
 }
 
 /// The suite's own short trace (trace seconds at 60x): two instances from the start, a third
@@ -41,7 +40,6 @@ fn a_short_trace_replayed_under_in_place_is_all_in_the_ledger() {
         "forced_prepare_node_s": 15.0,
     });
     let m = replay(&trace, "in_place", Remedies::Off);
-    print(&trace, "in_place", &m);
     let g = &m.goodput;
     let sum: f64 = BUCKETS.iter().map(|n| bucket(g, n)).sum();
     let paid = g["paid"]["node_seconds"].as_f64().expect("paid");
@@ -82,7 +80,6 @@ fn a_short_trace_replayed_under_generation_counts_the_restart_as_paused() {
         "forced_prepare_node_s": 0.0,
     });
     let m = replay(&trace, "generation", Remedies::Off);
-    print(&trace, "generation", &m);
     let g = &m.goodput;
     let training = bucket(g, "training");
     let ratio = training / m.job_node_s.max(1e-9);
@@ -122,7 +119,6 @@ fn a_short_trace_replayed_with_the_remedies_replaces_the_reclaimed_at_its_first_
         "forced_prepare_node_s": 15.0,
     });
     let m = replay(&trace, "in_place", Remedies::On);
-    print(&trace, "in_place+remedies", &m);
     let f = &m.fleet;
     assert_eq!(
         f.hits,
