@@ -79,5 +79,6 @@ pub fn rules(base: usize, max: usize) -> Rules {
         capacity_cool_down_ms: 0,
         reports_signed: true,
         health_checked: true,
+        leave_before_loss_ms: None,
     }
 }

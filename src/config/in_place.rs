@@ -31,6 +31,10 @@ pub struct InPlace {
     pub collective_timeout: Duration,
     /// Fewer nodes than this do not train (torchft's `min_replica_size`).
     pub min_nodes: u32,
+    /// A Spot-warned node trains on until this long before AWS takes it, then leaves like a
+    /// planned leave: the warning's two minutes are worth training, and a leave costs the others
+    /// under a second. Two minutes or more: it leaves at the warning.
+    pub leave_before_loss: Duration,
 }
 
 impl InPlace {
@@ -70,6 +74,8 @@ struct Fields {
     #[serde(default, deserialize_with = "super::de::optional_duration")]
     collective_timeout: Option<Duration>,
     min_nodes: Option<u32>,
+    #[serde(default, deserialize_with = "super::de::optional_duration")]
+    leave_before_loss: Option<Duration>,
 }
 
 fn lighthouse_sha256<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Sha256>, D::Error> {
@@ -109,6 +115,8 @@ pub enum InPlaceError {
     CollectiveTimeout,
     #[error("job.launcher.in_place.min_nodes: at least 1")]
     NoMinNodes,
+    #[error("job.launcher.in_place.leave_before_loss: 100ms to 2m (2m: leave at the warning)")]
+    LeaveBeforeLoss,
 }
 
 impl TryFrom<Fields> for InPlace {
@@ -127,6 +135,7 @@ impl TryFrom<Fields> for InPlace {
             heartbeat_timeout: f.heartbeat_timeout.unwrap_or(Duration::from_secs(2)),
             collective_timeout: f.collective_timeout.unwrap_or(Duration::from_secs(10)),
             min_nodes: f.min_nodes.unwrap_or(1),
+            leave_before_loss: f.leave_before_loss.unwrap_or(Duration::from_secs(30)),
         };
         settings.check()?;
         Ok(settings)
@@ -163,6 +172,9 @@ impl InPlace {
         }
         if self.min_nodes == 0 {
             return Err(InPlaceError::NoMinNodes);
+        }
+        if !(100..=120_000).contains(&ms(self.leave_before_loss)) {
+            return Err(InPlaceError::LeaveBeforeLoss);
         }
         Ok(())
     }

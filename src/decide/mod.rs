@@ -9,7 +9,7 @@
 //! joins, who leaves), `joining`, `leaving`, `group` and `launch` (the worker group and its
 //! launching hook), `removal` (the removal lifecycle), `launcher` (the workers' torchrun
 //! launchers), `stall` (the job's step standing still), `stragglers` (a member slower than
-//! the others),
+//! the others), `trains_on` (a Spot-warned member training through its warning),
 //! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
 //! `replacements` (launches owed, over the capacity choices), `report` (rows, tags, host files).
 
@@ -30,6 +30,7 @@ mod launcher;
 mod launcher_reports;
 mod leaving;
 mod mount_targets;
+mod notice_targets;
 mod notices;
 mod prepare_failed;
 mod quorum;
@@ -42,6 +43,7 @@ mod settle;
 mod stall;
 mod status_tags;
 mod stragglers;
+mod trains_on;
 mod trust;
 mod wake;
 

@@ -6,22 +6,22 @@ use std::net::IpAddr;
 
 use super::draft::Draft;
 use super::inputs::Inputs;
-use super::{budget, group, removal, replacements, trust};
+use super::notice_targets::{targets, Target};
+use super::{budget, removal, replacements, trains_on, trust};
 use crate::config::Rebalance;
 use crate::model::*;
 
 /// How long a heeded notice id is remembered: longer than any redelivery or agent marker lives.
 const NOTICE_MEMORY_MS: Millis = 24 * 3_600_000;
 
-/// A worker a notice is about: an instance seen this pass, or one the state remembers.
-struct Target {
-    id: String,
-    ip: IpAddr,
-}
-
 pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft, notices: &[Notice]) {
     let now = p.now;
     (st.noticed).retain(|_, at| now.saturating_sub(*at) < NOTICE_MEMORY_MS);
+    for n in trains_on::due(p, st, out) {
+        for t in targets(p, st, &n.target) {
+            heed_one(p, st, out, &n, t);
+        }
+    }
     // What takes a worker whatever min says goes first, so that a rebalance drain in the same
     // pass counts toward min only the workers that stay.
     let mut ordered: Vec<&Notice> = notices.iter().collect();
@@ -45,6 +45,11 @@ pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft, notices: &[Notic
         if drain && !p.can_remove() {
             // A drain is voluntary: never on a partial view. The daemon keeps the notice.
             out.outcome.deferred_notices.push(n.id.clone());
+            continue;
+        }
+        if trains_on::trains_on(p, st, out, n) {
+            st.noticed.insert(n.id.clone(), now);
+            out.outcome.heeded_notices.push(n.clone());
             continue;
         }
         if let Some(from) = drains_from(p, n).filter(|from| now < *from) {
@@ -77,6 +82,7 @@ pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft, notices: &[Notic
         }
         st.noticed.insert(n.id.clone(), now);
         out.outcome.heeded_notices.push(n.clone());
+        st.trains_until.remove(&n.id);
         for t in targets {
             heed_one(p, st, out, n, t);
         }
@@ -209,7 +215,7 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
         NoticeKind::ScheduledChange => drain(p, st, out, n, t, Cause::ScheduledChange),
     }
     if !leaving {
-        replace_ahead(p, st, n, &t_id, ip);
+        replacements::ahead(p, st, n, &t_id, ip);
     }
     if out.removed.contains(&ip) {
         out.notices.retain(|j| j.ip != ip);
@@ -218,34 +224,6 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
             kind: n.kind.reason(),
             deadline: n.deadline,
         });
-    }
-}
-
-/// With `workers.replace_interrupted`, a worker's replacement is owed the moment it is warned,
-/// not after it is gone: the new one boots and prepares while the old one finishes (a Spot
-/// warning gives two minutes). A rebalance recommendation counts only when it drains the
-/// worker. A group worker's is its group's launch, and only for a Spot warning AWS sent: the
-/// group's own ending of a drained worker (a rebalance, a Capacity Block) replaces it already,
-/// and an agent's word alone may be false, while a detached worker stays out of its group.
-fn replace_ahead(p: &Inputs, st: &mut State, n: &Notice, id: &str, ip: IpAddr) {
-    let because = match n.kind {
-        NoticeKind::Interruption => Replaced::Interrupted,
-        NoticeKind::Rebalance if draining(st, ip) => Replaced::Rebalance,
-        NoticeKind::CapacityBlockExpiring if draining(st, ip) => Replaced::CapacityBlock,
-        _ => return,
-    };
-    let Some(at) = p.at(id).filter(|_| p.rules.replace_interrupted) else {
-        return;
-    };
-    if !group::in_group(p, at) {
-        if p.rules.launch_template_id.is_some() {
-            replacements::owe(p, st, id, because, None);
-        }
-        return;
-    }
-    let from_aws = trust::unconfirmed_until(p, n).is_none();
-    if let (Replaced::Interrupted, true, Some(g)) = (because, from_aws, p.group) {
-        replacements::owe(p, st, id, because, Some(g.name.clone()));
     }
 }
 
@@ -302,42 +280,6 @@ fn drain(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target, cau
         r.deadline = r.deadline.min(deadline);
     }
     removal::queue(p, st, out, r);
-}
-
-fn targets(p: &Inputs, st: &State, target: &NoticeTarget) -> Vec<Target> {
-    let listed = |at: usize| Target {
-        id: p.list[at].id.clone(),
-        ip: p.list[at].ip,
-    };
-    match target {
-        NoticeTarget::Instance(id) | NoticeTarget::Agent { instance: id, .. } => {
-            if let Some(at) = p.at(id) {
-                return vec![listed(at)];
-            }
-            remembered(st, |id2, _| id2 == id)
-        }
-        NoticeTarget::Ip(ip) => match p.at_ip(*ip) {
-            Some(at) => vec![listed(at)],
-            None => remembered(st, |_, ip2| ip2 == *ip),
-        },
-        NoticeTarget::CapacityReservation(cr) => (0..p.list.len())
-            .filter(|&at| p.facts[at].cluster)
-            .filter(|&at| p.list[at].capacity_reservation.as_deref() == Some(cr))
-            .map(listed)
-            .collect(),
-    }
-}
-
-/// A member the EC2 view did not show this pass (it failed): the state still knows it.
-fn remembered(st: &State, matches: impl Fn(&str, IpAddr) -> bool) -> Vec<Target> {
-    let member = st.members.iter().map(|m| (&m.id, m.ip));
-    let removal = st.removals.iter().map(|r| (&r.id, r.ip));
-    member
-        .chain(removal)
-        .find(|(id, ip)| matches(id, *ip))
-        .map(|(id, ip)| Target { id: id.clone(), ip })
-        .into_iter()
-        .collect()
 }
 
 /// The group waits on our terminating hook for this instance: the hook path drains it.

@@ -5,18 +5,22 @@
 //! system cannot serve, and none from a reservation that cannot take one now (see
 //! [`reserved`]). Settle starts a cool-down when act reports a choice refused.
 
+use std::net::IpAddr;
+
 use super::draft::Draft;
 use super::inputs::Inputs;
+use super::{group, trust};
 use crate::model::*;
 
-/// A launch from the template owed from now for `id`, once however often it is asked for: its
-/// ClientToken names the instance it replaces, so an interrupted worker that also fails its
-/// health check is replaced once.
+/// A launch from the template owed from now for `id`, once however often it is asked for, before
+/// or after it is launched: its ClientToken names the instance it replaces, so an interrupted
+/// worker that also fails its health check, or is warned twice, is replaced once.
 pub(super) fn owe(p: &Inputs, st: &mut State, id: &str, because: Replaced, group: Option<String>) {
     // ClientToken: at most 64 ASCII characters ("Ensuring idempotency", Amazon EC2 API
     // Reference); an instance id is at most 19.
     let token = format!("dt-replace-{id}");
-    if st.replacements.iter().any(|r| r.token == token) {
+    let launched = st.launched_for.values().any(|l| l.replaces == id);
+    if launched || st.replacements.iter().any(|r| r.token == token) {
         return;
     }
     st.replacements.push(Replacement {
@@ -28,6 +32,36 @@ pub(super) fn owe(p: &Inputs, st: &mut State, id: &str, because: Replaced, group
         retry_at: p.now,
         last_error: None,
     });
+}
+
+/// With `workers.replace_interrupted`, a worker's replacement is owed the moment it is warned,
+/// not after it is gone: the new one boots and prepares while the old one finishes (a Spot
+/// warning gives two minutes). A rebalance recommendation counts only when it drains the
+/// worker. A group worker's is its group's launch, and only for a Spot warning AWS sent: the
+/// group's own ending of a drained worker (a rebalance, a Capacity Block) replaces it already,
+/// and an agent's word alone may be false, while a detached worker stays out of its group.
+pub(super) fn ahead(p: &Inputs, st: &mut State, n: &Notice, id: &str, ip: IpAddr) {
+    let because = match n.kind {
+        NoticeKind::Interruption => Replaced::Interrupted,
+        NoticeKind::Rebalance if st.removals.iter().any(|r| r.ip == ip) => Replaced::Rebalance,
+        NoticeKind::CapacityBlockExpiring if st.removals.iter().any(|r| r.ip == ip) => {
+            Replaced::CapacityBlock
+        }
+        _ => return,
+    };
+    let Some(at) = p.at(id).filter(|_| p.rules.replace_interrupted) else {
+        return;
+    };
+    if !group::in_group(p, at) {
+        if p.rules.launch_template_id.is_some() {
+            owe(p, st, id, because, None);
+        }
+        return;
+    }
+    let from_aws = trust::unconfirmed_until(p, n).is_none();
+    if let (Replaced::Interrupted, true, Some(g)) = (because, from_aws, p.group) {
+        owe(p, st, id, because, Some(g.name.clone()));
+    }
 }
 
 pub(super) fn send(p: &Inputs, st: &mut State, out: &mut Draft) {

@@ -73,6 +73,9 @@ pub struct Rules {
     pub reports_signed: bool,
     /// `agent.health` is configured: health reports count. Without it they are ignored.
     pub health_checked: bool,
+    /// `job.launcher.in_place.leave_before_loss`, under `in_place` only: a Spot-warned member
+    /// trains on until this long before AWS takes it.
+    pub leave_before_loss_ms: Option<u64>,
 }
 
 /// What the rules read from one instance's tags.
@@ -123,6 +126,9 @@ impl Rules {
                 .map_or(0, |c| c.cool_down.as_millis() as u64),
             reports_signed: cfg.workers.reports == crate::config::Reports::Signed,
             health_checked: cfg.agent.health.is_some(),
+            leave_before_loss_ms: (cfg.job.launcher.as_ref())
+                .and_then(|l| l.in_place())
+                .map(|i| i.leave_before_loss.as_millis() as u64),
         }
     }
 

@@ -18,7 +18,7 @@ const AGENT_NOTICE_EVERY_MS: Millis = 3_600_000;
 const AGENT_NOTICE_DISTRUST_MS: Millis = 24 * 3_600_000;
 /// A Spot interruption warning comes two minutes before AWS acts ("Spot Instance interruption
 /// notices", Amazon EC2 User Guide); a notice claiming a later time is held to this.
-const SPOT_WARNING_MS: Millis = 2 * 60_000;
+pub(super) const SPOT_WARNING_MS: Millis = 2 * 60_000;
 /// How long past the notice's time an interrupted instance may still show as running in EC2
 /// (shutting down, a listing taken just before) before the notice is judged false.
 const RECLAIM_GRACE_MS: Millis = 2 * 60_000;

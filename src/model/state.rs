@@ -136,6 +136,10 @@ pub struct State {
     /// notices are heeded at most once an hour per IP (see `decide::trust`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub agent_notices: BTreeMap<IpAddr, Millis>,
+    /// Spot warnings whose member trains on under `in_place` (`leave_before_loss`), by notice
+    /// id: who leaves, and when.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trains_until: BTreeMap<String, TrainsOn>,
     /// The job's step as last read from its progress file, with `job.stall` configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,
@@ -248,6 +252,23 @@ pub struct Replacement {
     /// Why AWS refused it last, for `dtctl status` until it is launched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// A Spot-warned member training on through its warning (`decide::trains_on`): its notice is
+/// heeded when first seen, and its leave comes from here, whatever becomes of the notice's
+/// queue message or marker (deleted, put back) or of dtd (restarted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainsOn {
+    /// The warned instance: a second notice of the same loss (the queue's and its agent's)
+    /// leaves with the first.
+    pub instance: String,
+    /// When it leaves the job.
+    pub leaves: Millis,
+    /// When AWS takes it, as the notice said (an agent's, at most two minutes after it came).
+    pub loss: Millis,
+    /// Only its agent said so: the leave is an unconfirmed interruption, like one heeded at once.
+    #[serde(default)]
+    pub from_agent: bool,
 }
 
 /// An instance `dtd` launched to replace another.

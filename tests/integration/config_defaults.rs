@@ -256,6 +256,10 @@ fn checks() -> BTreeMap<&'static str, Check> {
             Elsewhere("in_place_defaults"),
         ),
         (
+            "job.launcher.in_place.leave_before_loss",
+            Elsewhere("in_place_defaults"),
+        ),
+        (
             "job.launcher.workdir",
             Absent(|c| launcher(c).workdir.is_none()),
         ),
@@ -598,6 +602,7 @@ fn in_place_defaults() {
         ("heartbeat_timeout", d(p.heartbeat_timeout)),
         ("collective_timeout", d(p.collective_timeout)),
         ("min_nodes", p.min_nodes.to_string()),
+        ("leave_before_loss", d(p.leave_before_loss)),
     ] {
         let key = format!("job.launcher.in_place.{key}");
         assert_eq!(literal(&cell(&key)), Some(want.as_str()), "{key}");

@@ -164,6 +164,7 @@ fn the_in_place_strategy_needs_its_lighthouse_and_gets_its_defaults() {
         std::path::Path::new("/opt/venv/bin/torchft_lighthouse")
     );
     assert_eq!(l.max_restarts(), 10);
+    assert_eq!(ip.leave_before_loss, Duration::from_secs(30));
     for (more, key) in [
         ("    strategy: in_place\n", "job.launcher.in_place: required with `strategy: in_place`"),
         (
@@ -185,6 +186,14 @@ fn the_in_place_strategy_needs_its_lighthouse_and_gets_its_defaults() {
         (
             "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510', collective_timeout: 1500ms }\n",
             "collective_timeout: whole seconds",
+        ),
+        (
+            "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510', leave_before_loss: 3m }\n",
+            "leave_before_loss: 100ms to 2m",
+        ),
+        (
+            "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510', leave_before_loss: 50ms }\n",
+            "leave_before_loss: 100ms to 2m",
         ),
         (
             "    strategy: in_place\n    in_place: { lighthouse: '10.0.0.5:29510', program: bin/lh }\n",

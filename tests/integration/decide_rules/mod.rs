@@ -14,4 +14,5 @@ mod quorum;
 mod second_thoughts;
 mod stall;
 mod stragglers;
+mod trains_on;
 mod wake;

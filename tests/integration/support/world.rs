@@ -54,6 +54,7 @@ pub(crate) fn rules() -> Rules {
         capacity_cool_down_ms: 0,
         reports_signed: true,
         health_checked: true,
+        leave_before_loss_ms: None,
         max_unhealthy: dt::config::MaxUnhealthy::default(),
         health_leave: dt::config::HealthLeave::default(),
         replace_unhealthy: false,

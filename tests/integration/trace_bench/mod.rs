@@ -72,8 +72,8 @@ fn job_count(dir: &Path) -> f64 {
 /// scripts/bench-trace reads (the column `remedies.name(strategy)`) and returns them.
 pub(crate) fn replay(trace: &Value, strategy: &str, remedies: Remedies) -> Measured {
     let venv = support::torch_venv();
-    let (script, mut yaml, lighthouse) = job(strategy);
     let speed = trace["speed"].as_f64().unwrap_or(1.0);
+    let (script, mut yaml, lighthouse) = job(strategy, speed);
     // After `job.launcher`'s lines: two spaces in, the job's own keys.
     yaml.push_str(&remedies.job(speed));
     let mut s = Story::with_workers(&venv, &script, &yaml, |subnet| remedies.workers(subnet));

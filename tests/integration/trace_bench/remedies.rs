@@ -53,8 +53,9 @@ impl Remedies {
 }
 
 /// The job and the strategy's part of `job.launcher`, with a Lighthouse to clean up under
-/// `in_place`.
-pub(super) fn job(strategy: &str) -> (Script, String, Option<Lighthouse>) {
+/// `in_place`, whose default `leave_before_loss` (30 s) is compressed like the trace: it is
+/// what a user gets, not a remedy turned on.
+pub(super) fn job(strategy: &str, speed: f64) -> (Script, String, Option<Lighthouse>) {
     let steps = "'10000000'";
     match strategy {
         "in_place" => {
@@ -63,8 +64,9 @@ pub(super) fn job(strategy: &str) -> (Script, String, Option<Lighthouse>) {
                 files: &["examples/in_place_job.py"],
                 args: format!("--dir, {{efs}}, --steps, {steps}, --step-sleep, '0.05', --checkpoint-every, '100', --eval-every, '1000', --stop-timeout, '30', --count-trained, {{efs}}/trained"),
             };
+            let lead = (30_000.0 / speed).round().max(100.0);
             let yaml = format!(
-                "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.100:{port}' }}\n"
+                "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.100:{port}', leave_before_loss: {lead}ms }}\n"
             );
             (
                 script,

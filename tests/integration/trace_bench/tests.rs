@@ -143,3 +143,43 @@ fn a_short_trace_replayed_with_the_remedies_replaces_the_reclaimed_at_its_first_
     let last = m.hosts.last().map_or(0, |(_, h)| h.len());
     assert_eq!(last, 3, "three at the end: {:?}", m.hosts);
 }
+
+/// Under `in_place` a warned member trains on until `leave_before_loss` (30 s, compressed) before
+/// its loss while its replacement, launched at the warning, boots and prepares: the replacement
+/// joins before the warned one leaves, and the job is never below its size.
+#[test]
+fn a_warned_member_trains_on_while_its_replacement_prepares_and_the_job_never_shrinks() {
+    let _turn = STORIES.enter();
+    let trace = serde_json::json!({
+        "nodes": 3, "speed": 10.0, "warning_s": 120.0, "prepare_s": 30.0, "duration_s": 300.0,
+        "events": [
+            {"at": 0.0, "kind": "arrive", "slot": 0},
+            {"at": 0.0, "kind": "arrive", "slot": 1},
+            {"at": 0.0, "kind": "arrive", "slot": 2},
+            {"at": 100.0, "kind": "warn", "slot": 2, "gone": 220.0},
+        ],
+        "ideal_node_s": 300.0 + 300.0 + 220.0,
+        "forced_prepare_node_s": 90.0,
+    });
+    let m = replay(&trace, "in_place", Remedies::On);
+    assert!(
+        m.fleet.adopted >= 1,
+        "dtd launched the replacement: {:?}",
+        m.hosts
+    );
+    let after = || m.hosts.iter().filter(|(t, _)| *t >= 100.0);
+    let left = after().find(|(_, h)| !h.iter().any(|x| x == ip(2)));
+    let left = left.map(|(t, _)| *t).expect("the warned one left");
+    assert!(
+        (180.0..220.0).contains(&left),
+        "left at {left:.0} trace s, not shortly before its loss at 220: {:?}",
+        m.hosts
+    );
+    assert!(
+        after().any(|(t, h)| *t < left && h.len() == 4),
+        "the replacement joined before the warned one left: {:?}",
+        m.hosts
+    );
+    let below = below_after(&m.hosts, 100.0, ip(2), m.duration).expect("a member");
+    assert_eq!(below, 0.0, "below its size: {:?}", m.hosts);
+}
