@@ -1,6 +1,6 @@
 //! When decide next needs a pass although nothing new was heard: the earliest of the deadlines
-//! the remembered state holds (an acknowledgement's timeout, a hook's heartbeat, a prepare
-//! timeout, a join batch or checkpoint wait ending, a launch's retry, a cool-down ending, a
+//! the remembered state holds (an acknowledgement's timeout, a hook's heartbeat, a Spot-warned
+//! member's leave, a prepare timeout, a join batch or checkpoint wait ending, a launch's retry, a cool-down ending, a
 //! silence or a stall becoming one, an unconfirmed notice's release, a disruption window
 //! opening). As a reconciler returns its requeue: the loop wakes then, or on news, or at its
 //! `interval` at the latest. A deadline already past is not one: this pass handled it, or it
@@ -30,8 +30,9 @@ fn earliest(deadlines: impl Iterator<Item = Millis>, now: Millis) -> Option<Mill
 }
 
 /// An acknowledgement's timeout, the terminating hook's next heartbeat, an unconfirmed agent
-/// notice's release.
+/// notice's release, a Spot-warned member's leave (`trains_on`: late, it would meet its loss).
 fn removals(p: &Inputs, st: &State) -> Option<Millis> {
+    let warned = st.trains_until.values().map(|w| w.leaves);
     let beat =
         (p.group.and_then(|g| g.terminating_hook.as_ref())).map(|h| h.heartbeat_timeout_ms / 2);
     let each = st.removals.iter().flat_map(|r| match &r.stage {
@@ -42,7 +43,7 @@ fn removals(p: &Inputs, st: &State) -> Option<Millis> {
         Stage::Reclaiming { unconfirmed_until } => [*unconfirmed_until, None],
         _ => [None, None],
     });
-    earliest(each.flatten(), p.now)
+    earliest(each.flatten().chain(warned), p.now)
 }
 
 /// A worker held by the launching hook: its prepare timeout and its next heartbeat.

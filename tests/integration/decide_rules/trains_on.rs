@@ -61,6 +61,11 @@ fn a_warned_member_trains_on_until_its_lead_before_the_loss_its_replacement_laun
         "heeded: the queue's message goes"
     );
     assert_eq!(warned.state.interruptions, 0);
+    assert_eq!(
+        warned.next_pass_at,
+        Some(LEAVES),
+        "a pass at its leave, whatever `interval`"
+    );
 
     // The queue's message is gone; the replacement is launched; then one second before its time.
     w.notices.clear();
@@ -69,6 +74,7 @@ fn a_warned_member_trains_on_until_its_lead_before_the_loss_its_replacement_laun
     assert_eq!(hosts(&training), with_base(&["10.0.1.1", "10.0.1.2"]));
     assert!(launches(&training).is_empty());
     let hold = training.outcome.holds.join("\n");
+    assert_eq!(training.next_pass_at, Some(LEAVES));
     assert!(
         hold.contains("10.0.1.1 (i-1): it trains on until"),
         "{hold}"

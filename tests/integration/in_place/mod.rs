@@ -253,7 +253,8 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
     let d = s.node("127.0.0.5", true);
     let (q5, _) = wait_quorum(&s, 2, q4, "a quorum of 2 with the Spot node");
     let pd = processes(&s, &d);
-    let deadline = std::time::SystemTime::now() + Duration::from_secs(45);
+    let warned_at = std::time::SystemTime::now();
+    let deadline = warned_at + Duration::from_secs(45);
     let when = humantime::format_rfc3339_seconds(deadline);
     let warned = Instant::now();
     d.imds.set(
@@ -274,21 +275,38 @@ fn in_place_nodes_join_leave_vanish_and_take_a_spot_warning_while_the_others_kee
         Some(q5),
         "the quorum changed before its time"
     );
-    let t = Instant::now();
     wait_until("the Spot node's processes gone", PHASE, || {
         pd.iter().all(|p| process_gone(*p))
     });
     let gone = warned.elapsed();
-    figure(
-        "in_place",
-        SPOT,
-        "its processes gone (s)",
-        gone.as_secs_f64(),
-    );
     assert!(
         gone < Duration::from_secs(45),
         "gone after {gone:?}, past the loss"
     );
+    let epoch = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH);
+    let left = s
+        .event_time("interrupted", &d.id)
+        .expect("interrupted journaled");
+    let trained_on =
+        Duration::from_millis(left).saturating_sub(epoch(warned_at).unwrap_or_default());
+    assert!(
+        (Duration::from_secs(13)..Duration::from_secs(30)).contains(&trained_on),
+        "left {trained_on:?} after the warning: not 30 s before the loss"
+    );
+    figure(
+        "in_place",
+        SPOT,
+        "trained on through its warning (s)",
+        trained_on.as_secs_f64(),
+    );
+    let after_leave = gone.saturating_sub(trained_on).as_secs_f64();
+    figure(
+        "in_place",
+        SPOT,
+        "its processes gone after its leave (s)",
+        after_leave,
+    );
+    let t = warned + trained_on;
     let (_, change) = wait_quorum(&s, 1, q5, "a quorum of 1 after the Spot warning");
     check_change(&change, ("left", d.ip), 0, SPOT, t, processes(&s, &a) == pa);
 

@@ -52,9 +52,15 @@ impl Remedies {
     }
 }
 
+/// What a warned node's leave takes in real seconds here (a pass, its agent reading the plan,
+/// its step finished, the quorum formed again without it: 2 to 4 s on this machine), which no
+/// compression shortens.
+const LEAVE_REAL_MS: f64 = 6_000.0;
+
 /// The job and the strategy's part of `job.launcher`, with a Lighthouse to clean up under
-/// `in_place`, whose default `leave_before_loss` (30 s) is compressed like the trace: it is
-/// what a user gets, not a remedy turned on.
+/// `in_place`, whose default `leave_before_loss` (30 s, what a user gets, not a remedy turned
+/// on) is compressed like the trace, but never below the leave's own real seconds: a lead
+/// shorter than the leave would end in the loss, which the real market's 30 s never does.
 pub(super) fn job(strategy: &str, speed: f64) -> (Script, String, Option<Lighthouse>) {
     let steps = "'10000000'";
     match strategy {
@@ -64,7 +70,7 @@ pub(super) fn job(strategy: &str, speed: f64) -> (Script, String, Option<Lightho
                 files: &["examples/in_place_job.py"],
                 args: format!("--dir, {{efs}}, --steps, {steps}, --step-sleep, '0.05', --checkpoint-every, '100', --eval-every, '1000', --stop-timeout, '30', --count-trained, {{efs}}/trained"),
             };
-            let lead = (30_000.0 / speed).round().max(100.0);
+            let lead = (30_000.0 / speed).clamp(LEAVE_REAL_MS, 120_000.0).round();
             let yaml = format!(
                 "    strategy: in_place\n    in_place: {{ lighthouse: '127.0.0.100:{port}', leave_before_loss: {lead}ms }}\n"
             );
