@@ -82,7 +82,6 @@ pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft, notices: &[Notic
         }
         st.noticed.insert(n.id.clone(), now);
         out.outcome.heeded_notices.push(n.clone());
-        st.trains_until.remove(&n.id);
         for t in targets {
             heed_one(p, st, out, n, t);
         }
@@ -197,7 +196,7 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
     let (ip, t_id) = (t.ip, t.id.clone());
     // One leaving is replaced once: a second warning (a new event for the same loss, or a
     // Spot warning after a rebalance drain), or a worker a person is already removing, is not.
-    let leaving = draining(st, ip);
+    let leaving = st.is_removing(ip);
     match n.kind {
         NoticeKind::Interruption => interrupt(p, st, out, n, t),
         NoticeKind::GroupTerminating if held_by_hook(p, &t.id) => {}
@@ -225,11 +224,6 @@ fn heed_one(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice, t: Target) 
             deadline: n.deadline,
         });
     }
-}
-
-/// Whether a removal for `ip` is under way (an interruption or a drain is one).
-fn draining(st: &State, ip: IpAddr) -> bool {
-    st.removals.iter().any(|r| r.ip == ip)
 }
 
 /// The instance is being taken away: out of the host files now, no acknowledgement awaited,

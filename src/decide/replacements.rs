@@ -43,10 +43,8 @@ pub(super) fn owe(p: &Inputs, st: &mut State, id: &str, because: Replaced, group
 pub(super) fn ahead(p: &Inputs, st: &mut State, n: &Notice, id: &str, ip: IpAddr) {
     let because = match n.kind {
         NoticeKind::Interruption => Replaced::Interrupted,
-        NoticeKind::Rebalance if st.removals.iter().any(|r| r.ip == ip) => Replaced::Rebalance,
-        NoticeKind::CapacityBlockExpiring if st.removals.iter().any(|r| r.ip == ip) => {
-            Replaced::CapacityBlock
-        }
+        NoticeKind::Rebalance if st.is_removing(ip) => Replaced::Rebalance,
+        NoticeKind::CapacityBlockExpiring if st.is_removing(ip) => Replaced::CapacityBlock,
         _ => return,
     };
     let Some(at) = p.at(id).filter(|_| p.rules.replace_interrupted) else {

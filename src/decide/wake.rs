@@ -1,7 +1,7 @@
 //! When decide next needs a pass although nothing new was heard: the earliest of the deadlines
 //! the remembered state holds (an acknowledgement's timeout, a hook's heartbeat, a Spot-warned
-//! member's leave, a prepare timeout, a join batch or checkpoint wait ending, a launch's retry, a cool-down ending, a
-//! silence or a stall becoming one, an unconfirmed notice's release, a disruption window
+//! member's leave, a prepare timeout, a join batch or checkpoint wait ending, a launch's retry,
+//! a cool-down ending, a silence or a stall becoming one, an unconfirmed notice's release, a disruption window
 //! opening). As a reconciler returns its requeue: the loop wakes then, or on news, or at its
 //! `interval` at the latest. A deadline already past is not one: this pass handled it, or it
 //! waits on something a deadline does not bring (a complete view).

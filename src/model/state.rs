@@ -179,6 +179,11 @@ impl<'de> Deserialize<'de> for State {
 }
 
 impl State {
+    /// Whether a removal for `ip` is under way (an interruption or a drain is one).
+    pub fn is_removing(&self, ip: IpAddr) -> bool {
+        self.removals.iter().any(|r| r.ip == ip)
+    }
+
     pub fn worker(&self, id: &str) -> Option<&WorkerRecord> {
         self.workers.get(id)
     }
