@@ -10,6 +10,7 @@
 //! launching hook), `removal` (the removal lifecycle), `launcher` (the workers' torchrun
 //! launchers), `stall` (the job's step standing still), `stragglers` (a member slower than
 //! the others), `trains_on` (a Spot-warned member training through its warning),
+//! `replaced_first` (a member AWS recommends rebalancing, training until its replacement joins),
 //! `trust` (what a worker wrote, believed only as far as EC2 or dtd's own state confirms it),
 //! `replacements` (launches owed, over the capacity choices), `report` (rows, tags, host files).
 
@@ -35,6 +36,7 @@ mod notices;
 mod prepare_failed;
 mod quorum;
 mod removal;
+mod replaced_first;
 mod replacements;
 mod report;
 mod rows;

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use super::draft::Draft;
 use super::inputs::Inputs;
 use super::notice_targets::{targets, Target};
-use super::{budget, removal, replacements, trains_on, trust};
+use super::{budget, removal, replaced_first, replacements, trains_on, trust};
 use crate::config::Rebalance;
 use crate::model::*;
 
@@ -17,7 +17,9 @@ const NOTICE_MEMORY_MS: Millis = 24 * 3_600_000;
 pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft, notices: &[Notice]) {
     let now = p.now;
     (st.noticed).retain(|_, at| now.saturating_sub(*at) < NOTICE_MEMORY_MS);
-    for n in trains_on::due(p, st, out) {
+    let mut due = trains_on::due(p, st, out);
+    due.extend(replaced_first::due(p, st, out));
+    for n in due {
         for t in targets(p, st, &n.target) {
             heed_one(p, st, out, &n, t);
         }
@@ -47,7 +49,7 @@ pub(super) fn heed(p: &Inputs, st: &mut State, out: &mut Draft, notices: &[Notic
             out.outcome.deferred_notices.push(n.id.clone());
             continue;
         }
-        if trains_on::trains_on(p, st, out, n) {
+        if trains_on::trains_on(p, st, out, n) || replaced_first::waits(p, st, out, n) {
             st.noticed.insert(n.id.clone(), now);
             out.outcome.heeded_notices.push(n.clone());
             continue;

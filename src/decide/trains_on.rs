@@ -58,12 +58,14 @@ pub(super) fn trains_on(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice)
     }
     let from_agent = n.source == "agent";
     let warned = TrainsOn {
-        instance: t.id,
+        instance: t.id.clone(),
         leaves,
         loss,
         from_agent,
     };
     st.trains_until.insert(n.id.clone(), warned);
+    // A rebalance recommendation's wait for its replacement is over: this leave comes first.
+    st.replaced_first.retain(|_, w| w.instance != t.id);
     true
 }
 

@@ -1,13 +1,14 @@
 //! When decide next needs a pass although nothing new was heard: the earliest of the deadlines
 //! the remembered state holds (an acknowledgement's timeout, a hook's heartbeat, a Spot-warned
-//! member's leave, a prepare timeout, a join batch or checkpoint wait ending, a launch's retry,
-//! a cool-down ending, a silence or a stall becoming one, an unconfirmed notice's release, a disruption window
-//! opening). As a reconciler returns its requeue: the loop wakes then, or on news, or at its
-//! `interval` at the latest. A deadline already past is not one: this pass handled it, or it
-//! waits on something a deadline does not bring (a complete view).
+//! member's leave, a rebalance-recommended member's drain once its replacement joined, a
+//! prepare timeout, a join batch or checkpoint wait ending, a launch's retry, a cool-down
+//! ending, a silence or a stall becoming one, an unconfirmed notice's release, a disruption
+//! window opening). As a reconciler returns its requeue: the loop wakes then, or on news, or at
+//! its `interval` at the latest. A deadline already past is not one: this pass handled it, or
+//! it waits on something a deadline does not bring (a complete view).
 
 use super::inputs::Inputs;
-use super::joining;
+use super::{joining, replaced_first};
 use crate::model::*;
 
 /// The earliest deadline after `p.now`, if any.
@@ -30,9 +31,11 @@ fn earliest(deadlines: impl Iterator<Item = Millis>, now: Millis) -> Option<Mill
 }
 
 /// An acknowledgement's timeout, the terminating hook's next heartbeat, an unconfirmed agent
-/// notice's release, a Spot-warned member's leave (`trains_on`: late, it would meet its loss).
+/// notice's release, a Spot-warned member's leave (`trains_on`: late, it would meet its loss),
+/// a rebalance-recommended member's drain (`replaced_first`: at once).
 fn removals(p: &Inputs, st: &State) -> Option<Millis> {
     let warned = st.trains_until.values().map(|w| w.leaves);
+    let replaced = (replaced_first::replacement_joined(st)).then(|| p.now.saturating_add(1));
     let beat =
         (p.group.and_then(|g| g.terminating_hook.as_ref())).map(|h| h.heartbeat_timeout_ms / 2);
     let each = st.removals.iter().flat_map(|r| match &r.stage {
@@ -43,7 +46,7 @@ fn removals(p: &Inputs, st: &State) -> Option<Millis> {
         Stage::Reclaiming { unconfirmed_until } => [*unconfirmed_until, None],
         _ => [None, None],
     });
-    earliest(each.flatten().chain(warned), p.now)
+    earliest(each.flatten().chain(warned).chain(replaced), p.now)
 }
 
 /// A worker held by the launching hook: its prepare timeout and its next heartbeat.

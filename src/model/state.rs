@@ -140,6 +140,10 @@ pub struct State {
     /// id: who leaves, and when.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub trains_until: BTreeMap<String, TrainsOn>,
+    /// Rebalance recommendations whose member trains on until its replacement is in the job
+    /// (`in_place`, `workers.replace_interrupted`), by notice id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replaced_first: BTreeMap<String, ReplacedFirst>,
     /// The job's step as last read from its progress file, with `job.stall` configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,
@@ -276,6 +280,15 @@ pub struct TrainsOn {
     pub from_agent: bool,
 }
 
+/// A member AWS recommends rebalancing, training on until its replacement is in the job
+/// (`decide::replaced_first`): heeded when first seen, drained from here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplacedFirst {
+    pub instance: String,
+    /// When the recommendation was first seen.
+    pub since: Millis,
+}
+
 /// An instance `dtd` launched to replace another.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchedFor {
@@ -297,7 +310,7 @@ pub enum Replaced {
     Unhealthy,
     /// A Spot interruption warning.
     Interrupted,
-    /// A rebalance recommendation it was drained for.
+    /// A rebalance recommendation (it drains, at once or once its replacement is in the job).
     Rebalance,
     /// Its Capacity Block ends.
     CapacityBlock,
@@ -309,7 +322,7 @@ impl Replaced {
         match self {
             Replaced::Unhealthy => "unhealthy",
             Replaced::Interrupted => "interrupted",
-            Replaced::Rebalance => "rebalance-drained",
+            Replaced::Rebalance => "rebalance-recommended",
             Replaced::CapacityBlock => "Capacity-Block-ending",
         }
     }

@@ -11,6 +11,7 @@ mod leaving;
 mod notices;
 mod partial_views;
 mod quorum;
+mod replaced_first;
 mod second_thoughts;
 mod stall;
 mod stragglers;

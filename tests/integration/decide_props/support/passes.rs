@@ -83,7 +83,11 @@ pub fn run(
     sc: &Scenario,
     mut check: impl FnMut(&Pass) -> Result<(), String>,
 ) -> Result<(), TestCaseError> {
-    let r = rules(sc.min, sc.max);
+    let mut r = rules(sc.min, sc.max);
+    if sc.in_place {
+        r.leave_before_loss_ms = Some(30_000);
+        r.replace_interrupted = true;
+    }
     let (mut world, mut state) = build(sc);
     let mut ever_ready: BTreeSet<IpAddr> = state.members.iter().map(|m| m.ip).collect();
     let mut sent: BTreeSet<String> = state

@@ -97,6 +97,9 @@ pub struct Scenario {
     /// How the daemon reads EC2: a complete listing every pass, or the fleet as a listing left
     /// it, kept current by targeted reads of what events and markers name.
     pub targeted: bool,
+    /// `in_place` with `workers.replace_interrupted`: a rebalance-recommended member trains on
+    /// until its replacement (never launched here) is in the job.
+    pub in_place: bool,
 }
 
 pub fn any_status() -> impl Strategy<Value = WorkerStatus> {
@@ -218,7 +221,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
         // Base hosts and the master get roles too: only removals are kept for them, as if
         // queued before the config made them base hosts.
         prop::collection::vec(role(), WORKERS + 3),
-        (any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
         prop::collection::vec(step(), 1..7),
     )
         .prop_map(
@@ -227,10 +230,11 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                 (generation, log_lines, ack),
                 insts,
                 roles,
-                (pending, targeted),
+                (pending, targeted, in_place),
                 steps,
             )| Scenario {
                 targeted,
+                in_place,
                 min: min.min(max),
                 max,
                 generation,
