@@ -102,15 +102,16 @@ impl Story {
 
     /// The same, training `script` (`job_yaml`: more of `job.launcher`).
     pub fn with(venv: &Path, script: &Script, launcher_yaml: &str) -> Story {
-        Story::with_workers(venv, script, launcher_yaml, |_| String::new())
+        Story::with_workers(venv, script, launcher_yaml, |_, _| ())
     }
 
-    /// The same, with more under `workers:` (`workers` is given the loopback subnet's id).
+    /// The same, the cluster set up further before its config is written (`setup` is given the
+    /// loopback subnet's id: more under `workers:` in `worker_extra`, or sections in `extra`).
     pub fn with_workers(
         venv: &Path,
         script: &Script,
         launcher_yaml: &str,
-        workers: impl FnOnce(&str) -> String,
+        setup: impl FnOnce(&mut Cluster, &str),
     ) -> Story {
         let mut c = Cluster::new();
         // What the stack makes: the shared directory the job's user writes (root's, its group's,
@@ -131,7 +132,7 @@ impl Story {
         let prepare = c.dir.path().join("prepare.sh");
         std::fs::write(&prepare, "#!/bin/sh\nexit 0\n").unwrap();
         install_mode(&prepare, 0o755);
-        c.worker_extra = workers(&subnet);
+        setup(&mut c, &subnet);
         c.write_config(&config(&c, venv, &prepare, script, launcher_yaml));
         let mut s = Story { c, subnet };
         s.c.start_dtd();

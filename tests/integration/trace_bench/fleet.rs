@@ -110,11 +110,15 @@ pub(super) fn warn(node: &Node, left: Duration) {
     );
 }
 
-/// EC2's rebalance recommendation on the instance's metadata: `dtd` drains it (by default).
-pub(super) fn recommend_rebalance(node: &Node) {
+/// EC2's rebalance recommendation, as AWS sends it: on the instance's metadata (its agent
+/// reports it; a worker's word drains nothing) and to EventBridge, whose rule delivers it to the
+/// event queue (`dtd` drains it, by default).
+pub(super) fn recommend_rebalance(s: &Story, node: &Node) {
     let time = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
     node.imds.set(
         "events/recommendations/rebalance",
         &format!(r#"{{"noticeTime":"{time}"}}"#),
     );
+    let detail = serde_json::json!({ "instance-id": node.id });
+    crate::support::put_ec2_event(&s.c, "EC2 Instance Rebalance Recommendation", detail);
 }

@@ -76,7 +76,12 @@ pub(crate) fn replay(trace: &Value, strategy: &str, remedies: Remedies) -> Measu
     let (script, mut yaml, lighthouse) = job(strategy, speed);
     // After `job.launcher`'s lines: two spaces in, the job's own keys.
     yaml.push_str(&remedies.job(speed));
-    let mut s = Story::with_workers(&venv, &script, &yaml, |subnet| remedies.workers(subnet));
+    // The event queue the stack makes: AWS sends a rebalance recommendation there too.
+    let mut s = Story::with_workers(&venv, &script, &yaml, |c, subnet| {
+        c.worker_extra = remedies.workers(subnet);
+        let queue = support::create_event_queue(c);
+        c.extra = format!("events:\n  queue_url: {queue}\n");
+    });
     slow_prepare(&s, trace["prepare_s"].as_f64().unwrap_or(0.0));
     let events = trace["events"].as_array().expect("events").clone();
     let duration = Duration::from_secs_f64(trace["duration_s"].as_f64().expect("duration_s"));
@@ -139,7 +144,7 @@ fn play(s: &Story, fleet: &mut Fleet, events: &[Value], start: Instant, duration
             Some("arrive") => fleet.skipped += 1,
             Some("rebalance") => {
                 if let Some(node) = fleet.trace.get(&slot) {
-                    recommend_rebalance(node);
+                    recommend_rebalance(s, node);
                     fleet.warned.insert(slot);
                     fleet.hits.push((when.as_secs_f64(), node.ip));
                 }
@@ -209,7 +214,7 @@ fn slow_prepare(s: &Story, seconds: f64) {
 }
 
 /// The instances the trace reclaims before `until`, each at its time: everything on it killed
-/// and the instance terminated, as AWS does.
+/// and the instance terminated, with its state-change events, as AWS does.
 fn end_reclaimed(
     s: &Story,
     fleet: &mut Fleet,
@@ -228,6 +233,12 @@ fn end_reclaimed(
             let id = node.id.clone();
             drop(node);
             s.c.aws(&["ec2", "terminate-instances", "--instance-ids", &id]);
+            // What EventBridge then delivers on AWS (moto sends none): with the queue, dtd
+            // lists EC2 whole once a minute and reads what events name between.
+            for state in ["shutting-down", "terminated"] {
+                let detail = serde_json::json!({ "instance-id": id, "state": state });
+                support::put_ec2_event(&s.c, "EC2 Instance State-change Notification", detail);
+            }
         }
     }
 }
