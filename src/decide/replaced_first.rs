@@ -64,9 +64,9 @@ pub(super) fn due(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Notice> {
             continue;
         };
         let held = match replacement(st, &w.instance) {
-            Some(Waiting::Joined) => voluntary_hold(p, st),
-            Some(waiting) => Some(waiting.words()),
-            None => voluntary_hold(p, st),
+            Waiting::Owed => Some("its replacement, not launched yet, is in the job".into()),
+            Waiting::Preparing(new) => Some(format!("its replacement {new} is in the job")),
+            Waiting::Joined | Waiting::Gone => voluntary_hold(p, st),
         };
         if let Some(why) = held {
             let who = format!("{ip} ({})", w.instance);
@@ -87,41 +87,36 @@ pub(super) fn due(p: &Inputs, st: &mut State, out: &mut Draft) -> Vec<Notice> {
     now
 }
 
-/// Whether a recommended member's replacement is in the job: it drains at the next pass, which
-/// `wake` asks for at once (the join is this pass's, after the notices were heeded).
-pub(super) fn replacement_joined(st: &State) -> bool {
-    (st.replaced_first.values())
-        .any(|w| matches!(replacement(st, &w.instance), Some(Waiting::Joined)))
+/// Whether a recommended member drains at the next pass, its replacement in the job and nothing
+/// holding it: `wake` asks for that pass at once (the join is this pass's, after the notices
+/// were heeded). One the budget holds waits for what frees the budget, not for a pass each
+/// millisecond.
+pub(super) fn drains_next(p: &Inputs, st: &State) -> bool {
+    let joined = |w: &ReplacedFirst| matches!(replacement(st, &w.instance), Waiting::Joined);
+    st.replaced_first.values().any(joined) && voluntary_hold(p, st).is_none()
 }
 
-/// Where the replacement of `instance` is; `None`: there is none any more (it was launched and
-/// is gone), so the member drains now, as it would have without one.
-fn replacement(st: &State, instance: &str) -> Option<Waiting> {
-    let owed = st.replacements.iter().any(|r| r.replaces == instance);
-    if owed {
-        return Some(Waiting::Owed);
+/// Where the replacement of `instance` is.
+fn replacement(st: &State, instance: &str) -> Waiting {
+    if st.replacements.iter().any(|r| r.replaces == instance) {
+        return Waiting::Owed;
     }
-    let (new, _) = (st.launched_for.iter()).find(|(_, l)| l.replaces == instance)?;
-    match st.members.iter().any(|m| m.id == *new) {
-        true => Some(Waiting::Joined),
-        false => Some(Waiting::Preparing(new.clone())),
+    let launched = st.launched_for.iter().find(|(_, l)| l.replaces == instance);
+    match launched {
+        None => Waiting::Gone,
+        Some((new, _)) if st.members.iter().any(|m| m.id == *new) => Waiting::Joined,
+        Some((new, _)) => Waiting::Preparing(new.clone()),
     }
 }
 
 enum Waiting {
+    /// Its launch is owed (not sent yet, or refused and sent again).
     Owed,
+    /// Launched, not in the job yet.
     Preparing(String),
     Joined,
-}
-
-impl Waiting {
-    fn words(&self) -> String {
-        match self {
-            Waiting::Owed => "its replacement, not launched yet, is in the job".into(),
-            Waiting::Preparing(id) => format!("its replacement {id} is in the job"),
-            Waiting::Joined => String::new(),
-        }
-    }
+    /// Launched and gone before it joined: the member drains now, as it would have without one.
+    Gone,
 }
 
 /// Why the drain, voluntary, waits although its replacement is in: a partial view or the

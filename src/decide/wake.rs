@@ -35,7 +35,7 @@ fn earliest(deadlines: impl Iterator<Item = Millis>, now: Millis) -> Option<Mill
 /// a rebalance-recommended member's drain (`replaced_first`: at once).
 fn removals(p: &Inputs, st: &State) -> Option<Millis> {
     let warned = st.trains_until.values().map(|w| w.leaves);
-    let replaced = (replaced_first::replacement_joined(st)).then(|| p.now.saturating_add(1));
+    let replaced = (replaced_first::drains_next(p, st)).then(|| p.now.saturating_add(1));
     let beat =
         (p.group.and_then(|g| g.terminating_hook.as_ref())).map(|h| h.heartbeat_timeout_ms / 2);
     let each = st.removals.iter().flat_map(|r| match &r.stage {

@@ -187,3 +187,41 @@ fn elsewhere_a_recommendation_drains_at_once_as_before() {
     let plan = pass(&r, &mut w, &state, 3_000);
     assert_eq!(hosts(&plan), with_base(&["10.0.1.2"]));
 }
+
+#[test]
+fn with_its_replacement_in_the_budget_still_holds_the_drain_and_no_pass_is_asked_for_meanwhile() {
+    let (mut r, mut w, state) = in_place();
+    r.disruption_budget = dt::config::Budget::Workers(1);
+    w.notices = vec![recommendation()];
+    let seen = pass(&r, &mut w, &state, 3_000);
+    w.notices.clear();
+    // i-2 leaves first (its elastic tag deleted): the one removal the budget allows.
+    w.delete_elastic_tag("i-2");
+    let st = launched(&r, &seen, Ok("i-new".into()), 4_000);
+    let leaving = pass(&r, &mut w, &st, 5_000);
+    assert_eq!(tagged(&leaving, WorkerStatus::RemovalQueued), ["i-2"]);
+    replacement_ready(&mut w);
+    let joined = pass(&r, &mut w, &leaving.state, 6_000);
+    let held = pass(&r, &mut w, &joined.state, 6_100);
+    assert!(hosts(&held).contains(&"10.0.1.1".to_string()));
+    assert!(
+        holds(&held).contains("it trains on until the disruption budget lets it go"),
+        "{}",
+        holds(&held)
+    );
+    assert_ne!(held.next_pass_at, Some(6_101), "no pass each millisecond");
+    // The job lets i-2 go and it is terminated: the budget is free, and i-1 drains.
+    w.acks.generation = Some(held.state.generation);
+    let acked = pass(&r, &mut w, &held.state, 7_000);
+    assert_eq!(acked.outcome.terminate(), ["i-2"]);
+    let mut st = acked.state.clone();
+    let applied = Applied {
+        ended: vec![("i-2".into(), "TerminateInstances accepted for")],
+        ..Applied::default()
+    };
+    settle(&r, &mut st, &applied, 7_000);
+    w.vanish("i-2");
+    let drained = pass(&r, &mut w, &st, 8_000);
+    assert_eq!(hosts(&drained), with_base(&["10.0.1.3"]));
+    assert_eq!(tagged(&drained, WorkerStatus::RemovalQueued), ["i-1"]);
+}
