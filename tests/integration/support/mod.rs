@@ -164,11 +164,22 @@ impl Moto {
             .stderr(log.reopen().expect("moto's log file"))
             .spawn()
             .expect("starting moto_server");
-        let moto = Moto { port, child, log };
+        let mut moto = Moto { port, child, log };
+        // Its own banner first (printed once its socket listens): a connection accepted on the
+        // port alone proved nothing once, when something else answered there before moto bound
+        // it and the first call was refused. Then an HTTP answer: the condition the calls need.
         wait_until(
-            "moto to accept connections",
+            "moto to answer on its port",
             Duration::from_secs(30),
-            || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            || {
+                if let Ok(Some(exit)) = moto.child.try_wait() {
+                    print_moto_errors(moto.log.path());
+                    panic!("moto_server exited at its start: {exit}");
+                }
+                let log = std::fs::read_to_string(moto.log.path()).unwrap_or_default();
+                let ours = log.contains(&format!("Running on http://127.0.0.1:{port}"));
+                ours && answers_http(port)
+            },
         );
         moto
     }
@@ -200,6 +211,18 @@ impl Drop for Moto {
             print_moto_errors(self.log.path());
         }
     }
+}
+
+/// Whether an HTTP server answers a request on the loopback `port`.
+fn answers_http(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let asked = conn.write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut head = [0u8; 7];
+    asked.is_ok() && conn.read_exact(&mut head).is_ok() && &head == b"HTTP/1."
 }
 
 /// The lines of moto's log that are not its request log (tracebacks, warnings), at most the last
