@@ -45,10 +45,7 @@ pub(super) fn waits(p: &Inputs, st: &mut State, out: &mut Draft, n: &Notice) -> 
     );
     out.event(p, EventKind::Notice, Some((&t.id, t.ip)), None, msg);
     replacements::owe(p, st, &t.id, Replaced::Rebalance, None);
-    let wait = ReplacedFirst {
-        instance: t.id,
-        since: p.now,
-    };
+    let wait = ReplacedFirst { instance: t.id };
     st.replaced_first.insert(n.id.clone(), wait);
     true
 }

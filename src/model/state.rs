@@ -285,8 +285,6 @@ pub struct TrainsOn {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplacedFirst {
     pub instance: String,
-    /// When the recommendation was first seen.
-    pub since: Millis,
 }
 
 /// An instance `dtd` launched to replace another.

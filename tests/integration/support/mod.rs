@@ -17,7 +17,6 @@ pub mod world;
 pub use gate::Gate;
 pub use ports::free_port;
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -165,9 +164,9 @@ impl Moto {
             .spawn()
             .expect("starting moto_server");
         let mut moto = Moto { port, child, log };
-        // Its own banner first (printed once its socket listens): a connection accepted on the
-        // port alone proved nothing once, when something else answered there before moto bound
-        // it and the first call was refused. Then an HTTP answer: the condition the calls need.
+        // Its own banner first (printed once its socket listens), then an HTTP answer: the
+        // condition the calls need. A connection accepted on the port was once followed by a
+        // refused first call.
         wait_until(
             "moto to answer on its port",
             Duration::from_secs(30),
@@ -178,7 +177,7 @@ impl Moto {
                 }
                 let log = std::fs::read_to_string(moto.log.path()).unwrap_or_default();
                 let ours = log.contains(&format!("Running on http://127.0.0.1:{port}"));
-                ours && answers_http(port)
+                ours && prometheus::get(([127, 0, 0, 1], port).into(), "/moto-api/").is_ok()
             },
         );
         moto
@@ -211,18 +210,6 @@ impl Drop for Moto {
             print_moto_errors(self.log.path());
         }
     }
-}
-
-/// Whether an HTTP server answers a request on the loopback `port`.
-fn answers_http(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let asked = conn.write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    let mut head = [0u8; 7];
-    asked.is_ok() && conn.read_exact(&mut head).is_ok() && &head == b"HTTP/1."
 }
 
 /// The lines of moto's log that are not its request log (tracebacks, warnings), at most the last
